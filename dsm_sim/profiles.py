@@ -1,0 +1,40 @@
+"""Hypothesis settings profiles: ``dev`` (fast), ``ci`` and ``thorough``.
+
+Chosen with ``HYPOTHESIS_PROFILE`` or ``dsm verify --profile``.  Deadlines are
+off because handlers do real I/O whose latency is not what is under test.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+__all__ = ["PROFILES", "active_profile", "register_profiles"]
+
+PROFILES = ("dev", "ci", "thorough")
+_SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+
+def register_profiles() -> None:
+    """Register the three profiles and load the one ``HYPOTHESIS_PROFILE`` names (default dev)."""
+    settings.register_profile(
+        "dev", max_examples=30, stateful_step_count=25, deadline=None,
+        suppress_health_check=_SUPPRESSED, print_blob=True,
+    )
+    settings.register_profile(
+        "ci", max_examples=100, stateful_step_count=40, deadline=None,
+        suppress_health_check=_SUPPRESSED, print_blob=True, derandomize=False,
+    )
+    settings.register_profile(
+        "thorough", max_examples=1000, stateful_step_count=80, deadline=None,
+        suppress_health_check=_SUPPRESSED, print_blob=True,
+    )
+    settings.load_profile(active_profile())
+
+
+def active_profile() -> str:
+    name = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+    if name not in PROFILES:
+        raise ValueError(f"unknown HYPOTHESIS_PROFILE {name!r}; choose one of {', '.join(PROFILES)}")
+    return name

@@ -1,0 +1,76 @@
+"""Developer and CI sessions: tests, lint, chaos scenarios, conformance, stress and benchmarks."""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+SERVICES = {
+    "DSM_TEST_POSTGRES_URL": "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
+    "DSM_TEST_REDIS_URL": "redis://127.0.0.1:6379/0",
+}
+
+
+def _install(session: nox.Session) -> None:
+    session.install("-e", ".[dev]")
+
+
+def _env() -> dict[str, str]:
+    return {key: os.environ.get(key, default) for key, default in SERVICES.items()}
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy --strict."""
+    _install(session)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole test suite, as CI runs it."""
+    _install(session)
+    session.run("pytest", *session.posargs, env=_env())
+
+
+@nox.session
+@nox.parametrize("backend", ["memory", "sqlite", "postgresql"])
+def conformance(session: nox.Session, backend: str) -> None:
+    """The conformance kit against each built-in handler."""
+    _install(session)
+    factories = {
+        "memory": "reference_engine.handlers.memory:in_memory_handler",
+        "sqlite": "reference_engine.handlers.sql.factory:sqlite_memory_handler",
+        "postgresql": "reference_engine.handlers.sql.factory:postgres_test_handler",
+    }
+    session.run("dsm", "verify", factories[backend], "--profile", "ci", env=_env())
+
+
+@nox.session
+def chaos(session: nox.Session) -> None:
+    """The default chaos scenarios, with reports and JUnit for CI."""
+    _install(session)
+    session.run(
+        "dsm", "run", "scenarios/", "--seeds", "3", "--report", "reports/",
+        "--junit", "reports/junit-chaos.xml", *session.posargs, env=_env(),
+    )
+
+
+@nox.session
+def stress(session: nox.Session) -> None:
+    """Multi-process stress run against PostgreSQL and a SQLite file."""
+    _install(session)
+    session.run("dsm", "stress", *session.posargs, env=_env())
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks; each prints ratios against a baseline measured in the same run."""
+    _install(session)
+    session.run("python", "bench/run.py", *session.posargs, env=_env())

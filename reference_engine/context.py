@@ -1,0 +1,110 @@
+"""The per-call context a handler receives.
+
+The factory builds one frozen base context per node execution; the contextual
+machine derives a per-call copy carrying the item fields and the fencing token,
+so handlers never see mutable shared state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from reference_engine.config import HandlerConfig
+from reference_engine.errors import InvalidItemError
+
+__all__ = ["MAX_KEY_LENGTH", "RecordKey", "StateHandlerContext", "validate_key"]
+
+MAX_KEY_LENGTH = 256
+
+
+def validate_key(value: object, *, field_name: str, allow_empty: bool = False) -> str:
+    """Reject keys a store cannot hold faithfully, before anything is written.
+
+    Quotes and SQL fragments are fine (every store binds parameters); what is
+    refused is what would be silently changed or truncated: non-strings, empty
+    item keys, NUL characters, text that is not encodable as UTF-8 (lone
+    surrogates), and keys longer than :data:`MAX_KEY_LENGTH` characters.
+    """
+    if not isinstance(value, str):
+        raise InvalidItemError(
+            f"{field_name} must be a string, got {type(value).__name__}", field=field_name
+        )
+    if not value and not allow_empty:
+        raise InvalidItemError(f"{field_name} must not be empty", field=field_name)
+    if len(value) > MAX_KEY_LENGTH:
+        raise InvalidItemError(
+            f"{field_name} is {len(value)} characters; the limit is {MAX_KEY_LENGTH}",
+            field=field_name,
+        )
+    if "\x00" in value:
+        raise InvalidItemError(f"{field_name} must not contain NUL characters", field=field_name)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidItemError(
+            f"{field_name} is not valid Unicode text (cannot be encoded as UTF-8): {exc.reason}",
+            field=field_name,
+        ) from exc
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RecordKey:
+    """What identifies one item's current record: tenant and scope are always part of it."""
+
+    tenant_id: str
+    scope_id: int
+    entity_id: str
+    item_entity_key: str
+    item_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class StateHandlerContext:
+    """Everything a handler needs to locate and stamp a record.
+
+    ``scope_id``/``scope_code`` come from the scope table, ``entity_id`` is the
+    entity the scope points at (the element for ``Element``), and
+    ``entity_execution_id`` the run that is writing.  ``item_key`` and
+    ``item_entity_key`` are empty in the base context and set per call, as is
+    ``lock_token``, the fencing token of this execution's acquisition.
+    """
+
+    scope_id: int
+    scope_code: str
+    entity_id: str
+    entity_execution_id: str
+    tenant_id: str
+    source_app_id: str
+    handler_config: HandlerConfig = field(default_factory=HandlerConfig)
+    item_key: str = ""
+    item_entity_key: str = ""
+    lock_token: int | None = None
+
+    def for_item(
+        self, item_key: str, item_entity_key: str = "", *, lock_token: int | None = None
+    ) -> StateHandlerContext:
+        """A per-call copy for one item, validated so bad keys never reach a store."""
+        return dataclasses.replace(
+            self,
+            item_key=validate_key(item_key, field_name="item_key"),
+            item_entity_key=validate_key(
+                item_entity_key, field_name="item_entity_key", allow_empty=True
+            ),
+            lock_token=lock_token,
+        )
+
+    @property
+    def record_key(self) -> RecordKey:
+        if not self.item_key:
+            raise InvalidItemError(
+                "this context has no item key; derive one with for_item(item_key)", field="item_key"
+            )
+        return RecordKey(
+            tenant_id=self.tenant_id,
+            scope_id=self.scope_id,
+            entity_id=self.entity_id,
+            item_entity_key=self.item_entity_key,
+            item_key=self.item_key,
+        )

@@ -1,0 +1,1 @@
+"""A minimal but real workflow engine driving nodes that use the DataStateMachine."""

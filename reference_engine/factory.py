@@ -1,0 +1,59 @@
+"""Building a node's DataStateMachine from its settings: the step node authors never write."""
+
+from __future__ import annotations
+
+from reference_engine.config import DataStateMachineConfig
+from reference_engine.context import StateHandlerContext
+from reference_engine.engine.definitions import Element, ExecutionThread
+from reference_engine.machine import NULL_MACHINE, ContextualDataStateMachine, DataStateMachine
+from reference_engine.registry import HandlerRegistry
+from reference_engine.scope import Scope
+
+__all__ = ["DataStateMachineFactory", "entity_id_for"]
+
+
+def entity_id_for(scope: Scope, element: Element, thread: ExecutionThread) -> str:
+    """The entity a scope keys records under (see the scope table in ``scope.py``)."""
+    match scope:
+        case Scope.TENANT:
+            return thread.tenant_id
+        case Scope.APPLICATION:
+            return thread.source_app_id
+        case Scope.WORKFLOW:
+            return element.workflow_id
+        case Scope.ELEMENT:
+            return element.id
+        case Scope.THREAD:
+            return thread.execution_id
+
+
+class DataStateMachineFactory:
+    """Resolves handler and scope, builds the base context, returns the machine."""
+
+    def __init__(self, registry: HandlerRegistry) -> None:
+        self.registry = registry
+
+    def base_context(
+        self, element: Element, thread: ExecutionThread, config: DataStateMachineConfig
+    ) -> StateHandlerContext:
+        return StateHandlerContext(
+            scope_id=int(config.scope),
+            scope_code=config.scope.code,
+            entity_id=entity_id_for(config.scope, element, thread),
+            entity_execution_id=thread.execution_id,
+            tenant_id=thread.tenant_id,
+            source_app_id=thread.source_app_id,
+            handler_config=config.handler_config,
+        )
+
+    async def create(
+        self,
+        element: Element,
+        thread: ExecutionThread,
+        config: DataStateMachineConfig | None,
+    ) -> DataStateMachine:
+        """The node's machine; :data:`NULL_MACHINE` when it has no ``dataStateMachine`` block."""
+        if config is None:
+            return NULL_MACHINE
+        handler = await self.registry.resolve(config.handler)
+        return ContextualDataStateMachine(handler, self.base_context(element, thread, config))

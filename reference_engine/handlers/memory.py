@@ -1,0 +1,68 @@
+"""The in-memory handler: the reference model behind the handler Protocol.
+
+It is the executable spec and the fast store for simulation.  Each call runs
+to completion without yielding to the event loop, which is what makes it
+atomic; subclasses in the catalogue of broken handlers add ``await`` points
+to model real stores' race windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from reference_engine.clock import Clock, SystemClock
+from reference_engine.context import StateHandlerContext
+from reference_engine.model import ReferenceModel
+from reference_engine.record import StateRecord
+from reference_engine.status import IdempotencyStatus
+
+__all__ = ["InMemoryStateHandler", "in_memory_handler"]
+
+
+class InMemoryStateHandler:
+    """A :class:`~reference_engine.handler.StateHandler` over :class:`ReferenceModel`."""
+
+    def __init__(self, clock: Clock | None = None, model: ReferenceModel | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.model = model or ReferenceModel()
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def exists(self, ctx: StateHandlerContext) -> bool:
+        return self.model.exists(ctx, self.clock.now())
+
+    async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
+        return self.model.get(ctx, self.clock.now())
+
+    async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
+        return self.model.try_acquire_lock(ctx, self.clock.now())
+
+    async def set(
+        self,
+        ctx: StateHandlerContext,
+        status: IdempotencyStatus,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model.set(ctx, status, data, self.clock.now())
+
+    async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
+        self.model.release_lock_as_failed(ctx, error_detail, self.clock.now())
+
+    async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
+        self.model.upsert(ctx, data, self.clock.now())
+
+    async def reset_expired_locks(self) -> int:
+        return self.model.reset_expired_locks(self.clock.now())
+
+    async def expire_past_retention(self) -> int:
+        return self.model.expire_past_retention(self.clock.now())
+
+
+def in_memory_handler(clock: Clock) -> InMemoryStateHandler:
+    """Factory for the registry, the conformance kit and the simulator."""
+    return InMemoryStateHandler(clock)

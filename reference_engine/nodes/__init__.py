@@ -1,0 +1,1 @@
+"""Sample nodes built on the DataStateMachine."""

@@ -1,0 +1,101 @@
+"""The invoice dispatcher: the design's sample node, and the fake billing API it charges.
+
+The billing API records every charge so "no duplicate charge" is a count a
+test can make, not a log line someone has to read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from reference_engine.clock import Clock
+from reference_engine.engine.definitions import Element
+from reference_engine.engine.executor import BaseNodeExecutor, Message, NodeExecutionResult
+from reference_engine.errors import LockError
+from reference_engine.factory import DataStateMachineFactory
+from reference_engine.machine import DataStateMachine
+from reference_engine.status import IdempotencyStatus
+
+__all__ = ["BillingApi", "BillingError", "Charge", "FakeBillingApi", "InvoiceDispatchExecutor"]
+
+
+class BillingError(Exception):
+    """The billing API refused or failed a charge."""
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    invoice_id: str
+    amount: int
+    charge_id: str
+    charged_at: str
+
+
+class BillingApi(Protocol):
+    async def charge(self, invoice_id: str, amount: int) -> Mapping[str, Any]: ...
+
+
+@dataclass
+class FakeBillingApi:
+    """Records every charge; can be told to fail the next N charges."""
+
+    clock: Clock
+    charges: list[Charge] = field(default_factory=list)
+    fail_next: int = 0
+
+    async def charge(self, invoice_id: str, amount: int) -> Mapping[str, Any]:
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise BillingError(f"billing API unavailable while charging {invoice_id}")
+        charge = Charge(
+            invoice_id=invoice_id,
+            amount=amount,
+            charge_id=f"ch_{len(self.charges) + 1:04d}",
+            charged_at=self.clock.now().isoformat(),
+        )
+        self.charges.append(charge)
+        return {"chargeId": charge.charge_id, "amount": amount, "status": "succeeded"}
+
+    def charges_for(self, invoice_id: str) -> list[Charge]:
+        return [c for c in self.charges if c.invoice_id == invoice_id]
+
+
+class InvoiceDispatchExecutor(BaseNodeExecutor):
+    """Dispatch an invoice exactly once per invoice id, whatever the redeliveries.
+
+    Message payload: ``{"invoiceId": str, "amount": int}``.
+    """
+
+    node_type = "invoice-dispatch"
+
+    def __init__(
+        self, element: Element, factory: DataStateMachineFactory, billing: BillingApi, clock: Clock
+    ) -> None:
+        super().__init__(element, factory)
+        self.billing = billing
+        self.clock = clock
+
+    async def execute(self, message: Message, dsm: DataStateMachine) -> NodeExecutionResult:
+        invoice_id = str(message.payload["invoiceId"])
+        amount = int(message.payload.get("amount", 0))
+        if await dsm.exists(invoice_id):
+            return NodeExecutionResult.skip(f"invoice {invoice_id} already dispatched")
+        if not await dsm.try_acquire_lock(invoice_id):
+            return NodeExecutionResult.skip(
+                f"invoice {invoice_id} is being dispatched by another worker"
+            )
+        try:
+            response = await self.billing.charge(invoice_id, amount)
+            await dsm.set(
+                invoice_id,
+                IdempotencyStatus.PROCESSED,
+                {"dispatchedAt": self.clock.now().isoformat(), "response": dict(response)},
+            )
+        except LockError:
+            raise  # fenced off: the lock is no longer ours to release
+        except Exception as exc:
+            await dsm.release_lock_as_failed(invoice_id, f"{type(exc).__name__}: {exc}")
+            raise
+        return NodeExecutionResult.success({"invoiceId": invoice_id, "response": dict(response)})

@@ -1,0 +1,89 @@
+"""Handlers registered by key, built lazily from a factory or a dotted path."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from reference_engine.clock import Clock, SystemClock
+from reference_engine.errors import ConfigurationError, UnknownHandlerError
+from reference_engine.handler import HandlerFactory, StateHandler
+
+__all__ = ["HandlerRegistry", "load_factory"]
+
+
+def load_factory(spec: str) -> HandlerFactory:
+    """Import ``"package.module:factory"`` and return the callable it names."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(
+            f"handler factory {spec!r} must look like 'package.module:factory'"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"cannot import module {module_name!r} for handler {spec!r}: {exc}"
+        ) from exc
+    target: object = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigurationError(
+                f"module {module_name!r} has no attribute {attr!r} (handler {spec!r})"
+            )
+        target = getattr(target, part)
+    if not callable(target):
+        raise ConfigurationError(f"{spec!r} is not callable; it must build a handler from a clock")
+    factory: Callable[[Clock], StateHandler] = target
+    return factory
+
+
+class HandlerRegistry:
+    """Key -> factory, with one shared handler instance per key once resolved.
+
+    Handlers own connection pools, so the registry builds each once and hands
+    the same instance to every node that names its key.
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self._factories: dict[str, HandlerFactory | str] = {}
+        self._instances: dict[str, StateHandler] = {}
+
+    def register(self, key: str, factory: HandlerFactory | str) -> None:
+        """Register a factory (or its dotted path); re-registering replaces it."""
+        if not isinstance(key, str) or not key.strip():
+            raise ConfigurationError(f"handler key must be a non-empty string, got {key!r}")
+        self._factories[key] = factory
+        self._instances.pop(key, None)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(sorted(self._factories))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._factories
+
+    async def resolve(self, key: str) -> StateHandler:
+        """The handler for ``key``, opened on first use."""
+        if key in self._instances:
+            return self._instances[key]
+        if key not in self._factories:
+            raise UnknownHandlerError(key, self.keys)
+        factory = self._factories[key]
+        build = load_factory(factory) if isinstance(factory, str) else factory
+        handler = build(self.clock)
+        if not isinstance(handler, StateHandler):
+            raise ConfigurationError(
+                f"factory for handler {key!r} returned {type(handler).__name__}, "
+                "which does not implement the StateHandler protocol"
+            )
+        await handler.open()
+        self._instances[key] = handler
+        return handler
+
+    async def close(self) -> None:
+        """Close every handler built so far."""
+        instances, self._instances = self._instances, {}
+        for handler in instances.values():
+            await handler.close()

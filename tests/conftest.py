@@ -1,0 +1,37 @@
+"""Shared fixtures: service URLs that skip locally and fail under CI=true."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dsm_sim import profiles
+
+profiles.register_profiles()
+
+POSTGRES_ENV = "DSM_TEST_POSTGRES_URL"
+REDIS_ENV = "DSM_TEST_REDIS_URL"
+
+
+def service_url(env_var: str, what: str) -> str:
+    """The URL of a real service, or a skip; under CI=true a missing service fails."""
+    url = os.environ.get(env_var, "").strip()
+    if url:
+        return url
+    message = f"{what} not configured: set {env_var}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message} (CI=true: a missing service is a failure, not a skip)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """SQLAlchemy URL of the test PostgreSQL, e.g. postgresql+asyncpg://postgres@127.0.0.1/test."""
+    return service_url(POSTGRES_ENV, "PostgreSQL")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of the test Redis, e.g. redis://127.0.0.1:6379/0."""
+    return service_url(REDIS_ENV, "Redis")
