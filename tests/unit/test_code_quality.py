@@ -1,0 +1,52 @@
+"""The house rules that a reviewer would otherwise have to check by eye."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("reference_engine", "dsm_sim")
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is installed with the dev extra")
+def test_ruff_clean() -> None:
+    result = _run("ruff", "check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_clean() -> None:
+    pytest.importorskip("mypy")
+    result = _run(sys.executable, "-m", "mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_only_the_system_clock_reads_the_wall_clock() -> None:
+    pattern = re.compile(r"datetime\.now\(|datetime\.utcnow\(|\btime\.time\(\)")
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel in ALLOWED_WALL_CLOCK:
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.search(line):
+                    offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert not offenders, "read time from an injected Clock instead:\n" + "\n".join(offenders)
+
+
+#: The system clock itself, and tools that measure real elapsed time on purpose
+#: (the multi-process stress runner records a wall-clock history).
+ALLOWED_WALL_CLOCK = {
+    "reference_engine/clock.py",
+}
