@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Callable
 
@@ -49,6 +50,7 @@ class HandlerRegistry:
         self.clock: Clock = clock or SystemClock()
         self._factories: dict[str, HandlerFactory | str] = {}
         self._instances: dict[str, StateHandler] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
 
     def register(self, key: str, factory: HandlerFactory | str) -> None:
         """Register a factory (or its dotted path); re-registering replaces it."""
@@ -65,11 +67,21 @@ class HandlerRegistry:
         return key in self._factories
 
     async def resolve(self, key: str) -> StateHandler:
-        """The handler for ``key``, opened on first use."""
+        """The handler for ``key``, opened on first use.
+
+        Concurrent first calls wait for one build: two handlers for one key
+        would mean two stores, and two stores mean no idempotency at all.
+        """
         if key in self._instances:
             return self._instances[key]
         if key not in self._factories:
             raise UnknownHandlerError(key, self.keys)
+        async with self._opening.setdefault(key, asyncio.Lock()):
+            if key in self._instances:
+                return self._instances[key]
+            return await self._build(key)
+
+    async def _build(self, key: str) -> StateHandler:
         factory = self._factories[key]
         build = load_factory(factory) if isinstance(factory, str) else factory
         handler = build(self.clock)

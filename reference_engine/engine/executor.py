@@ -8,6 +8,7 @@ factory for a machine is done here, once, for every node.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ class Message:
     tenant_id: str = "tenant-1"
     source_app_id: str = "app-1"
     delivery: int = 1
+
+    def redelivered(self) -> Message:
+        """The same message delivered once more, as a broker does after a failure or timeout."""
+        return dataclasses.replace(self, delivery=self.delivery + 1)
 
 
 class NodeOutcome(enum.Enum):

@@ -6,19 +6,31 @@ test can make, not a log line someone has to read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from reference_engine.clock import Clock
 from reference_engine.engine.definitions import Element
 from reference_engine.engine.executor import BaseNodeExecutor, Message, NodeExecutionResult
-from reference_engine.errors import LockError
+from reference_engine.errors import InvalidItemError, LockError
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.machine import DataStateMachine
 from reference_engine.status import IdempotencyStatus
 
-__all__ = ["BillingApi", "BillingError", "Charge", "FakeBillingApi", "InvoiceDispatchExecutor"]
+__all__ = [
+    "NODE_TYPE",
+    "BillingApi",
+    "BillingError",
+    "Charge",
+    "FakeBillingApi",
+    "InvoiceDispatchExecutor",
+    "invoice_node",
+]
+
+#: The ``type`` of the invoice node in workflow definitions.
+NODE_TYPE = "invoice-dispatch"
 
 
 class BillingError(Exception):
@@ -46,6 +58,9 @@ class FakeBillingApi:
     fail_next: int = 0
 
     async def charge(self, invoice_id: str, amount: int) -> Mapping[str, Any]:
+        # A real API call yields to the event loop; so does this one, which is
+        # what lets concurrent workers interleave between lock and charge.
+        await asyncio.sleep(0)
         if self.fail_next > 0:
             self.fail_next -= 1
             raise BillingError(f"billing API unavailable while charging {invoice_id}")
@@ -68,7 +83,7 @@ class InvoiceDispatchExecutor(BaseNodeExecutor):
     Message payload: ``{"invoiceId": str, "amount": int}``.
     """
 
-    node_type = "invoice-dispatch"
+    node_type = NODE_TYPE
 
     def __init__(
         self, element: Element, factory: DataStateMachineFactory, billing: BillingApi, clock: Clock
@@ -77,9 +92,25 @@ class InvoiceDispatchExecutor(BaseNodeExecutor):
         self.billing = billing
         self.clock = clock
 
+    @staticmethod
+    def parse_payload(payload: Mapping[str, Any]) -> tuple[str, int]:
+        """The invoice id and amount; a malformed message fails before any record is touched."""
+        invoice_id = payload.get("invoiceId")
+        if not isinstance(invoice_id, str) or not invoice_id:
+            raise InvalidItemError(
+                f"invoice message needs 'invoiceId' as a non-empty string, got {invoice_id!r}",
+                field="invoiceId",
+            )
+        amount = payload.get("amount", 0)
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+            raise InvalidItemError(
+                f"invoice message needs 'amount' as a non-negative integer (cents), got {amount!r}",
+                field="amount",
+            )
+        return invoice_id, amount
+
     async def execute(self, message: Message, dsm: DataStateMachine) -> NodeExecutionResult:
-        invoice_id = str(message.payload["invoiceId"])
-        amount = int(message.payload.get("amount", 0))
+        invoice_id, amount = self.parse_payload(message.payload)
         if await dsm.exists(invoice_id):
             return NodeExecutionResult.skip(f"invoice {invoice_id} already dispatched")
         if not await dsm.try_acquire_lock(invoice_id):
@@ -99,3 +130,14 @@ class InvoiceDispatchExecutor(BaseNodeExecutor):
             await dsm.release_lock_as_failed(invoice_id, f"{type(exc).__name__}: {exc}")
             raise
         return NodeExecutionResult.success({"invoiceId": invoice_id, "response": dict(response)})
+
+
+def invoice_node(
+    billing: BillingApi, clock: Clock
+) -> Callable[[Element, DataStateMachineFactory], InvoiceDispatchExecutor]:
+    """The constructor to register under :data:`NODE_TYPE` in a node-type registry."""
+
+    def build(element: Element, factory: DataStateMachineFactory) -> InvoiceDispatchExecutor:
+        return InvoiceDispatchExecutor(element, factory, billing, clock)
+
+    return build

@@ -141,3 +141,26 @@ def test_factory_returning_non_handler_is_refused() -> None:
     registry.register("bad", lambda clock: object())  # type: ignore[arg-type,return-value]
     with pytest.raises(ConfigurationError, match="StateHandler protocol"):
         asyncio.run(registry.resolve("bad"))
+
+
+def test_concurrent_first_resolves_share_one_handler() -> None:
+    registry = HandlerRegistry(ManualClock())
+    built: list[object] = []
+
+    class SlowOpening(InMemoryStateHandler):
+        async def open(self) -> None:
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+    def factory(clock: ManualClock) -> InMemoryStateHandler:
+        built.append(SlowOpening(clock))
+        return built[-1]  # type: ignore[return-value]
+
+    registry.register("m", factory)  # type: ignore[arg-type]
+
+    async def many() -> list[object]:
+        return list(await asyncio.gather(*(registry.resolve("m") for _ in range(10))))
+
+    handlers = asyncio.run(many())
+    assert len(built) == 1
+    assert all(h is built[0] for h in handlers)
