@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ DEFAULT_HANDLER = "built-in"
 DEFAULT_LOCK_DURATION = dt.timedelta(minutes=30)
 DEFAULT_RETENTION = dt.timedelta(days=30)
 MAX_LOCK_DURATION = dt.timedelta(days=1)
+#: Far enough for any idempotency window, near enough that now + retention stays a date.
+MAX_RETENTION = dt.timedelta(days=36500)
 OPTION_NAMES = ("lockDuration", "retention")
 BLOCK_FIELDS = ("handler", "scope", "options")
 
@@ -73,9 +76,18 @@ def parse_duration(option: str, value: object) -> dt.timedelta:
             option,
             f"expected seconds as a number or a string like '30m', '90s', '2h', '7d'; got {value!r}",
         )
-    if seconds <= 0:
-        raise InvalidOptionError(option, f"must be positive, got {value!r}")
-    return dt.timedelta(seconds=seconds)
+    if not math.isfinite(seconds):
+        raise InvalidOptionError(option, f"must be a finite duration, got {value!r}")
+    if seconds > MAX_RETENTION.total_seconds():
+        raise InvalidOptionError(
+            option, f"must be at most {MAX_RETENTION.days} days, got {value!r}"
+        )
+    duration = dt.timedelta(seconds=seconds)
+    if duration <= dt.timedelta(0):
+        raise InvalidOptionError(
+            option, f"must be positive (at least one microsecond), got {value!r}"
+        )
+    return duration
 
 
 def _parse_options(raw: object) -> HandlerConfig:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reference_engine.config import DataStateMachineConfig
-from reference_engine.context import StateHandlerContext
+from reference_engine.context import StateHandlerContext, validate_key
 from reference_engine.engine.definitions import Element, ExecutionThread
 from reference_engine.machine import NULL_MACHINE, ContextualDataStateMachine, DataStateMachine
 from reference_engine.registry import HandlerRegistry
@@ -36,13 +36,19 @@ class DataStateMachineFactory:
     def base_context(
         self, element: Element, thread: ExecutionThread, config: DataStateMachineConfig
     ) -> StateHandlerContext:
+        # Ids from the execution become key parts and stamps in every record:
+        # refuse what a store could not hold before anything is written.
         return StateHandlerContext(
             scope_id=int(config.scope),
             scope_code=config.scope.code,
-            entity_id=entity_id_for(config.scope, element, thread),
-            entity_execution_id=thread.execution_id,
-            tenant_id=thread.tenant_id,
-            source_app_id=thread.source_app_id,
+            entity_id=validate_key(
+                entity_id_for(config.scope, element, thread), field_name="entity_id"
+            ),
+            entity_execution_id=validate_key(thread.execution_id, field_name="execution_id"),
+            tenant_id=validate_key(thread.tenant_id, field_name="tenant_id"),
+            source_app_id=validate_key(
+                thread.source_app_id, field_name="source_app_id", allow_empty=True
+            ),
             handler_config=config.handler_config,
         )
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import LockError
 from reference_engine.handler import StateHandler
-from reference_engine.record import StateRecord, encode_data
+from reference_engine.record import StateRecord, check_settable, clean_error_detail, encode_data
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["NULL_MACHINE", "ContextualDataStateMachine", "DataStateMachine", "NullDataStateMachine"]
@@ -89,6 +89,7 @@ class ContextualDataStateMachine:
         item_entity_key: str = "",
     ) -> None:
         ctx = self.context_for(item_key, item_entity_key)
+        check_settable(status)
         encode_data(data)  # refuse a bad payload before any handler sees it
         await self._finish(ctx, self.handler.set(ctx, status, data))
 
@@ -96,7 +97,8 @@ class ContextualDataStateMachine:
         self, item_key: str, error_detail: str, item_entity_key: str = ""
     ) -> None:
         ctx = self.context_for(item_key, item_entity_key)
-        await self._finish(ctx, self.handler.release_lock_as_failed(ctx, str(error_detail)[:4000]))
+        detail = clean_error_detail(error_detail)
+        await self._finish(ctx, self.handler.release_lock_as_failed(ctx, detail))
 
     async def upsert(
         self, item_key: str, data: Mapping[str, Any] | None, item_entity_key: str = ""

@@ -20,9 +20,8 @@ from reference_engine.errors import (
     LockHeldError,
     LockNotHeldError,
     StaleLockError,
-    UnsupportedStatusError,
 )
-from reference_engine.record import StateRecord, encode_data, is_lock_live
+from reference_engine.record import SETTABLE, StateRecord, check_settable, encode_data, is_lock_live
 from reference_engine.status import (
     ACQUIRABLE,
     COMPLETED,
@@ -41,8 +40,6 @@ __all__ = [
 
 S = IdempotencyStatus
 
-#: Statuses ``set`` may write; Processing is written by acquire, Superseded by upsert.
-SETTABLE = frozenset({S.PROCESSED, S.FAILED, S.SKIPPED, S.EXPIRED})
 #: Targets that only the lock holder may write.
 NEEDS_LOCK = frozenset({S.PROCESSED, S.FAILED})
 #: Error detail the expired-lock sweep writes, so an operator can tell a swept
@@ -148,9 +145,7 @@ class ReferenceModel:
         data: Mapping[str, Any] | None,
         now: dt.datetime,
     ) -> None:
-        if status not in SETTABLE:
-            use = "upsert()" if status is S.SUPERSEDED else "try_acquire_lock()"
-            raise UnsupportedStatusError(status=status.label, use=use)
+        check_settable(status)
         encoded = encode_data(data)
         record = self.current.get(ctx.record_key)
         if ctx.lock_token is not None:

@@ -9,13 +9,57 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_engine.context import RecordKey
-from reference_engine.errors import InvalidItemError, PayloadTooLargeError
+from reference_engine.errors import InvalidItemError, PayloadTooLargeError, UnsupportedStatusError
 from reference_engine.status import IdempotencyStatus
 
-__all__ = ["MAX_DATA_BYTES", "StateRecord", "encode_data", "is_lock_live"]
+__all__ = [
+    "MAX_DATA_BYTES",
+    "MAX_ERROR_DETAIL",
+    "SETTABLE",
+    "StateRecord",
+    "check_settable",
+    "clean_error_detail",
+    "encode_data",
+    "is_lock_live",
+]
 
 #: Results larger than this belong in a blob store, with a reference here.
 MAX_DATA_BYTES = 256 * 1024
+#: Error details are for people reading a record, not for stack dumps.
+MAX_ERROR_DETAIL = 4000
+#: Statuses ``set`` may write; Processing is written by acquire, Superseded by upsert.
+SETTABLE = frozenset(
+    {
+        IdempotencyStatus.PROCESSED,
+        IdempotencyStatus.FAILED,
+        IdempotencyStatus.SKIPPED,
+        IdempotencyStatus.EXPIRED,
+    }
+)
+
+
+def check_settable(status: object) -> IdempotencyStatus:
+    """Refuse any ``set`` target but the four statuses it may write, naming them."""
+    if isinstance(status, IdempotencyStatus) and status in SETTABLE:
+        return status
+    allowed = ", ".join(s.label for s in IdempotencyStatus if s in SETTABLE)
+    if isinstance(status, IdempotencyStatus):
+        use = "upsert()" if status is IdempotencyStatus.SUPERSEDED else "try_acquire_lock()"
+        raise UnsupportedStatusError(status=status.label, use=use)
+    raise UnsupportedStatusError(
+        status=repr(status),
+        use=f"an IdempotencyStatus; set() writes one of {allowed}",
+    )
+
+
+def clean_error_detail(detail: object) -> str:
+    """Make an error detail storable anywhere: text, valid UTF-8, bounded.
+
+    A failure must always be recordable, so undecodable characters are
+    replaced rather than refused: refusing would leave the lock held.
+    """
+    text = str(detail).encode("utf-8", "replace").decode("utf-8")
+    return text[:MAX_ERROR_DETAIL]
 
 
 def encode_data(data: Mapping[str, Any] | None) -> str | None:
@@ -26,6 +70,7 @@ def encode_data(data: Mapping[str, Any] | None) -> str | None:
         raise InvalidItemError(
             f"data must be a JSON object, got {type(data).__name__}", field="data"
         )
+    _check_keys(data)
     try:
         text = json.dumps(
             data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -36,6 +81,22 @@ def encode_data(data: Mapping[str, Any] | None) -> str | None:
     if size > MAX_DATA_BYTES:
         raise PayloadTooLargeError(size=size, limit=MAX_DATA_BYTES)
     return text
+
+
+def _check_keys(value: object) -> None:
+    """JSON objects have string keys; anything else would not read back as written."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidItemError(
+                    "data is not JSON-serialisable as given: object keys must be strings, "
+                    f"got {type(key).__name__} key {key!r}",
+                    field="data",
+                )
+            _check_keys(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_keys(item)
 
 
 def is_lock_live(

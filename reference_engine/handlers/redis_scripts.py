@@ -1,0 +1,307 @@
+"""The Lua scripts behind :class:`~reference_engine.handlers.redis_handler.RedisStateHandler`.
+
+One script per write operation, because a Redis script runs to completion
+without any other client's command in between: the read of the current
+record, the decision and the write are one atomic step, which is the whole of
+what the handler Protocol asks of a store.
+
+The scripts never read Redis' ``TIME``.  "Now" is the handler's injected
+clock, passed as ``ARGV[1]`` in epoch microseconds, so a simulated clock jump
+reaches the store exactly as it reaches the reference model.  Nor do they
+encode the transition table: the caller passes, per call, the statuses from
+which the requested transition is allowed (derived from
+:data:`reference_engine.status.TRANSITIONS`), as a comma-framed list such as
+``",none,failed,expired,"``.
+
+Reply convention of the write scripts: a table whose first element is
+``"ok"`` or a refusal code the handler turns into the reference model's
+exception:
+
+* ``{"stale", attempt_or_empty, status_or_none}`` -> ``StaleLockError``
+* ``{"held", locked_until}`` -> ``LockHeldError``
+* ``{"notheld"}`` -> ``LockNotHeldError``
+* ``{"forbidden", source}`` -> ``ForbiddenTransitionError`` (source = effective status)
+* ``{"busy"}`` -> ``try_acquire_lock`` returns ``None``
+
+Every write script shares one ``ARGV`` layout (see :data:`COMMON_ARGS`) and
+``KEYS[1..3]`` = record hash, lock index, retention index; operation-specific
+arguments start at ``ARGV[11]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+__all__ = [
+    "ACQUIRE",
+    "COMMON_ARGS",
+    "EXPIRE_PAST_RETENTION",
+    "RELEASE_AS_FAILED",
+    "RESET_EXPIRED_LOCKS",
+    "SET",
+    "UPSERT",
+    "RegisteredScripts",
+]
+
+#: Names of ``ARGV[1..10]`` in every write script, in order.
+COMMON_ARGS = (
+    "now",
+    "retain_until",
+    "entity_execution_id",
+    "source_app_id",
+    "tenant_id",
+    "scope_id",
+    "entity_id",
+    "item_entity_key",
+    "item_key",
+    "lock_token",
+)
+
+# Shared by every script.  Timestamps are epoch microseconds; they stay below
+# 2^53 until the year 2255, so Lua's doubles hold them exactly.  Absent hash
+# fields mean None (HMGET answers false for them).
+_PRELUDE = """
+local NOW_S = ARGV[1]
+local NOW = tonumber(NOW_S)
+
+local function is_live(status, locked_until)
+  return status == 'processing' and locked_until and NOW <= tonumber(locked_until)
+end
+
+local function effective(status, locked_until)
+  if not status then return 'none' end
+  if status == 'processing' and not is_live(status, locked_until) then return 'failed' end
+  return status
+end
+
+local function contains(framed, value)
+  return string.find(framed, ',' .. value .. ',', 1, true) ~= nil
+end
+
+local function reindex(key, locks, retention)
+  local r = redis.call('HMGET', key, 'status', 'locked_until', 'retain_until')
+  if r[1] == 'processing' and r[2] then
+    redis.call('ZADD', locks, r[2], key)
+  else
+    redis.call('ZREM', locks, key)
+  end
+  if r[3] and r[1] and r[1] ~= 'expired' then
+    redis.call('ZADD', retention, r[3], key)
+  else
+    redis.call('ZREM', retention, key)
+  end
+end
+"""
+
+# The write scripts' shared part: the record's key and stamp arguments, the
+# read of the current record and the one write path (insert or update).
+_WRITE_PRELUDE = (
+    _PRELUDE
+    + """
+local REC, LOCKS, RETENTION = KEYS[1], KEYS[2], KEYS[3]
+local RETAIN = ARGV[2]
+local TOKEN = ARGV[10]
+
+local function load()
+  local r = redis.call('HMGET', REC, 'status', 'attempt', 'locked_until')
+  return r[1], r[2], r[3]
+end
+
+local function not_holder(status, attempt)
+  if status ~= 'processing' or tonumber(attempt) ~= tonumber(TOKEN) then
+    return {'stale', attempt or '', status or 'none'}
+  end
+  return nil
+end
+
+-- changes: field -> string to set, or false to delete; a missing field is kept.
+local function write(is_new, changes)
+  if is_new then
+    changes.created_at = NOW_S
+    changes.tenant_id = ARGV[5]
+    changes.scope_id = ARGV[6]
+    changes.entity_id = ARGV[7]
+    changes.item_entity_key = ARGV[8]
+    changes.item_key = ARGV[9]
+  end
+  changes.entity_execution_id = ARGV[3]
+  changes.source_app_id = ARGV[4]
+  changes.updated_at = NOW_S
+  if RETAIN ~= '' then changes.retain_until = RETAIN else changes.retain_until = false end
+  local put, drop = {}, {}
+  for field, value in pairs(changes) do
+    if value == false then
+      drop[#drop + 1] = field
+    else
+      put[#put + 1] = field
+      put[#put + 1] = value
+    end
+  end
+  redis.call('HSET', REC, unpack(put))
+  if #drop > 0 then redis.call('HDEL', REC, unpack(drop)) end
+  reindex(REC, LOCKS, RETENTION)
+end
+"""
+)
+
+#: ARGV[11] = locked_until, ARGV[12] = statuses the lock may be taken over from
+#: (ACQUIRABLE), ARGV[13] = statuses Processing may follow.
+ACQUIRE = (
+    _WRITE_PRELUDE
+    + """
+local status, attempt, locked_until = load()
+local source = effective(status, locked_until)
+if not contains(ARGV[12], source) then return {'busy'} end
+if not contains(ARGV[13], source) then return {'forbidden', source} end
+local token = 1
+if status then token = tonumber(attempt) + 1 end
+write(not status, {
+  status = 'processing', attempt = tostring(token), locked_until = ARGV[11], error_detail = false
+})
+return {'ok', token}
+"""
+)
+
+#: ARGV[11] = target status, ARGV[12] = data, ARGV[13] = '1' if data is given,
+#: ARGV[14] = statuses the target may follow, ARGV[15] = '1' if only the holder may write it.
+SET = (
+    _WRITE_PRELUDE
+    + """
+local status, attempt, locked_until = load()
+local changes = {status = ARGV[11], locked_until = false}
+if ARGV[13] == '1' then changes.data = ARGV[12] end
+if TOKEN ~= '' then
+  local refusal = not_holder(status, attempt)
+  if refusal then return refusal end
+  if not contains(ARGV[14], 'processing') then return {'forbidden', 'processing'} end
+  write(false, changes)
+  return {'ok'}
+end
+if is_live(status, locked_until) then return {'held', locked_until} end
+if ARGV[15] == '1' then return {'notheld'} end
+local source = effective(status, locked_until)
+if not contains(ARGV[14], source) then return {'forbidden', source} end
+if not status then changes.attempt = '0' end
+write(not status, changes)
+return {'ok'}
+"""
+)
+
+#: ARGV[11] = error detail, ARGV[12] = statuses Failed may follow.
+RELEASE_AS_FAILED = (
+    _WRITE_PRELUDE
+    + """
+local status, attempt, locked_until = load()
+local refusal = not_holder(status, attempt)
+if refusal then return refusal end
+if not contains(ARGV[12], 'processing') then return {'forbidden', 'processing'} end
+write(false, {status = 'failed', locked_until = false, error_detail = ARGV[11]})
+return {'ok'}
+"""
+)
+
+#: KEYS[4] = history sequence, KEYS[5] = set of history hashes.
+#: ARGV[11] = data, ARGV[12] = '1' if data is given, ARGV[13] = statuses upsert
+#: acquires-and-completes from (ACQUIRABLE), ARGV[14] = those of them whose path
+#: to Processed the table allows, ARGV[15] = statuses Superseded may follow,
+#: ARGV[16] = prefix of history hash keys.
+UPSERT = (
+    _WRITE_PRELUDE
+    + """
+local status, attempt, locked_until = load()
+local changes = {status = 'processed', locked_until = false}
+if ARGV[12] == '1' then changes.data = ARGV[11] end
+if TOKEN ~= '' then
+  local refusal = not_holder(status, attempt)
+  if refusal then return refusal end
+  if not contains(ARGV[14], 'processing') then return {'forbidden', 'processing'} end
+  write(false, changes)
+  return {'ok'}
+end
+if is_live(status, locked_until) then return {'held', locked_until} end
+local source = effective(status, locked_until)
+if contains(ARGV[13], source) then
+  if not contains(ARGV[14], source) then return {'forbidden', source} end
+  changes.error_detail = false
+  if status then changes.attempt = tostring(tonumber(attempt) + 1) else changes.attempt = '1' end
+  write(not status, changes)
+  return {'ok'}
+end
+if not contains(ARGV[15], source) then return {'forbidden', source} end
+local history = ARGV[16] .. redis.call('INCR', KEYS[4])
+redis.call('RENAME', REC, history)
+redis.call('HSET', history, 'status', 'superseded', 'updated_at', NOW_S)
+redis.call('ZREM', LOCKS, REC)
+redis.call('ZREM', RETENTION, REC)
+reindex(history, LOCKS, RETENTION)
+redis.call('SADD', KEYS[5], history)
+changes.attempt = attempt
+write(true, changes)
+return {'ok'}
+"""
+)
+
+#: KEYS[1] = lock index; ARGV[1] = now, ARGV[2] = error detail the sweep writes.
+RESET_EXPIRED_LOCKS = (
+    _PRELUDE
+    + """
+local count = 0
+for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. NOW_S)) do
+  local r = redis.call('HMGET', key, 'status', 'locked_until')
+  if r[1] == 'processing' and r[2] and tonumber(r[2]) < NOW then
+    redis.call('HSET', key, 'status', 'failed', 'error_detail', ARGV[2], 'updated_at', NOW_S)
+    redis.call('HDEL', key, 'locked_until')
+    count = count + 1
+  end
+  if not is_live(r[1], r[2]) then redis.call('ZREM', KEYS[1], key) end
+end
+return count
+"""
+)
+
+#: KEYS[1] = retention index, KEYS[2] = lock index; ARGV[1] = now.
+EXPIRE_PAST_RETENTION = (
+    _PRELUDE
+    + """
+local count = 0
+for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. NOW_S)) do
+  local r = redis.call('HMGET', key, 'status', 'locked_until', 'retain_until')
+  if not r[1] or r[1] == 'expired' or not r[3] then
+    redis.call('ZREM', KEYS[1], key)
+  elseif not is_live(r[1], r[2]) and tonumber(r[3]) < NOW then
+    redis.call('HSET', key, 'status', 'expired', 'updated_at', NOW_S)
+    redis.call('HDEL', key, 'locked_until')
+    redis.call('ZREM', KEYS[1], key)
+    redis.call('ZREM', KEYS[2], key)
+    count = count + 1
+  end
+end
+return count
+"""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredScripts:
+    """The scripts bound to one client; each call is one ``EVALSHA`` (reloaded on ``NOSCRIPT``)."""
+
+    acquire: AsyncScript
+    set: AsyncScript
+    release_as_failed: AsyncScript
+    upsert: AsyncScript
+    reset_expired_locks: AsyncScript
+    expire_past_retention: AsyncScript
+
+    @classmethod
+    def register(cls, client: Redis) -> RegisteredScripts:
+        return cls(
+            acquire=client.register_script(ACQUIRE),
+            set=client.register_script(SET),
+            release_as_failed=client.register_script(RELEASE_AS_FAILED),
+            upsert=client.register_script(UPSERT),
+            reset_expired_locks=client.register_script(RESET_EXPIRED_LOCKS),
+            expire_past_retention=client.register_script(EXPIRE_PAST_RETENTION),
+        )

@@ -1,0 +1,590 @@
+"""Bad input through the real path: settings parsing, the factory, the contextual machine.
+
+Every case asserts the named error, that its message says what was wrong and
+what is allowed, and that the store is byte-for-byte as it was before the
+call.  The item and payload cases run on every store: the in-memory reference
+model always, SQLite in memory, and Redis when ``DSM_TEST_REDIS_URL`` is set.
+Quotes and SQL fragments are not errors: they must be stored verbatim and
+touch nothing else, which is asserted the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from reference_engine.clock import UTC, ManualClock
+from reference_engine.config import parse_node_settings
+from reference_engine.context import MAX_KEY_LENGTH
+from reference_engine.engine.definitions import Element, ExecutionThread
+from reference_engine.errors import (
+    ConfigurationError,
+    DsmError,
+    InvalidItemError,
+    InvalidOptionError,
+    InvalidSettingsError,
+    PayloadTooLargeError,
+    UnknownHandlerError,
+    UnknownScopeError,
+    UnsupportedStatusError,
+)
+from reference_engine.factory import DataStateMachineFactory
+from reference_engine.handler import HandlerFactory, StateHandler
+from reference_engine.handlers.memory import InMemoryStateHandler, in_memory_handler
+from reference_engine.machine import ContextualDataStateMachine
+from reference_engine.nodes.invoice import FakeBillingApi, InvoiceDispatchExecutor
+from reference_engine.record import MAX_DATA_BYTES
+from reference_engine.registry import HandlerRegistry
+from reference_engine.status import IdempotencyStatus
+
+pytestmark = pytest.mark.unit
+
+S = IdempotencyStatus
+START = dt.datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
+HANDLER_KEY = "built-in"
+GOOD_SETTINGS = {"dataStateMachine": {"handler": HANDLER_KEY, "scope": "Element"}}
+ELEMENT = Element(id="element-1", workflow_id="wf-1", node_type="invoice-dispatch")
+THREAD = ExecutionThread(execution_id="run-1", tenant_id="tenant-1", source_app_id="app-1")
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
+
+
+# --- the stores --------------------------------------------------------------------------------
+
+Snapshot = list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """A handler factory plus a ground-truth read of everything it has stored."""
+
+    name: str
+    factory: HandlerFactory
+    snapshot: Callable[[StateHandler], Awaitable[Snapshot]]
+
+
+async def _memory_snapshot(handler: StateHandler) -> Snapshot:
+    assert isinstance(handler, InMemoryStateHandler)
+    return sorted(repr(r.to_state_record()) for r in handler.model.records())
+
+
+async def _redis_snapshot(handler: StateHandler) -> Snapshot:
+    from reference_engine.handlers.redis_handler import RedisStateHandler
+
+    assert isinstance(handler, RedisStateHandler)
+    return sorted(repr(r) for r in await handler.records())
+
+
+async def _sql_snapshot(handler: StateHandler) -> Snapshot:
+    from sqlalchemy import select
+
+    from reference_engine.handlers.sql.handler import SqlStateHandler
+    from reference_engine.handlers.sql.schema import process_state_logs
+
+    assert isinstance(handler, SqlStateHandler)
+    async with handler.engine.connect() as conn:
+        rows = (await conn.execute(select(process_state_logs))).all()
+    return sorted(repr(tuple(row)) for row in rows)
+
+
+def _sqlite_store() -> Store:
+    factory_module = pytest.importorskip("reference_engine.handlers.sql.factory")
+    return Store("sqlite", factory_module.sqlite_memory_handler, _sql_snapshot)
+
+
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("sqlite", marks=pytest.mark.integration),
+        pytest.param("redis", marks=[pytest.mark.integration, pytest.mark.redis]),
+    ]
+)
+def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Store:
+    if request.param == "memory":
+        return Store("memory", in_memory_handler, _memory_snapshot)
+    if request.param == "sqlite":
+        return _sqlite_store()
+    redis_url: str = request.getfixturevalue("redis_url")
+    from reference_engine.handlers.redis_factory import TEST_REDIS_ENV, redis_test_handler
+
+    monkeypatch.setenv(TEST_REDIS_ENV, redis_url)
+    return Store("redis", redis_test_handler, _redis_snapshot)
+
+
+@dataclass
+class Node:
+    """One node execution's machine, built the way the engine builds it, on a seeded store."""
+
+    machine: ContextualDataStateMachine
+    handler: StateHandler
+    store: Store
+    factory: DataStateMachineFactory
+
+    async def snapshot(self) -> Snapshot:
+        return await self.store.snapshot(self.handler)
+
+
+@asynccontextmanager
+async def node(store: Store, settings: Mapping[str, Any] = GOOD_SETTINGS) -> AsyncIterator[Node]:
+    """Settings -> registry -> factory -> machine, with a few records already written."""
+    registry = HandlerRegistry(ManualClock(START))
+    registry.register(HANDLER_KEY, store.factory)
+    factory = DataStateMachineFactory(registry)
+    try:
+        machine = await factory.create(ELEMENT, THREAD, parse_node_settings(settings))
+        assert isinstance(machine, ContextualDataStateMachine)
+        await machine.upsert("seed-done", {"charge": "ch_1"})
+        await machine.upsert("seed-done", {"charge": "ch_2"})
+        assert await machine.try_acquire_lock("seed-locked")
+        seeded = Node(machine, machine.handler, store, factory)
+        # Current + superseded "seed-done" and the held "seed-locked": the ground truth
+        # must see all three, or "nothing was written" would compare two empty lists.
+        assert len(await seeded.snapshot()) == 3
+        yield seeded
+    finally:
+        await registry.close()
+
+
+def check_message(error: BaseException, *phrases: str) -> None:
+    """The message must name the problem and what is allowed, in the reader's words."""
+    text = str(error)
+    missing = [p for p in phrases if p not in text]
+    assert not missing, f"{type(error).__name__} message {text!r} lacks {missing}"
+
+
+# --- item keys ---------------------------------------------------------------------------------
+
+Call = Callable[[ContextualDataStateMachine, Any], Awaitable[object]]
+
+OPERATIONS: dict[str, Call] = {
+    "exists": lambda m, key: m.exists(key),
+    "get": lambda m, key: m.get(key),
+    "try_acquire_lock": lambda m, key: m.try_acquire_lock(key),
+    "set": lambda m, key: m.set(key, S.SKIPPED, {"why": "test"}),
+    "upsert": lambda m, key: m.upsert(key, {"v": 1}),
+    "release_lock_as_failed": lambda m, key: m.release_lock_as_failed(key, "boom"),
+}
+
+#: (bad item key, phrases its error message must contain)
+BAD_ITEM_KEYS: dict[str, tuple[object, tuple[str, ...]]] = {
+    "empty": ("", ("item_key", "must not be empty")),
+    "none": (None, ("item_key", "must be a string", "NoneType")),
+    "int": (42, ("item_key", "must be a string", "int")),
+    "non-utf8-bytes": (b"\xff\xfeinv", ("item_key", "must be a string", "bytes")),
+    "oversized": ("k" * (MAX_KEY_LENGTH + 1), ("item_key", "257 characters", "limit is 256")),
+    "lone-surrogate": ("inv-\udc80", ("item_key", "not valid Unicode text", "UTF-8")),
+    "nul": ("inv\x00-1", ("item_key", "must not contain NUL")),
+}
+
+
+@pytest.mark.parametrize("operation", list(OPERATIONS))
+@pytest.mark.parametrize("case", list(BAD_ITEM_KEYS))
+def test_bad_item_keys_are_refused_and_nothing_is_written(
+    store: Store, case: str, operation: str
+) -> None:
+    key, phrases = BAD_ITEM_KEYS[case]
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            before = await n.snapshot()
+            with pytest.raises(InvalidItemError) as info:
+                await OPERATIONS[operation](n.machine, key)
+            check_message(info.value, *phrases)
+            assert info.value.field == "item_key"
+            assert await n.snapshot() == before
+
+    run(scenario)
+
+
+BAD_ENTITY_KEYS: dict[str, tuple[object, tuple[str, ...]]] = {
+    "int": (7, ("item_entity_key", "must be a string", "int")),
+    "oversized": ("e" * 300, ("item_entity_key", "300 characters", "limit is 256")),
+    "lone-surrogate": ("\ud800", ("item_entity_key", "not valid Unicode text")),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ENTITY_KEYS))
+def test_bad_item_entity_keys_are_refused(store: Store, case: str) -> None:
+    key, phrases = BAD_ENTITY_KEYS[case]
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            before = await n.snapshot()
+            with pytest.raises(InvalidItemError) as info:
+                await n.machine.upsert("inv-1", {"v": 1}, item_entity_key=key)  # type: ignore[arg-type]
+            check_message(info.value, *phrases)
+            assert await n.snapshot() == before
+
+    run(scenario)
+
+
+def test_a_key_of_exactly_the_limit_is_accepted(store: Store) -> None:
+    """The boundary: 256 characters (multi-byte ones too) is stored whole."""
+    key = "é" * MAX_KEY_LENGTH
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            assert await n.machine.try_acquire_lock(key)
+            await n.machine.set(key, S.PROCESSED, {"ok": True})
+            record = await n.machine.get(key)
+            assert record is not None
+            assert record.key.item_key == key
+
+    run(scenario)
+
+
+#: Hostile but legal keys: each must be stored verbatim and must not reach another record.
+HOSTILE_KEYS = [
+    "O'Brien",
+    'say "hi"',
+    "'; DROP TABLE process_state_logs; --",
+    "1' OR '1'='1",
+    "%",
+    "_",
+    "inv-*",
+    "[a-z]?",
+    "\\x00\\",
+    "{dsm}:rec:1:a",
+    "${jndi:ldap://x}",
+    "{{7*7}}",
+]
+
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS)
+def test_quotes_and_sql_fragments_are_data_not_code(store: Store, key: str) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            before = await n.snapshot()
+            assert not await n.machine.exists(key)  # no wildcard matches "seed-done"
+            assert await n.machine.try_acquire_lock(key)
+            await n.machine.set(key, S.PROCESSED, {"echo": key})
+            record = await n.machine.get(key)
+            assert record is not None
+            assert (record.key.item_key, record.data) == (key, {"echo": key})
+            after = await n.snapshot()
+            assert len(after) == len(before) + 1
+            assert set(before) <= set(after), "a hostile key changed another record"
+            assert await n.machine.exists("seed-done")
+            assert not await n.machine.try_acquire_lock("seed-locked")
+
+    run(scenario)
+
+
+# --- data payloads -----------------------------------------------------------------------------
+
+#: (bad payload, expected error, phrases its message must contain)
+BAD_PAYLOADS: dict[str, tuple[object, type[InvalidItemError], tuple[str, ...]]] = {
+    "oversized": (
+        {"blob": "x" * MAX_DATA_BYTES},
+        PayloadTooLargeError,
+        (f"{MAX_DATA_BYTES + 11} bytes", f"limit is {MAX_DATA_BYTES} bytes", "reference"),
+    ),
+    "list-not-object": ([1, 2], InvalidItemError, ("data must be a JSON object", "list")),
+    "text-not-object": ("done", InvalidItemError, ("data must be a JSON object", "str")),
+    "nan": ({"amount": float("nan")}, InvalidItemError, ("not JSON-serialisable",)),
+    "infinity": ({"amount": float("inf")}, InvalidItemError, ("not JSON-serialisable",)),
+    "bytes-value": ({"raw": b"\xff"}, InvalidItemError, ("not JSON-serialisable", "bytes")),
+    "set-value": ({"tags": {"a"}}, InvalidItemError, ("not JSON-serialisable", "set")),
+    "lone-surrogate": ({"note": "\ud83d"}, InvalidItemError, ("not JSON-serialisable", "utf-8")),
+    "mixed-key-types": ({"a": 1, 2: "b"}, InvalidItemError, ("not JSON-serialisable",)),
+}
+
+
+@pytest.mark.parametrize("via", ["set", "upsert"])
+@pytest.mark.parametrize("case", list(BAD_PAYLOADS))
+def test_bad_payloads_are_refused_and_the_lock_is_kept(store: Store, case: str, via: str) -> None:
+    payload, error, phrases = BAD_PAYLOADS[case]
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            assert await n.machine.try_acquire_lock("inv-1")
+            before = await n.snapshot()
+            write = (
+                n.machine.set("inv-1", S.PROCESSED, payload)  # type: ignore[arg-type]
+                if via == "set"
+                else n.machine.upsert("inv-1", payload)  # type: ignore[arg-type]
+            )
+            with pytest.raises(error) as info:
+                await write
+            check_message(info.value, *phrases)
+            assert info.value.field == "data"
+            assert await n.snapshot() == before
+            # Refused before the store saw it, so the execution still holds its lock.
+            await n.machine.set("inv-1", S.PROCESSED, {"ok": True})
+            record = await n.machine.get("inv-1")
+            assert record is not None
+            assert (record.status, record.data) == (S.PROCESSED, {"ok": True})
+
+    run(scenario)
+
+
+def test_a_payload_of_exactly_the_limit_is_accepted(store: Store) -> None:
+    payload = {"blob": "x" * (MAX_DATA_BYTES - 11)}
+    assert len(json.dumps(payload, separators=(",", ":"))) == MAX_DATA_BYTES
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            await n.machine.upsert("inv-1", payload)
+            record = await n.machine.get("inv-1")
+            assert record is not None
+            assert record.data == payload
+
+    run(scenario)
+
+
+def test_non_string_payload_keys_are_refused(store: Store) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            before = await n.snapshot()
+            try:
+                await n.machine.upsert("inv-1", {1: "a"})  # type: ignore[dict-item]
+            except InvalidItemError as exc:
+                check_message(exc, "keys", "string")
+            else:
+                raise AssertionError("a payload with an int key was accepted")
+            assert await n.snapshot() == before
+
+    run(scenario)
+
+
+# --- statuses ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "use"), [(S.SUPERSEDED, "upsert()"), (S.PROCESSING, "try_acquire_lock()")]
+)
+def test_statuses_set_cannot_write(store: Store, status: IdempotencyStatus, use: str) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            before = await n.snapshot()
+            with pytest.raises(UnsupportedStatusError) as info:
+                await n.machine.set("seed-done", status)
+            check_message(info.value, f"cannot write status {status.label}", use)
+            assert await n.snapshot() == before
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("status", ["processed", 2, None])
+def test_a_status_of_the_wrong_type_is_refused(store: Store, status: object) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            before = await n.snapshot()
+            with pytest.raises(DsmError) as info:
+                await n.machine.set("inv-1", status)  # type: ignore[arg-type]
+            check_message(info.value, "status", "Processed", "Skipped")
+            assert await n.snapshot() == before
+
+    run(scenario)
+
+
+def test_an_unencodable_error_detail_still_records_the_failure(store: Store) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            assert await n.machine.try_acquire_lock("inv-1")
+            await n.machine.release_lock_as_failed("inv-1", "card declined \udc80")
+            record = await n.machine.get("inv-1")
+            assert record is not None
+            assert record.status is S.FAILED
+            assert record.error_detail is not None
+            record.error_detail.encode("utf-8")  # what every store can hold
+            assert record.error_detail.startswith("card declined ")
+
+    run(scenario)
+
+
+# --- node settings -----------------------------------------------------------------------------
+
+#: (settings as given to the node, expected error, phrases its message must contain)
+BAD_SETTINGS: dict[str, tuple[object, type[ConfigurationError], tuple[str, ...]]] = {
+    "malformed-json": ('{"dataStateMachine": {', InvalidSettingsError, ("not valid JSON",)),
+    "empty-text": ("", InvalidSettingsError, ("not valid JSON",)),
+    "non-utf8-bytes": (b"\xff\xfe\x00{", InvalidSettingsError, ("not valid JSON",)),
+    "json-array": ("[1, 2]", InvalidSettingsError, ("must be a JSON object", "list")),
+    "block-not-object": (
+        '{"dataStateMachine": "yes"}',
+        InvalidSettingsError,
+        ("'dataStateMachine' must be an object", "handler, scope, options", "str"),
+    ),
+    "unknown-field": (
+        '{"dataStateMachine": {"handlr": "built-in"}}',
+        InvalidSettingsError,
+        ("unknown field 'handlr'", "allowed fields: handler, scope, options"),
+    ),
+    "handler-not-string": (
+        '{"dataStateMachine": {"handler": 5}}',
+        InvalidSettingsError,
+        ("'dataStateMachine.handler' must be a non-empty string", "got 5"),
+    ),
+    "handler-blank": (
+        '{"dataStateMachine": {"handler": "  "}}',
+        InvalidSettingsError,
+        ("must be a non-empty string",),
+    ),
+    "scope-not-string": (
+        '{"dataStateMachine": {"scope": 4}}',
+        InvalidSettingsError,
+        ("'dataStateMachine.scope' must be a string", "got 4"),
+    ),
+    "unknown-scope": (
+        '{"dataStateMachine": {"scope": "Galaxy"}}',
+        UnknownScopeError,
+        ("'Galaxy'", "allowed scopes: 'Tenant', 'Application', 'Workflow', 'Element', 'Thread'"),
+    ),
+    "scope-sql-fragment": (
+        {"dataStateMachine": {"scope": "Element'; --"}},
+        UnknownScopeError,
+        ("allowed scopes",),
+    ),
+    "options-not-object": (
+        '{"dataStateMachine": {"options": "30m"}}',
+        InvalidSettingsError,
+        ("'dataStateMachine.options' must be an object", "str"),
+    ),
+    "unknown-option": (
+        '{"dataStateMachine": {"options": {"ttl": 5}}}',
+        InvalidOptionError,
+        ("'ttl'", "unknown option", "allowed options: 'lockDuration', 'retention'"),
+    ),
+    "duration-boolean": (
+        '{"dataStateMachine": {"options": {"lockDuration": true}}}',
+        InvalidOptionError,
+        ("'lockDuration'", "expected a duration", "boolean"),
+    ),
+    "duration-list": (
+        '{"dataStateMachine": {"options": {"lockDuration": [30]}}}',
+        InvalidOptionError,
+        ("'lockDuration'", "'30m', '90s', '2h', '7d'", "[30]"),
+    ),
+    "duration-words": (
+        '{"dataStateMachine": {"options": {"lockDuration": "soon"}}}',
+        InvalidOptionError,
+        ("'lockDuration'", "'30m', '90s', '2h', '7d'", "'soon'"),
+    ),
+    "duration-negative": (
+        '{"dataStateMachine": {"options": {"lockDuration": -5}}}',
+        InvalidOptionError,
+        ("'lockDuration'", "must be positive"),
+    ),
+    "duration-too-long": (
+        '{"dataStateMachine": {"options": {"lockDuration": "2d"}}}',
+        InvalidOptionError,
+        ("'lockDuration'", "at most 1 day"),
+    ),
+    "retention-not-longer-than-lock": (
+        '{"dataStateMachine": {"options": {"retention": "10m"}}}',
+        InvalidOptionError,
+        ("'retention'", "must be longer than lockDuration"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SETTINGS))
+def test_bad_settings_fail_the_node_at_load_time(case: str) -> None:
+    """Through the executor, as the engine loads a workflow: the node cannot even be built."""
+    settings, error, phrases = BAD_SETTINGS[case]
+    clock = ManualClock(START)
+    handler = InMemoryStateHandler(clock)
+    registry = HandlerRegistry(clock)
+    registry.register(HANDLER_KEY, lambda _clock: handler)
+    element = Element(
+        id="element-1",
+        workflow_id="wf-1",
+        node_type="invoice-dispatch",
+        settings=settings,  # type: ignore[arg-type]  # raw text, as a loader may pass it
+    )
+    with pytest.raises(error) as info:
+        InvoiceDispatchExecutor(
+            element, DataStateMachineFactory(registry), FakeBillingApi(clock), clock
+        )
+    check_message(info.value, *phrases)
+    assert list(handler.model.records()) == []
+
+
+def test_unknown_handler_key_lists_the_registered_ones(store: Store) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            before = await n.snapshot()
+            config = parse_node_settings({"dataStateMachine": {"handler": "mongo"}})
+            with pytest.raises(UnknownHandlerError) as info:
+                await n.factory.create(ELEMENT, THREAD, config)
+            check_message(info.value, "'mongo'", "registered handlers: 'built-in'")
+            assert await n.snapshot() == before
+
+    run(scenario)
+
+
+NON_FINITE_OR_UNREPRESENTABLE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "lock-nan": ('{"dataStateMachine": {"options": {"lockDuration": NaN}}}', ("lockDuration",)),
+    "lock-infinity": (
+        '{"dataStateMachine": {"options": {"lockDuration": 1e400}}}',
+        ("lockDuration",),
+    ),
+    "retention-infinity": (
+        '{"dataStateMachine": {"options": {"retention": Infinity}}}',
+        ("retention",),
+    ),
+    "lock-rounds-to-zero": (
+        '{"dataStateMachine": {"options": {"lockDuration": 1e-7}}}',
+        ("lockDuration", "positive"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NON_FINITE_OR_UNREPRESENTABLE))
+def test_non_finite_and_zero_durations_are_refused(case: str) -> None:
+    settings, phrases = NON_FINITE_OR_UNREPRESENTABLE[case]
+    with pytest.raises(InvalidOptionError) as info:
+        parse_node_settings(settings)
+    check_message(info.value, *phrases)
+
+
+def test_a_retention_beyond_the_calendar_is_refused_at_load_time() -> None:
+    settings = {"dataStateMachine": {"options": {"retention": 1e12}}}
+
+    async def scenario() -> None:
+        try:
+            config = parse_node_settings(settings)
+        except InvalidOptionError as exc:
+            check_message(exc, "'retention'")
+            return
+        registry = HandlerRegistry(ManualClock(START))
+        registry.register(HANDLER_KEY, in_memory_handler)
+        machine = await DataStateMachineFactory(registry).create(ELEMENT, THREAD, config)
+        await machine.try_acquire_lock("inv-1")
+        raise AssertionError("the node accepted a retention past year 9999")
+
+    run(scenario)
+
+
+# --- the execution's own fields ------------------------------------------------------------------
+
+BAD_THREADS: dict[str, ExecutionThread] = {
+    "empty-tenant": ExecutionThread(execution_id="run-1", tenant_id="", source_app_id="app-1"),
+    "surrogate-tenant": ExecutionThread(
+        execution_id="run-1", tenant_id="t-\udc80", source_app_id="app-1"
+    ),
+    "oversized-execution-id": ExecutionThread(
+        execution_id="r" * 1000, tenant_id="tenant-1", source_app_id="app-1"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_THREADS))
+def test_bad_execution_fields_are_refused_by_the_factory(store: Store, case: str) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            config = parse_node_settings(GOOD_SETTINGS)
+            with pytest.raises(InvalidItemError):
+                await n.factory.create(ELEMENT, BAD_THREADS[case], config)
+
+    run(scenario)
