@@ -1,0 +1,318 @@
+"""Safety invariants about locks and effects: one live lock, fencing, one charge, careful sweeps."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from dsm_sim.checker.leases import (
+    HOLDER_WRITES,
+    InvariantResult,
+    Lease,
+    Violation,
+    acquired,
+    fmt,
+    leases_for,
+    order,
+    result_of,
+    sweeps_resetting,
+)
+from dsm_sim.history import EventKind, History
+
+__all__ = [
+    "fencing_rejects_stale_writes",
+    "no_duplicate_side_effect",
+    "single_live_lock",
+    "sweep_spares_live_locks",
+]
+
+# --- single live lock ------------------------------------------------------------------------
+
+
+def single_live_lock(history: History) -> InvariantResult:
+    """At most one live lock per key: no acquisition while another lease is surely live."""
+    violations = []
+    for key in history.item_keys():
+        leases = leases_for(history, key)
+        sweeps = sweeps_resetting(history, key)
+        seen: dict[int | None, Lease] = {}
+        for lease in leases:
+            earlier = seen.get(lease.token)
+            if earlier is not None:
+                violations.append(
+                    Violation(
+                        f"key {key}: fencing token {lease.token} was handed out twice "
+                        f"(ops #{earlier.acquire.index} and #{lease.acquire.index})",
+                        key,
+                        (earlier.acquire.index, lease.acquire.index),
+                    )
+                )
+            seen[lease.token] = lease
+        for i, later in enumerate(leases):
+            for held in leases[:i]:
+                if later.start_hi > held.expires_lo:
+                    continue  # the earlier lease may have expired
+                if held.ended_before(later.acquire):
+                    continue
+                if any(order(held.acquire) < order(s) < order(later.acquire) for s in sweeps):
+                    continue  # a sweep ended it; sweep_spares_live_locks judges that
+                violations.append(
+                    Violation(
+                        f"key {key}: two live locks -- token {later.token} acquired by "
+                        f"{later.acquire.process} (op #{later.acquire.index}) at store "
+                        f"{fmt(later.start_hi)} while token {held.token} of "
+                        f"{held.acquire.process} (op #{held.acquire.index}) was live until at "
+                        f"least {fmt(held.expires_lo)}",
+                        key,
+                        (held.acquire.index, later.acquire.index),
+                    )
+                )
+    return result_of("single_live_lock", "at most one live lock per key", violations)
+
+
+# --- fencing ---------------------------------------------------------------------------------
+
+
+def fencing_rejects_stale_writes(history: History) -> InvariantResult:
+    """A write under token t must be refused once another token was acquired or t was swept."""
+    violations = []
+    notes = []
+    for key in history.item_keys():
+        ops = sorted(history.ops_for(key), key=order)
+        acquires = [op for op in ops if acquired(op)]
+        sweeps = sweeps_resetting(history, key)
+        for write in ops:
+            if write.op not in HOLDER_WRITES or write.token is None:
+                continue
+            own = [a for a in acquires if a.token == write.token and order(a) < order(write)]
+            if not own:
+                continue
+            start = order(own[-1])
+            usurper = next(
+                (a for a in acquires if a.token != write.token and start < order(a) < order(write)),
+                None,
+            )
+            sweep = next((s for s in sweeps if start < order(s) < order(write)), None)
+            if usurper is None and sweep is None:
+                continue
+            culprit = usurper if usurper is not None else sweep
+            assert culprit is not None
+            why = (
+                f"token {culprit.token} was acquired by {culprit.process} (op #{culprit.index})"
+                if culprit is usurper
+                else f"the lock was swept (op #{culprit.index})"
+            )
+            if write.ok:
+                violations.append(
+                    Violation(
+                        f"key {key}: stale write accepted -- {write.op.value} by "
+                        f"{write.process} under token {write.token} (op #{write.index}) "
+                        f"succeeded after {why}",
+                        key,
+                        (own[-1].index, culprit.index, write.index),
+                    )
+                )
+            elif write.error == "StaleLockError":
+                notes.append(
+                    f"key {key}: fencing rejected {write.op.value} op #{write.index} of "
+                    f"{write.process} under token {write.token} after {why}"
+                )
+    return result_of(
+        "fencing_rejects_stale_writes",
+        "a write under a swept or taken-over token is rejected (StaleLockError)",
+        violations,
+        notes,
+    )
+
+
+# --- side effects ----------------------------------------------------------------------------
+
+
+def no_duplicate_side_effect(history: History) -> InvariantResult:
+    """At most one side effect per key, unless an earlier lease provably ended first.
+
+    A second effect is excused when the earlier effect's lease expired (or its
+    holder released it) before the later token was acquired and the earlier
+    holder never recorded the work as done; the note says which lease and how
+    its stale write fared.
+    """
+    violations = []
+    notes = []
+    for key in history.item_keys():
+        effects = history.events_for(key, EventKind.SIDE_EFFECT)
+        if len(effects) <= 1:
+            continue
+        leases = {lease.token: lease for lease in leases_for(history, key)}
+        by_token: dict[int | None, list[int]] = {}
+        for ev in effects:
+            by_token.setdefault(ev.token, []).append(ev.index)
+        for token, indices in sorted(by_token.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+            if token is None:
+                violations.append(
+                    Violation(
+                        f"key {key}: side effect without a fencing token (no lock held)",
+                        key,
+                        events=tuple(indices),
+                    )
+                )
+            elif len(indices) > 1:
+                violations.append(
+                    Violation(
+                        f"key {key}: {len(indices)} side effects under the same token {token}",
+                        key,
+                        events=tuple(indices),
+                    )
+                )
+        tokens = sorted(t for t in by_token if t is not None)
+        for earlier_t, later_t in itertools.pairwise(tokens):
+            earlier, later = leases.get(earlier_t), leases.get(later_t)
+            events = (by_token[earlier_t][0], by_token[later_t][0])
+            if earlier is None or later is None:
+                violations.append(
+                    Violation(
+                        f"key {key}: duplicate side effect under tokens {earlier_t} and "
+                        f"{later_t}, and the history has no acquisition for one of them",
+                        key,
+                        events=events,
+                    )
+                )
+                continue
+            reason = _lease_end_reason(history, earlier, later)
+            if reason is None or earlier.completed:
+                violations.append(
+                    Violation(
+                        f"key {key}: duplicate side effect -- under token {earlier_t} "
+                        f"({earlier.acquire.process}) and token {later_t} "
+                        f"({later.acquire.process}), but token {later_t} was acquired "
+                        f"(op #{later.acquire.index}) while lease {earlier_t} was live or "
+                        "already completed",
+                        key,
+                        (earlier.acquire.index, later.acquire.index),
+                        events,
+                    )
+                )
+                continue
+            notes.append(
+                f"key {key}: duplicate side effect excused -- lease {earlier_t} of "
+                f"{earlier.acquire.process} {reason}; token {later_t} acquired by "
+                f"{later.acquire.process} (op #{later.acquire.index}); "
+                f"{_stale_fate(history, earlier)}"
+            )
+    return result_of(
+        "no_duplicate_side_effect",
+        "one side effect per key unless a lease was violated (then fencing shows it)",
+        violations,
+        notes,
+    )
+
+
+def _lease_end_reason(history: History, earlier: Lease, later: Lease) -> str | None:
+    if later.start_lo > earlier.expires_hi:
+        return f"expired (locked until about {fmt(earlier.expires_hi)}, store clock)"
+    if earlier.ended_before(later.acquire):
+        assert earlier.end is not None
+        return (
+            f"was given up by its holder ({earlier.end.op.value} op #{earlier.end.index}, "
+            f"{earlier.end.outcome.value if earlier.end.outcome else 'pending'})"
+        )
+    if later.start_lo > earlier.expires_lo:
+        return f"may have expired (locked until {fmt(earlier.expires_lo)} at the earliest)"
+    sweep = next(
+        (
+            s
+            for s in sweeps_resetting(history, earlier.key)
+            if order(earlier.acquire) < order(s) < order(later.acquire)
+        ),
+        None,
+    )
+    if sweep is not None:
+        # Whether that sweep was entitled to is sweep_spares_live_locks' question.
+        return f"was reset by the sweep (op #{sweep.index})"
+    return None
+
+
+def _stale_fate(history: History, lease: Lease) -> str:
+    writes = [
+        op
+        for op in history.ops_for(lease.key)
+        if op.op in HOLDER_WRITES
+        and op.token == lease.token
+        and op.execution == lease.acquire.execution
+    ]
+    rejected = [op for op in writes if op.error == "StaleLockError"]
+    if rejected:
+        return f"fencing rejected the stale {rejected[0].op.value} (op #{rejected[0].index})"
+    crashes = [
+        ev
+        for ev in history.events
+        if ev.kind is EventKind.CRASH and ev.execution == lease.acquire.execution
+    ]
+    if crashes:
+        return f"its holder crashed (event #{crashes[0].index}) before writing"
+    if writes:
+        return f"its holder's last write was op #{writes[-1].index} ({writes[-1].outcome})"
+    return "its holder never wrote"
+
+
+# --- sweeps ----------------------------------------------------------------------------------
+
+
+def sweep_spares_live_locks(history: History) -> InvariantResult:
+    """The sweep resets only expired locks; a holder is never fenced off while its lease lives."""
+    violations = []
+    for key in history.item_keys():
+        leases = leases_for(history, key)
+        for sweep in sweeps_resetting(history, key):
+            before = [lease for lease in leases if order(lease.acquire) < order(sweep)]
+            if not before:
+                continue
+            held = before[-1]
+            if sweep.latest <= held.expires_lo and not held.ended_before(sweep):
+                violations.append(
+                    Violation(
+                        f"key {key}: sweep op #{sweep.index} reset the lock of token "
+                        f"{held.token} ({held.acquire.process}) at store "
+                        f"{fmt(sweep.latest)}, while it was live until at least "
+                        f"{fmt(held.expires_lo)}",
+                        key,
+                        (held.acquire.index, sweep.index),
+                    )
+                )
+        for lease in leases:
+            violations.extend(_fenced_while_live(history, lease, leases))
+    return result_of("sweep_spares_live_locks", "the sweep never resets a live lock", violations)
+
+
+def _fenced_while_live(history: History, lease: Lease, leases: Sequence[Lease]) -> list[Violation]:
+    ops = sorted(history.ops_for(lease.key), key=order)
+    mine = [
+        op
+        for op in ops
+        if op.op in HOLDER_WRITES
+        and op.token == lease.token
+        and op.execution == lease.acquire.execution
+        and order(op) > order(lease.acquire)
+    ]
+    for i, write in enumerate(mine):
+        if write.error != "StaleLockError" or write.latest > lease.expires_lo:
+            continue
+        if any(prev.maybe for prev in mine[:i]):
+            continue  # its own earlier write may have ended the lease
+        if any(order(lease.acquire) < order(o.acquire) < order(write) for o in leases):
+            continue  # taken over; single_live_lock judges that
+        if any(
+            order(lease.acquire) < order(sweep) < order(write)
+            for sweep in sweeps_resetting(history, lease.key)
+        ):
+            continue  # a recorded sweep reset it; the check above judged that sweep
+        return [
+            Violation(
+                f"key {lease.key}: {write.process}'s {write.op.value} under token {lease.token} "
+                f"(op #{write.index}) was fenced off at store {fmt(write.latest)} although its "
+                f"lease was live until at least {fmt(lease.expires_lo)} and nobody took it over: "
+                "the lock was reset or lost while live",
+                lease.key,
+                (lease.acquire.index, write.index),
+            )
+        ]
+    return []

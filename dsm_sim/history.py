@@ -1,0 +1,500 @@
+"""The operation history of a run: what every worker asked, when, and what came back.
+
+The format follows Jepsen: each operation is invoked, then completes with
+exactly one outcome -- ``ok`` (it happened), ``fail`` (it definitely did not
+happen) or ``info`` (the outcome is unknown: a crash or a store error after
+the request was sent, so it *may* have happened).  Besides operations, a run
+records instantaneous events: business side effects (charges), crashes, clock
+jumps, deliveries and fault markers.
+
+The format knows nothing about SimPy, so the checker reads histories from the
+simulator and from wall-clock runs (the multi-process stress runner) alike.
+
+Time
+----
+Every instant is a ``float``: seconds since :attr:`History.epoch`, an aware UTC
+datetime.  Two clocks appear:
+
+* ``invoke`` / ``complete`` / ``Event.time`` are on the *history's* timeline:
+  simulated seconds in the simulator, wall seconds since the run started in
+  the stress runner.  They order what happened.
+* ``store_time`` is the instant the *store* saw (the handler clock's reading
+  when it executed the call), which differs from the timeline when the clock
+  jumps.  Lock expiry is decided on this clock, so the checker reasons about
+  leases with it.  It is ``None`` when unknown (wall-clock runs); the checker
+  then treats the call as having happened anywhere in ``[invoke, complete]``.
+
+Serialisation is deterministic: fixed field order, sorted keys, floats rounded
+to the microsecond, so one seed gives a byte-identical file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from reference_engine.clock import UTC, ensure_utc
+from reference_engine.context import RecordKey
+
+__all__ = [
+    "Event",
+    "EventKind",
+    "FinalState",
+    "History",
+    "HistoryRecorder",
+    "Op",
+    "OpName",
+    "Outcome",
+    "Scalar",
+    "key_of",
+]
+
+#: What a result or detail value may be: JSON scalars only, so files stay diffable.
+Scalar = bool | int | float | str | None
+
+_DIGITS = 6
+
+
+def _t(value: float | None) -> float | None:
+    return None if value is None else round(float(value), _DIGITS)
+
+
+def key_of(key: RecordKey) -> str:
+    """The history's key for a record key: every component, so tenants never collide."""
+    return "/".join(
+        [key.tenant_id, str(key.scope_id), key.entity_id, key.item_entity_key, key.item_key]
+    )
+
+
+class OpName(enum.Enum):
+    """The handler calls a history records (reads, writes and the two sweeps)."""
+
+    EXISTS = "exists"
+    GET = "get"
+    TRY_ACQUIRE_LOCK = "try_acquire_lock"
+    SET = "set"
+    RELEASE_LOCK_AS_FAILED = "release_lock_as_failed"
+    UPSERT = "upsert"
+    RESET_EXPIRED_LOCKS = "reset_expired_locks"
+    EXPIRE_PAST_RETENTION = "expire_past_retention"
+
+    @property
+    def is_write(self) -> bool:
+        return self in _WRITES
+
+    @property
+    def is_sweep(self) -> bool:
+        return self in (OpName.RESET_EXPIRED_LOCKS, OpName.EXPIRE_PAST_RETENTION)
+
+
+_WRITES = frozenset(
+    {OpName.TRY_ACQUIRE_LOCK, OpName.SET, OpName.RELEASE_LOCK_AS_FAILED, OpName.UPSERT}
+)
+
+
+class Outcome(enum.Enum):
+    """Jepsen's three outcomes; ``info`` must be read as "may have happened"."""
+
+    OK = "ok"
+    FAIL = "fail"
+    INFO = "info"
+
+
+class EventKind(enum.Enum):
+    """Instantaneous happenings that are not handler calls."""
+
+    DELIVERY = "delivery"
+    SIDE_EFFECT = "side_effect"
+    CRASH = "crash"
+    CLOCK_JUMP = "clock_jump"
+    STORE_FAULT = "store_fault"
+    CATCHUP_PAUSE = "catchup_pause"
+    CATCHUP_RESUME = "catchup_resume"
+    FAULTS_STOP = "faults_stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One handler call.
+
+    ``token`` is the fencing token the call carried (set, release, upsert) or
+    the one it returned (an ``ok`` try_acquire_lock).  ``status`` is the target
+    status of a ``set``.  ``error`` is the exception class name of a ``fail`` or
+    ``info``.  ``keys`` lists, for a sweep, the keys it is known to have reset
+    (empty when the recorder could not tell).
+    """
+
+    index: int
+    process: str
+    op: OpName
+    key: str
+    invoke: float
+    complete: float | None = None
+    outcome: Outcome | None = None
+    result: Scalar = None
+    token: int | None = None
+    status: str | None = None
+    error: str | None = None
+    store_time: float | None = None
+    execution: str = ""
+    keys: tuple[str, ...] = ()
+
+    @property
+    def earliest(self) -> float:
+        """The earliest store instant the call can have taken effect at."""
+        return self.store_time if self.store_time is not None else self.invoke
+
+    @property
+    def latest(self) -> float:
+        """The latest store instant the call can have taken effect at."""
+        if self.store_time is not None:
+            return self.store_time
+        return self.complete if self.complete is not None else float("inf")
+
+    @property
+    def effect_lo(self) -> float:
+        """Earliest timeline instant the call can have taken effect at.
+
+        A recorder that knows the exact instant (the simulator) sets
+        ``store_time`` and completes the operation at that same instant.
+        """
+        if self.store_time is not None and self.complete is not None:
+            return self.complete
+        return self.invoke
+
+    @property
+    def effect_hi(self) -> float:
+        """Latest timeline instant the call can have taken effect at."""
+        return self.complete if self.complete is not None else float("inf")
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK
+
+    @property
+    def maybe(self) -> bool:
+        """Happened or may have happened (``ok`` or ``info``)."""
+        return self.outcome in (Outcome.OK, Outcome.INFO)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "process": self.process,
+            "op": self.op.value,
+            "key": self.key,
+            "invoke": _t(self.invoke),
+            "complete": _t(self.complete),
+            "outcome": None if self.outcome is None else self.outcome.value,
+            "result": self.result,
+            "token": self.token,
+            "status": self.status,
+            "error": self.error,
+            "store_time": _t(self.store_time),
+            "execution": self.execution,
+            "keys": list(self.keys),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Op:
+        return cls(
+            index=int(raw["index"]),
+            process=str(raw["process"]),
+            op=OpName(raw["op"]),
+            key=str(raw["key"]),
+            invoke=float(raw["invoke"]),
+            complete=None if raw.get("complete") is None else float(raw["complete"]),
+            outcome=None if raw.get("outcome") is None else Outcome(raw["outcome"]),
+            result=raw.get("result"),
+            token=raw.get("token"),
+            status=raw.get("status"),
+            error=raw.get("error"),
+            store_time=None if raw.get("store_time") is None else float(raw["store_time"]),
+            execution=str(raw.get("execution", "")),
+            keys=tuple(raw.get("keys", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An instant: a charge (with the token it was made under), a crash, a clock jump..."""
+
+    index: int
+    time: float
+    kind: EventKind
+    process: str = ""
+    key: str = ""
+    token: int | None = None
+    execution: str = ""
+    detail: str = ""
+    value: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "time": _t(self.time),
+            "kind": self.kind.value,
+            "process": self.process,
+            "key": self.key,
+            "token": self.token,
+            "execution": self.execution,
+            "detail": self.detail,
+            "value": _t(self.value),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Event:
+        return cls(
+            index=int(raw["index"]),
+            time=float(raw["time"]),
+            kind=EventKind(raw["kind"]),
+            process=str(raw.get("process", "")),
+            key=str(raw.get("key", "")),
+            token=raw.get("token"),
+            execution=str(raw.get("execution", "")),
+            detail=str(raw.get("detail", "")),
+            value=None if raw.get("value") is None else float(raw["value"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FinalState:
+    """The record of a key as read from the store after the run (``status`` "none" if absent)."""
+
+    key: str
+    status: str
+    attempt: int | None
+    time: float
+    store_time: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "status": self.status,
+            "attempt": self.attempt,
+            "time": _t(self.time),
+            "store_time": _t(self.store_time),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> FinalState:
+        return cls(
+            key=str(raw["key"]),
+            status=str(raw["status"]),
+            attempt=raw.get("attempt"),
+            time=float(raw["time"]),
+            store_time=None if raw.get("store_time") is None else float(raw["store_time"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """A whole run: parameters the checker needs, operations, events, final states.
+
+    ``lock_duration`` and ``sweep_interval`` are seconds; ``faults_stop`` is
+    the timeline instant after which no fault is injected (``None``: the run
+    had no faults, or they never stopped -- then liveness is not checked).
+    """
+
+    epoch: dt.datetime
+    lock_duration: float
+    sweep_interval: float | None = None
+    faults_stop: float | None = None
+    ops: tuple[Op, ...] = ()
+    events: tuple[Event, ...] = ()
+    final: tuple[FinalState, ...] = ()
+    meta: Mapping[str, Scalar] = field(default_factory=dict)
+
+    def item_keys(self) -> list[str]:
+        """Every item key mentioned, sorted."""
+        found = {op.key for op in self.ops if op.key}
+        found |= {ev.key for ev in self.events if ev.key}
+        found |= {f.key for f in self.final}
+        return sorted(found)
+
+    def ops_for(self, key: str) -> list[Op]:
+        return [op for op in self.ops if op.key == key]
+
+    def events_for(self, key: str, kind: EventKind | None = None) -> list[Event]:
+        return [ev for ev in self.events if ev.key == key and (kind is None or ev.kind is kind)]
+
+    def instant(self, seconds: float) -> dt.datetime:
+        """A timeline float as an aware UTC datetime."""
+        return self.epoch + dt.timedelta(seconds=seconds)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch.isoformat(),
+            "lock_duration": _t(self.lock_duration),
+            "sweep_interval": _t(self.sweep_interval),
+            "faults_stop": _t(self.faults_stop),
+            "meta": {k: self.meta[k] for k in sorted(self.meta)},
+            "ops": [op.to_json() for op in self.ops],
+            "events": [ev.to_json() for ev in self.events],
+            "final": [f.to_json() for f in self.final],
+        }
+
+    def dumps(self) -> str:
+        """Canonical JSON text: the same history always gives the same bytes."""
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> History:
+        return cls(
+            epoch=ensure_utc(dt.datetime.fromisoformat(raw["epoch"])),
+            lock_duration=float(raw["lock_duration"]),
+            sweep_interval=(
+                None if raw.get("sweep_interval") is None else float(raw["sweep_interval"])
+            ),
+            faults_stop=None if raw.get("faults_stop") is None else float(raw["faults_stop"]),
+            ops=tuple(Op.from_json(o) for o in raw.get("ops", ())),
+            events=tuple(Event.from_json(e) for e in raw.get("events", ())),
+            final=tuple(FinalState.from_json(f) for f in raw.get("final", ())),
+            meta=dict(raw.get("meta", {})),
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> History:
+        return cls.from_json(json.loads(text))
+
+
+class HistoryRecorder:
+    """Mutable builder used while a run is in progress; :meth:`freeze` gives the History.
+
+    Operations are numbered in invocation order; completing one replaces it
+    in place, so an operation that never completes (a crash) stays visible as
+    an invocation without outcome until :meth:`freeze` turns it into ``info``.
+    """
+
+    def __init__(
+        self,
+        *,
+        epoch: dt.datetime | None = None,
+        lock_duration: float,
+        sweep_interval: float | None = None,
+        meta: Mapping[str, Scalar] | None = None,
+    ) -> None:
+        self.epoch = ensure_utc(epoch or dt.datetime(2026, 1, 1, 9, 0, tzinfo=UTC))
+        self.lock_duration = lock_duration
+        self.sweep_interval = sweep_interval
+        self.faults_stop: float | None = None
+        self.meta: dict[str, Scalar] = dict(meta or {})
+        self._ops: list[Op] = []
+        self._events: list[Event] = []
+        self._final: list[FinalState] = []
+
+    def seconds(self, instant: dt.datetime) -> float:
+        """An aware datetime as seconds since the epoch (for wall-clock recorders)."""
+        return (ensure_utc(instant) - self.epoch).total_seconds()
+
+    def invoke(
+        self,
+        process: str,
+        op: OpName,
+        key: str,
+        at: float,
+        *,
+        token: int | None = None,
+        status: str | None = None,
+        execution: str = "",
+    ) -> int:
+        index = len(self._ops)
+        self._ops.append(
+            Op(
+                index=index,
+                process=process,
+                op=op,
+                key=key,
+                invoke=at,
+                token=token,
+                status=status,
+                execution=execution,
+            )
+        )
+        return index
+
+    def complete(
+        self,
+        index: int,
+        outcome: Outcome,
+        at: float,
+        *,
+        result: Scalar = None,
+        error: str | None = None,
+        store_time: float | None = None,
+        token: int | None = None,
+        keys: Iterable[str] = (),
+    ) -> Op:
+        current = self._ops[index]
+        done = replace(
+            current,
+            complete=at,
+            outcome=outcome,
+            result=result,
+            error=error,
+            store_time=store_time,
+            token=current.token if token is None else token,
+            keys=tuple(sorted(keys)),
+        )
+        self._ops[index] = done
+        return done
+
+    def event(
+        self,
+        kind: EventKind,
+        at: float,
+        *,
+        process: str = "",
+        key: str = "",
+        token: int | None = None,
+        execution: str = "",
+        detail: str = "",
+        value: float | None = None,
+    ) -> Event:
+        ev = Event(
+            index=len(self._events),
+            time=at,
+            kind=kind,
+            process=process,
+            key=key,
+            token=token,
+            execution=execution,
+            detail=detail,
+            value=value,
+        )
+        self._events.append(ev)
+        return ev
+
+    def final_state(
+        self,
+        key: str,
+        status: str,
+        attempt: int | None,
+        at: float,
+        store_time: float | None = None,
+    ) -> None:
+        self._final.append(FinalState(key, status, attempt, at, store_time))
+
+    def freeze(self, *, at: float | None = None) -> History:
+        """The finished history; an op still pending becomes ``info`` (it may have happened)."""
+        ops = tuple(
+            op
+            if op.outcome is not None
+            else replace(
+                op, outcome=Outcome.INFO, complete=op.invoke if at is None else at, error="Crash"
+            )
+            for op in self._ops
+        )
+        return History(
+            epoch=self.epoch,
+            lock_duration=self.lock_duration,
+            sweep_interval=self.sweep_interval,
+            faults_stop=self.faults_stop,
+            ops=ops,
+            events=tuple(self._events),
+            final=tuple(sorted(self._final, key=lambda f: f.key)),
+            meta=dict(self.meta),
+        )

@@ -1,0 +1,179 @@
+"""The HTML report of one run: swim lanes, the invariant table and the violating trace.
+
+The page is self-contained (inline CSS and SVG, no scripts or external
+assets) so it can be attached to a CI run or mailed.  Geometry is computed
+here, in Python, so the template only places shapes and rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from dsm_sim.history import EventKind, History, Op, Outcome
+from dsm_sim.reports.json_report import report_name
+from dsm_sim.simulator.run import RunResult
+
+__all__ = ["Shape", "render_html", "swim_lanes", "write_html"]
+
+_TEMPLATE = "report.html.j2"
+_WIDTH = 1100.0
+_LEFT = 90.0
+_LANE = 30.0
+_TOP = 24.0
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One SVG element: ``kind`` is rect, mark, tick or line; ``css`` picks the colour."""
+
+    kind: str
+    x: float
+    y: float
+    w: float
+    h: float
+    css: str
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lanes:
+    names: tuple[str, ...]
+    shapes: tuple[Shape, ...]
+    width: float
+    height: float
+    ticks: tuple[tuple[float, str], ...]
+
+
+def _op_css(op: Op, flagged: set[int]) -> str:
+    if op.error == "StaleLockError":
+        css = "stale"
+    elif op.outcome is Outcome.INFO:
+        css = "info"
+    elif op.outcome is Outcome.FAIL:
+        css = "fail"
+    else:
+        css = "ok"
+    return f"{css} flagged" if op.index in flagged else css
+
+
+def _lane_order(history: History) -> list[str]:
+    names = {op.process for op in history.ops} | {ev.process for ev in history.events if ev.process}
+    workers = sorted(
+        (n for n in names if n.startswith("w") and n[1:].isdigit()), key=lambda n: int(n[1:])
+    )
+    return workers + sorted(names - set(workers))
+
+
+def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]) -> Lanes:
+    """Shapes for one lane per process; times scaled to the page width."""
+    names = _lane_order(history)
+    row = {name: i for i, name in enumerate(names)}
+    end = max(
+        [op.complete or op.invoke for op in history.ops]
+        + [ev.time for ev in history.events]
+        + [1.0]
+    )
+    scale = _WIDTH / end
+
+    def x(t: float) -> float:
+        return round(_LEFT + t * scale, 2)
+
+    def y(lane: str) -> float:
+        return _TOP + row[lane] * _LANE
+
+    shapes: list[Shape] = []
+    for op in history.ops:
+        start, stop = op.invoke, op.complete if op.complete is not None else op.invoke
+        title = (
+            f"#{op.index} {op.process} {op.op.value} {op.key} token={op.token} "
+            f"{op.outcome.value if op.outcome else ''} result={op.result} "
+            f"{op.error or ''} t={start:.3f}-{stop:.3f}s"
+        )
+        shapes.append(
+            Shape(
+                "rect",
+                x(start),
+                y(op.process) + 6,
+                max(2.0, round((stop - start) * scale, 2)),
+                _LANE - 12,
+                _op_css(op, flagged_ops),
+                title,
+            )
+        )
+    height = _TOP + len(names) * _LANE
+    for ev in history.events:
+        flagged = " flagged" if ev.index in flagged_events else ""
+        title = f"event #{ev.index} {ev.kind.value} {ev.key} token={ev.token} {ev.detail} t={ev.time:.3f}s"
+        if ev.kind is EventKind.SIDE_EFFECT:
+            begin = ev.time - (ev.value or 0.0)
+            shapes.append(
+                Shape(
+                    "rect",
+                    x(begin),
+                    y(ev.process) + 9,
+                    max(2.0, round((ev.value or 0.0) * scale, 2)),
+                    _LANE - 18,
+                    "effect" + flagged,
+                    title,
+                )
+            )
+        elif ev.kind is EventKind.CRASH:
+            shapes.append(
+                Shape("mark", x(ev.time), y(ev.process) + _LANE / 2, 0, 0, "crash" + flagged, title)
+            )
+        elif ev.kind in (EventKind.CLOCK_JUMP, EventKind.FAULTS_STOP):
+            css = "jump" if ev.kind is EventKind.CLOCK_JUMP else "stop"
+            shapes.append(Shape("line", x(ev.time), _TOP, 0, height - _TOP, css, title))
+        elif ev.kind is EventKind.DELIVERY and ev.process in row:
+            shapes.append(
+                Shape("tick", x(ev.time), y(ev.process) + 6, 0, _LANE - 12, "delivery", title)
+            )
+        elif ev.kind in (EventKind.CATCHUP_PAUSE, EventKind.CATCHUP_RESUME) and ev.process in row:
+            shapes.append(
+                Shape("mark", x(ev.time), y(ev.process) + _LANE / 2, 0, 0, "pause", title)
+            )
+    step = max(1.0, round(end / 10))
+    ticks = tuple((x(t * step), f"{t * step:g}s") for t in range(int(end // step) + 1))
+    return Lanes(tuple(names), tuple(shapes), _LEFT + _WIDTH + 20, height + 24, ticks)
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("dsm_sim.reports", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+
+
+def render_html(run: RunResult) -> str:
+    flagged_ops = {i for r in run.results for v in r.violations for i in v.ops}
+    flagged_events = {i for r in run.results for v in r.violations for i in v.events}
+    history = run.history
+    trace = [op for op in history.ops if op.index in flagged_ops]
+    trace_events = [ev for ev in history.events if ev.index in flagged_events]
+    lanes = swim_lanes(history, flagged_ops, flagged_events)
+    return (
+        _environment()
+        .get_template(_TEMPLATE)
+        .render(
+            run=run,
+            lanes=lanes,
+            lane_rows=[(name, _TOP + i * _LANE) for i, name in enumerate(lanes.names)],
+            trace=trace,
+            trace_events=trace_events,
+            finals=history.final,
+            notes=[note for r in run.results for note in r.notes],
+            lane=_LANE,
+        )
+    )
+
+
+def write_html(run: RunResult, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{report_name(run)}.html"
+    path.write_text(render_html(run), encoding="utf-8")
+    return path

@@ -1,0 +1,75 @@
+"""The JSON report of one run: everything the HTML page shows, for machines.
+
+It is deterministic -- no wall-clock durations, no absolute paths beyond the
+scenario path as given, sorted keys -- so one seed gives a byte-identical
+file, which is what ``tests/scenario/test_determinism.py`` checks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dsm_sim.checker import InvariantResult
+from dsm_sim.simulator.run import RunResult
+
+__all__ = ["FORMAT", "report_dict", "report_name", "to_json", "write_json"]
+
+#: Identifies the layout, so consumers can refuse a file they do not understand.
+FORMAT = "dsm-chaos-report/1"
+
+
+def _invariant(result: InvariantResult) -> dict[str, Any]:
+    return {
+        "name": result.name,
+        "description": result.description,
+        "passed": result.passed,
+        "violations": [
+            {
+                "message": v.message,
+                "key": v.key,
+                "ops": list(v.ops),
+                "events": list(v.events),
+            }
+            for v in result.violations
+        ],
+        "notes": list(result.notes),
+    }
+
+
+def report_dict(run: RunResult) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "scenario": {
+            "name": run.scenario.name,
+            "description": run.scenario.description,
+            "path": run.scenario.path,
+        },
+        "seed": run.seed,
+        "handler": run.handler,
+        "passed": run.passed,
+        "replay": run.replay,
+        "faults": dict(run.faults),
+        "stats": dict(run.stats),
+        "invariants": [_invariant(r) for r in run.results],
+        "history": run.history.to_json(),
+    }
+
+
+def to_json(run: RunResult) -> str:
+    """Canonical text: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(report_dict(run), sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+
+def report_name(run: RunResult) -> str:
+    """``<scenario>-seed<N>-<handler>``: stable, filesystem-safe."""
+    handler = "".join(c if c.isalnum() else "-" for c in run.handler.rsplit(":", 1)[-1])
+    return f"{run.scenario.name}-seed{run.seed}-{handler}"
+
+
+def write_json(run: RunResult, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{report_name(run)}.json"
+    path.write_text(to_json(run), encoding="utf-8")
+    return path

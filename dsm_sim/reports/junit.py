@@ -1,0 +1,57 @@
+"""JUnit XML for CI: one test case per scenario, seed and handler; a violation is a failure."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+from dsm_sim.simulator.run import RunResult
+
+__all__ = ["junit_xml", "write_junit"]
+
+
+def junit_xml(runs: Sequence[RunResult], suite: str = "dsm-chaos") -> str:
+    failures = sum(1 for run in runs if not run.passed)
+    root = ET.Element("testsuites", name=suite, tests=str(len(runs)), failures=str(failures))
+    by_scenario: dict[str, list[RunResult]] = {}
+    for run in runs:
+        by_scenario.setdefault(run.scenario.name, []).append(run)
+    for name in sorted(by_scenario):
+        group = by_scenario[name]
+        element = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"{suite}.{name}",
+            tests=str(len(group)),
+            failures=str(sum(1 for run in group if not run.passed)),
+        )
+        for run in group:
+            case = ET.SubElement(
+                element,
+                "testcase",
+                classname=f"{suite}.{name}",
+                name=f"seed {run.seed} [{run.handler}]",
+            )
+            if run.passed:
+                continue
+            lines = [
+                f"{result.name}: {violation.message}"
+                for result in run.results
+                for violation in result.violations
+            ]
+            failure = ET.SubElement(
+                case,
+                "failure",
+                message=f"violated: {', '.join(run.violated)}; replay: {run.replay}",
+                type="InvariantViolation",
+            )
+            failure.text = "\n".join([*lines, "", f"replay: {run.replay}"])
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_junit(runs: Sequence[RunResult], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(junit_xml(runs), encoding="utf-8")
+    return path

@@ -1,0 +1,428 @@
+"""Chaos scenarios: declarative TOML files loaded into frozen, validated values.
+
+A scenario says how big the world is (items, workers, lock duration, sweep
+interval), how slow each operation is, and which faults fire at what rate or
+on what schedule.  Every field is checked when the file is loaded; a bad file
+raises :class:`ScenarioError` naming the file, the field and what is allowed,
+before anything runs.
+
+Durations are seconds (a number) or strings such as ``"250ms"``, ``"90s"``,
+``"5m"``, ``"2h"``; clock jumps may be signed (``"-10m"``).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reference_engine.errors import ConfigurationError
+
+__all__ = [
+    "CatchupPause",
+    "ClockJump",
+    "CrashFaults",
+    "CrashPoint",
+    "DuplicateFaults",
+    "Faults",
+    "Latency",
+    "Scenario",
+    "ScenarioError",
+    "SkewFaults",
+    "SlowFaults",
+    "StoreFaults",
+    "load_scenario",
+    "load_scenarios",
+    "parse_scenario",
+]
+
+_DURATION = re.compile(r"^\s*([+-]?)(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class ScenarioError(ConfigurationError):
+    """A scenario file is unreadable or a field is wrong; says which file, field and what is allowed."""
+
+    def __init__(self, path: str, field_name: str, problem: str, allowed: str = "") -> None:
+        self.path = path
+        self.field = field_name
+        self.problem = problem
+        self.allowed = allowed
+        hint = f"; allowed: {allowed}" if allowed else ""
+        where = f"field '{field_name}'" if field_name else "file"
+        super().__init__(f"{path}: {where}: {problem}{hint}")
+
+
+class CrashPoint(enum.Enum):
+    """Where in the node's dispatch a worker can die."""
+
+    BEFORE_ACQUIRE = "before_acquire"
+    AFTER_ACQUIRE = "after_acquire"
+    AFTER_EFFECT = "after_effect"
+    DURING_SET = "during_set"
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """Mean latencies (seconds); each call samples uniformly within ``mean * (1 +- jitter)``."""
+
+    store: float = 0.05
+    effect: float = 2.0
+    jitter: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateFaults:
+    """A delivered message gets extra copies, each after a delay drawn from ``delay``."""
+
+    rate: float = 0.0
+    copies: tuple[int, int] = (1, 3)
+    delay: tuple[float, float] = (0.0, 30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CrashFaults:
+    """An execution crashes at one of ``points``; the worker restarts after ``restart_delay``."""
+
+    rate: float = 0.0
+    points: tuple[CrashPoint, ...] = tuple(CrashPoint)
+    restart_delay: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class SlowFaults:
+    """An execution's business call takes ``factor`` times the lock duration."""
+
+    rate: float = 0.0
+    factor: float = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class ClockJump:
+    at: float
+    by: float
+
+
+@dataclass(frozen=True, slots=True)
+class SkewFaults:
+    """Each worker's own clock is off by up to ``max`` seconds either way."""
+
+    max: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFaults:
+    """A handler call raises StoreError; ``after_fraction`` of them after the write landed."""
+
+    rate: float = 0.0
+    after_fraction: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class CatchupPause:
+    at: float
+    duration: float
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    duplicate: DuplicateFaults = field(default_factory=DuplicateFaults)
+    crash: CrashFaults = field(default_factory=CrashFaults)
+    slow: SlowFaults = field(default_factory=SlowFaults)
+    clock_jumps: tuple[ClockJump, ...] = ()
+    skew: SkewFaults = field(default_factory=SkewFaults)
+    store: StoreFaults = field(default_factory=StoreFaults)
+    catchup_pauses: tuple[CatchupPause, ...] = ()
+    swarm: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One chaos scenario; ``faults_until`` is when faults stop and settling starts."""
+
+    name: str
+    description: str
+    path: str
+    items: int = 20
+    tenants: int = 1
+    workers: int = 4
+    arrival_window: float = 120.0
+    faults_until: float = 600.0
+    lock_duration: float = 60.0
+    sweep_interval: float = 30.0
+    max_deliveries: int = 6
+    redelivery_delay: float = 90.0
+    seeds: int = 3
+    latency: Latency = field(default_factory=Latency)
+    faults: Faults = field(default_factory=Faults)
+
+
+# --- field readers ---------------------------------------------------------------------------
+
+
+class _Reader:
+    """Reads one table, remembering the dotted path and refusing unknown fields."""
+
+    def __init__(self, path: str, table: Mapping[str, Any], prefix: str, allowed: Sequence[str]):
+        self.path = path
+        self.table = table
+        self.prefix = prefix
+        unknown = sorted(set(table) - set(allowed))
+        if unknown:
+            raise ScenarioError(
+                path, self.name(unknown[0]), "unknown field", ", ".join(sorted(allowed))
+            )
+
+    def name(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def error(self, key: str, problem: str, allowed: str) -> ScenarioError:
+        return ScenarioError(self.path, self.name(key), problem, allowed)
+
+    def integer(self, key: str, default: int, low: int, high: int) -> int:
+        value = self.table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self.error(key, f"got {value!r}", f"an integer from {low} to {high}")
+        return value
+
+    def number(self, key: str, default: float, low: float, high: float) -> float:
+        value = self.table.get(key, default)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not low <= value <= high
+        ):
+            raise self.error(key, f"got {value!r}", f"a number from {low} to {high}")
+        return float(value)
+
+    def text(self, key: str, default: str) -> str:
+        value = self.table.get(key, default)
+        if not isinstance(value, str):
+            raise self.error(key, f"got {value!r}", "a string")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.table.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"got {value!r}", "true or false")
+        return value
+
+    def duration(
+        self, key: str, default: float, *, signed: bool = False, zero: bool = False
+    ) -> float:
+        return _duration(self, key, self.table.get(key, default), signed=signed, zero=zero)
+
+    def table_of(self, key: str) -> Mapping[str, Any]:
+        value = self.table.get(key, {})
+        if not isinstance(value, Mapping):
+            raise self.error(key, f"got {type(value).__name__}", "a table")
+        return value
+
+    def list_of(self, key: str) -> list[Any]:
+        value = self.table.get(key, [])
+        if not isinstance(value, list):
+            raise self.error(key, f"got {type(value).__name__}", "an array")
+        return value
+
+
+_DURATION_HELP = "seconds as a number, or a string like '250ms', '90s', '5m', '2h'"
+
+
+def _duration(reader: _Reader, key: str, value: object, *, signed: bool, zero: bool) -> float:
+    seconds: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = float(match.group(2)) * _UNITS[match.group(3)]
+        if match.group(1) == "-":
+            seconds = -seconds
+    allowed = ("a signed duration: " if signed else "") + _DURATION_HELP
+    if seconds is None:
+        raise reader.error(key, f"got {value!r}", allowed)
+    if not signed and (seconds < 0 or (seconds == 0 and not zero)):
+        raise reader.error(key, f"got {value!r}", "a positive duration: " + _DURATION_HELP)
+    return seconds
+
+
+def _pair(reader: _Reader, key: str, default: tuple[Any, Any], kind: str) -> tuple[Any, Any]:
+    value = reader.table.get(key, list(default))
+    allowed = f"an array [low, high] of two {kind} with low <= high"
+    if not isinstance(value, list) or len(value) != 2:
+        raise reader.error(key, f"got {value!r}", allowed)
+    if kind == "durations":
+        low = _duration(reader, key, value[0], signed=False, zero=True)
+        high = _duration(reader, key, value[1], signed=False, zero=True)
+    else:
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+            raise reader.error(key, f"got {value!r}", allowed)
+        low, high = value
+    if low > high:
+        raise reader.error(key, f"got {value!r}", allowed)
+    return (low, high)
+
+
+# --- sections --------------------------------------------------------------------------------
+
+_TOP = ("name", "description", "run", "latency", "faults")
+_RUN = (
+    "items",
+    "tenants",
+    "workers",
+    "arrival_window",
+    "faults_until",
+    "lock_duration",
+    "sweep_interval",
+    "max_deliveries",
+    "redelivery_delay",
+    "seeds",
+)
+_FAULTS = (
+    "duplicate_delivery",
+    "crash",
+    "slow_worker",
+    "clock_jump",
+    "clock_skew",
+    "store_errors",
+    "catchup_pause",
+    "swarm",
+)
+
+
+def _faults(path: str, raw: Mapping[str, Any]) -> Faults:
+    top = _Reader(path, raw, "faults", _FAULTS)
+    dup = _Reader(
+        path,
+        top.table_of("duplicate_delivery"),
+        "faults.duplicate_delivery",
+        ("rate", "copies", "delay"),
+    )
+    crash = _Reader(
+        path, top.table_of("crash"), "faults.crash", ("rate", "points", "restart_delay")
+    )
+    points_raw = crash.list_of("points") or [p.value for p in CrashPoint]
+    names = ", ".join(p.value for p in CrashPoint)
+    points = []
+    for entry in points_raw:
+        try:
+            points.append(CrashPoint(entry))
+        except ValueError:
+            raise crash.error("points", f"unknown crash point {entry!r}", names) from None
+    slow = _Reader(path, top.table_of("slow_worker"), "faults.slow_worker", ("rate", "factor"))
+    jump = _Reader(path, top.table_of("clock_jump"), "faults.clock_jump", ("schedule",))
+    jumps = []
+    for i, entry in enumerate(jump.list_of("schedule")):
+        if not isinstance(entry, Mapping):
+            raise jump.error(
+                "schedule", f"entry {i} is {entry!r}", "tables {at = '3m', by = '-10m'}"
+            )
+        item = _Reader(path, entry, f"faults.clock_jump.schedule[{i}]", ("at", "by"))
+        jumps.append(
+            ClockJump(item.duration("at", 0.0, zero=True), item.duration("by", 0.0, signed=True))
+        )
+    skew = _Reader(path, top.table_of("clock_skew"), "faults.clock_skew", ("max",))
+    store = _Reader(
+        path, top.table_of("store_errors"), "faults.store_errors", ("rate", "after_fraction")
+    )
+    pause = _Reader(path, top.table_of("catchup_pause"), "faults.catchup_pause", ("schedule",))
+    pauses = []
+    for i, entry in enumerate(pause.list_of("schedule")):
+        if not isinstance(entry, Mapping):
+            raise pause.error(
+                "schedule", f"entry {i} is {entry!r}", "tables {at = '1m', for = '10m'}"
+            )
+        item = _Reader(path, entry, f"faults.catchup_pause.schedule[{i}]", ("at", "for"))
+        pauses.append(CatchupPause(item.duration("at", 0.0, zero=True), item.duration("for", 60.0)))
+    return Faults(
+        duplicate=DuplicateFaults(
+            rate=dup.number("rate", 0.0, 0.0, 1.0),
+            copies=_pair(dup, "copies", (1, 3), "integers >= 1"),
+            delay=_pair(dup, "delay", (0.0, 30.0), "durations"),
+        ),
+        crash=CrashFaults(
+            rate=crash.number("rate", 0.0, 0.0, 1.0),
+            points=tuple(points),
+            restart_delay=crash.duration("restart_delay", 5.0),
+        ),
+        slow=SlowFaults(
+            rate=slow.number("rate", 0.0, 0.0, 1.0), factor=slow.number("factor", 1.5, 1.0, 10.0)
+        ),
+        clock_jumps=tuple(sorted(jumps, key=lambda j: j.at)),
+        skew=SkewFaults(max=skew.duration("max", 0.0, zero=True)),
+        store=StoreFaults(
+            rate=store.number("rate", 0.0, 0.0, 0.5),
+            after_fraction=store.number("after_fraction", 0.5, 0.0, 1.0),
+        ),
+        catchup_pauses=tuple(sorted(pauses, key=lambda p: p.at)),
+        swarm=top.boolean("swarm", False),
+    )
+
+
+def parse_scenario(raw: Mapping[str, Any], path: str) -> Scenario:
+    """Validate a decoded TOML document; ``path`` is only used in error messages."""
+    top = _Reader(path, raw, "", _TOP)
+    name = top.text("name", Path(path).stem)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+        raise top.error("name", f"got {name!r}", "lower-case letters, digits and '-'")
+    run = _Reader(path, top.table_of("run"), "run", _RUN)
+    latency = _Reader(path, top.table_of("latency"), "latency", ("store", "effect", "jitter"))
+    scenario = Scenario(
+        name=name,
+        description=top.text("description", ""),
+        path=path,
+        items=run.integer("items", 20, 1, 500),
+        tenants=run.integer("tenants", 1, 1, 10),
+        workers=run.integer("workers", 4, 1, 64),
+        arrival_window=run.duration("arrival_window", 120.0, zero=True),
+        faults_until=run.duration("faults_until", 600.0),
+        lock_duration=run.duration("lock_duration", 60.0),
+        sweep_interval=run.duration("sweep_interval", 30.0),
+        max_deliveries=run.integer("max_deliveries", 6, 1, 50),
+        redelivery_delay=run.duration("redelivery_delay", 90.0),
+        seeds=run.integer("seeds", 3, 1, 1000),
+        latency=Latency(
+            store=latency.duration("store", 0.05),
+            effect=latency.duration("effect", 2.0),
+            jitter=latency.number("jitter", 0.5, 0.0, 0.95),
+        ),
+        faults=_faults(path, top.table_of("faults")),
+    )
+    if scenario.arrival_window > scenario.faults_until:
+        raise run.error(
+            "arrival_window",
+            f"{scenario.arrival_window}s is after faults_until ({scenario.faults_until}s)",
+            "an arrival window that ends before faults stop",
+        )
+    return scenario
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate one ``.toml`` scenario file."""
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(
+            where, "", f"cannot read: {exc.strerror}", "a readable .toml file"
+        ) from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(where, "", f"not valid TOML: {exc}", "TOML 1.0") from exc
+    return parse_scenario(raw, where)
+
+
+def load_scenarios(target: str | Path) -> list[Scenario]:
+    """A file, or every ``*.toml`` in a directory (sorted by name)."""
+    root = Path(target)
+    if root.is_dir():
+        files = sorted(root.glob("*.toml"))
+        if not files:
+            raise ScenarioError(
+                str(root), "", "no *.toml scenario files here", "a directory of .toml files"
+            )
+        return [load_scenario(f) for f in files]
+    return [load_scenario(root)]

@@ -1,0 +1,227 @@
+"""Running async node code inside SimPy generator processes, deterministically.
+
+SimPy processes are generators and cannot ``await``.  Instead of an event
+loop, the worker process drives the node's coroutine by hand: the node gets a
+handler proxy and a billing API whose methods are awaitables that *yield a
+request object* out of the coroutine.  The worker receives the request, waits
+a sampled latency in simulated time (the race window), runs the real call,
+and sends the result (or throws the exception) back in.  The real executor
+and the real node run unchanged, with latency between every exists,
+try_acquire_lock, charge and set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from dsm_sim.history import OpName
+from reference_engine.config import DataStateMachineConfig
+from reference_engine.context import StateHandlerContext
+from reference_engine.engine.definitions import Element, ExecutionThread
+from reference_engine.factory import DataStateMachineFactory
+from reference_engine.handler import StateHandler
+from reference_engine.machine import ContextualDataStateMachine, DataStateMachine
+from reference_engine.record import StateRecord
+from reference_engine.registry import HandlerRegistry
+from reference_engine.status import IdempotencyStatus
+
+__all__ = [
+    "ROUND_TRIP",
+    "BillingProxy",
+    "Done",
+    "EffectCall",
+    "HandlerCall",
+    "HandlerProxy",
+    "RecordingFactory",
+    "Request",
+    "advance",
+    "handler_coroutine",
+    "step",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerCall:
+    """A node asks the store for something; ``ctx`` carries item and token."""
+
+    op: OpName
+    ctx: StateHandlerContext
+    status: IdempotencyStatus | None = None
+    data: Mapping[str, Any] | None = None
+    error_detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EffectCall:
+    """A node performs its business side effect (a charge)."""
+
+    invoice_id: str
+    amount: int
+
+
+Request = HandlerCall | EffectCall
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The coroutine finished with ``value``."""
+
+    value: Any = None
+
+
+class _Suspend:
+    """Awaitable that hands ``request`` to whoever drives the coroutine."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+
+    def __await__(self) -> Generator[Request, Any, Any]:
+        return (yield self.request)
+
+
+async def _ask(request: Request) -> Any:
+    return await _Suspend(request)
+
+
+class HandlerProxy:
+    """A :class:`StateHandler` whose every call is a request to the worker process."""
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def exists(self, ctx: StateHandlerContext) -> bool:
+        return cast(bool, await _ask(HandlerCall(OpName.EXISTS, ctx)))
+
+    async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
+        return cast("StateRecord | None", await _ask(HandlerCall(OpName.GET, ctx)))
+
+    async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
+        return cast("int | None", await _ask(HandlerCall(OpName.TRY_ACQUIRE_LOCK, ctx)))
+
+    async def set(
+        self,
+        ctx: StateHandlerContext,
+        status: IdempotencyStatus,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        await _ask(HandlerCall(OpName.SET, ctx, status=status, data=data))
+
+    async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
+        await _ask(HandlerCall(OpName.RELEASE_LOCK_AS_FAILED, ctx, error_detail=error_detail))
+
+    async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
+        await _ask(HandlerCall(OpName.UPSERT, ctx, data=data))
+
+    async def reset_expired_locks(self) -> int:
+        raise NotImplementedError("sweeps are run by the simulated catch-up worker")
+
+    async def expire_past_retention(self) -> int:
+        raise NotImplementedError("sweeps are run by the simulated catch-up worker")
+
+
+class BillingProxy:
+    """The billing API as the node sees it; the charge happens in the worker process."""
+
+    async def charge(self, invoice_id: str, amount: int) -> Mapping[str, Any]:
+        return cast("Mapping[str, Any]", await _ask(EffectCall(invoice_id, amount)))
+
+
+class RecordingFactory(DataStateMachineFactory):
+    """The engine's factory, remembering each execution's machine so effects know their token."""
+
+    def __init__(self, registry: HandlerRegistry) -> None:
+        super().__init__(registry)
+        self.machines: dict[str, ContextualDataStateMachine] = {}
+
+    async def create(
+        self,
+        element: Element,
+        thread: ExecutionThread,
+        config: DataStateMachineConfig | None,
+    ) -> DataStateMachine:
+        machine = await super().create(element, thread, config)
+        if isinstance(machine, ContextualDataStateMachine):
+            self.machines[thread.execution_id] = machine
+        return machine
+
+    def forget(self, execution_id: str) -> None:
+        self.machines.pop(execution_id, None)
+
+
+def step(
+    coro: Coroutine[Any, Any, Any], value: Any = None, error: BaseException | None = None
+) -> Request | Done:
+    """Advance the coroutine to its next request, or to its end."""
+    try:
+        request = coro.throw(error) if error is not None else coro.send(value)
+    except StopIteration as stop:
+        return Done(stop.value)
+    if not isinstance(request, HandlerCall | EffectCall):
+        raise TypeError(
+            f"node code awaited {request!r}; inside the simulator a node may only await the "
+            "DataStateMachine and the billing API"
+        )
+    return request
+
+
+def handler_coroutine(handler: StateHandler, call: HandlerCall) -> Coroutine[Any, Any, Any]:
+    """The real handler's coroutine for ``call`` (not started)."""
+    ctx = call.ctx
+    match call.op:
+        case OpName.EXISTS:
+            return handler.exists(ctx)
+        case OpName.GET:
+            return handler.get(ctx)
+        case OpName.TRY_ACQUIRE_LOCK:
+            return handler.try_acquire_lock(ctx)
+        case OpName.SET:
+            assert call.status is not None
+            return handler.set(ctx, call.status, call.data)
+        case OpName.RELEASE_LOCK_AS_FAILED:
+            return handler.release_lock_as_failed(ctx, call.error_detail)
+        case OpName.UPSERT:
+            return handler.upsert(ctx, call.data)
+        case _:
+            raise ValueError(f"{call.op.value} is not a node-level handler call")
+
+
+#: Returned by :func:`advance` when the handler paused at a bare ``await asyncio.sleep(0)``.
+ROUND_TRIP = object()
+
+
+async def _leg(coro: Coroutine[Any, Any, Any], split: bool) -> Any:
+    """Run ``coro`` inside the loop until it returns, or (``split``) until a bare yield.
+
+    A bare yield (``await asyncio.sleep(0)``) is how an in-process handler marks a
+    round trip to its store; anything else yielded is a real future (I/O), which
+    is awaited here so the loop can complete it.
+    """
+    while True:
+        try:
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            return Done(stop.value)
+        if yielded is None:
+            if split:
+                return ROUND_TRIP
+            await asyncio.sleep(0)
+        else:
+            await asyncio.wait([yielded])
+
+
+def advance(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], *, split: bool) -> Any:
+    """One leg of a handler call: :class:`Done` with the result, or :data:`ROUND_TRIP`.
+
+    With ``split`` false the call always runs to completion in one leg, which is
+    what handlers doing real I/O need: their connections must not be held across
+    simulated time.
+    """
+    return loop.run_until_complete(_leg(coro, split))

@@ -1,0 +1,474 @@
+"""The checker's invariants on hand-built histories: each one passing and each one failing."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from dsm_sim import checker
+from dsm_sim.history import EventKind, History, HistoryRecorder, OpName, Outcome
+
+pytestmark = pytest.mark.scenario
+
+K = "tenant-1/4/node//inv-1"
+LOCK = 60.0
+
+
+class Builder:
+    """Terse history building: every op completes at its store instant (simulator style)."""
+
+    def __init__(self, *, faults_stop: float | None = None) -> None:
+        self.rec = HistoryRecorder(lock_duration=LOCK, sweep_interval=20.0)
+        self.rec.faults_stop = faults_stop
+
+    def op(
+        self,
+        process: str,
+        name: OpName,
+        at: float,
+        *,
+        outcome: Outcome = Outcome.OK,
+        result: bool | int | str | None = None,
+        token: int | None = None,
+        status: str | None = None,
+        error: str | None = None,
+        keys: tuple[str, ...] = (),
+        key: str = K,
+        store: bool = True,
+    ) -> int:
+        execution = f"{process}-x1"
+        index = self.rec.invoke(
+            process, name, key, at - 0.01, token=token, status=status, execution=execution
+        )
+        returned = result if name is OpName.TRY_ACQUIRE_LOCK and isinstance(result, int) else None
+        self.rec.complete(
+            index,
+            outcome,
+            at,
+            result=result,
+            error=error,
+            store_time=at if store else None,
+            token=returned,
+            keys=keys,
+        )
+        return index
+
+    def acquire(self, process: str, at: float, token: int) -> int:
+        return self.op(process, OpName.TRY_ACQUIRE_LOCK, at, result=token)
+
+    def done(
+        self,
+        process: str,
+        at: float,
+        token: int,
+        *,
+        outcome: Outcome = Outcome.OK,
+        error: str | None = None,
+    ) -> int:
+        return self.op(
+            process, OpName.SET, at, token=token, status="processed", outcome=outcome, error=error
+        )
+
+    def effect(self, process: str, at: float, token: int | None) -> int:
+        return self.rec.event(
+            EventKind.SIDE_EFFECT,
+            at,
+            process=process,
+            key=K,
+            token=token,
+            execution=f"{process}-x1",
+        ).index
+
+    def sweep(self, at: float, keys: tuple[str, ...] = (K,)) -> int:
+        return self.op(
+            "catchup", OpName.RESET_EXPIRED_LOCKS, at, result=len(keys), keys=keys, key=""
+        )
+
+    def final(self, status: str, at: float, attempt: int | None = 1) -> None:
+        self.rec.final_state(K, status, attempt, at, at)
+
+    def history(self) -> History:
+        return self.rec.freeze()
+
+
+def _happy() -> Builder:
+    b = Builder(faults_stop=100.0)
+    b.op("w1", OpName.EXISTS, 1.0, result=False)
+    b.acquire("w1", 2.0, 1)
+    b.effect("w1", 4.0, 1)
+    b.done("w1", 5.0, 1)
+    b.op("w2", OpName.EXISTS, 6.0, result=True)
+    b.final("processed", 400.0)
+    return b
+
+
+def test_clean_history_keeps_every_invariant() -> None:
+    results = checker.check_history(_happy().history())
+    assert [r.name for r in results if not r.passed] == []
+    assert {r.name for r in results} >= {
+        "no_duplicate_side_effect",
+        "single_live_lock",
+        "fencing_rejects_stale_writes",
+        "only_allowed_transitions",
+        "exists_agrees_with_writes",
+        "sweep_spares_live_locks",
+        "terminal_within_deadline",
+        "no_record_lost",
+    }
+
+
+# --- single live lock ------------------------------------------------------------------------
+
+
+def test_second_acquire_during_live_lock_is_a_violation() -> None:
+    b = Builder()
+    first = b.acquire("w1", 0.0, 1)
+    second = b.acquire("w2", 10.0, 2)
+    result = checker.single_live_lock(b.history())
+    assert not result.passed
+    assert result.violations[0].ops == (first, second)
+    assert "two live locks" in result.violations[0].message
+
+
+def test_acquire_after_expiry_is_allowed() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.acquire("w2", LOCK + 0.5, 2)
+    assert checker.single_live_lock(b.history()).passed
+
+
+def test_acquire_after_holder_released_is_allowed() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.op("w1", OpName.RELEASE_LOCK_AS_FAILED, 5.0, token=1)
+    b.acquire("w2", 10.0, 2)
+    assert checker.single_live_lock(b.history()).passed
+
+
+def test_reused_token_is_a_violation() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.acquire("w2", LOCK + 5, 1)
+    result = checker.single_live_lock(b.history())
+    assert not result.passed
+    assert "handed out twice" in result.violations[0].message
+
+
+def test_backwards_clock_makes_a_takeover_a_violation() -> None:
+    """Timeline order with store times going back: the later acquire lands inside the lease."""
+    b = Builder()
+    b.acquire("w1", 100.0, 1)
+    # Complete later on the timeline, but the store clock reads earlier.
+    index = b.rec.invoke("w2", OpName.TRY_ACQUIRE_LOCK, K, 119.0, execution="w2-x1")
+    b.rec.complete(index, Outcome.OK, 120.0, result=2, store_time=50.0, token=2)
+    assert not checker.single_live_lock(b.history()).passed
+
+
+def test_wall_clock_overlap_is_only_flagged_when_certain() -> None:
+    """Without store times an acquire may have happened anywhere in [invoke, complete]."""
+    uncertain = Builder()
+    i = uncertain.rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, 0.0, execution="a")
+    uncertain.rec.complete(i, Outcome.OK, 1.0, result=1, token=1)
+    j = uncertain.rec.invoke("w2", OpName.TRY_ACQUIRE_LOCK, K, 0.5, execution="b")
+    uncertain.rec.complete(j, Outcome.OK, LOCK + 2.0, result=2, token=2)
+    assert checker.single_live_lock(uncertain.history()).passed
+
+    certain = Builder()
+    i = certain.rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, 0.0, execution="a")
+    certain.rec.complete(i, Outcome.OK, 1.0, result=1, token=1)
+    j = certain.rec.invoke("w2", OpName.TRY_ACQUIRE_LOCK, K, 2.0, execution="b")
+    certain.rec.complete(j, Outcome.OK, 3.0, result=2, token=2)
+    assert not checker.single_live_lock(certain.history()).passed
+
+
+# --- side effects ----------------------------------------------------------------------------
+
+
+def test_duplicate_effect_under_two_live_leases_is_a_violation() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.acquire("w2", 1.0, 2)
+    first = b.effect("w1", 3.0, 1)
+    second = b.effect("w2", 4.0, 2)
+    result = checker.no_duplicate_side_effect(b.history())
+    assert not result.passed
+    assert result.violations[0].events == (first, second)
+
+
+def test_duplicate_effect_after_expired_lease_is_excused_and_explained() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.effect("w1", 90.0, 1)
+    b.sweep(65.0)
+    b.acquire("w2", 70.0, 2)
+    b.effect("w2", 72.0, 2)
+    b.done("w2", 73.0, 2)
+    stale = b.done("w1", 95.0, 1, outcome=Outcome.FAIL, error="StaleLockError")
+    result = checker.no_duplicate_side_effect(b.history())
+    assert result.passed
+    assert len(result.notes) == 1
+    assert "lease 1" in result.notes[0]
+    assert f"fencing rejected the stale set (op #{stale})" in result.notes[0]
+
+
+def test_duplicate_effect_when_stale_holder_completed_is_a_violation() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.effect("w1", 50.0, 1)
+    b.done("w1", 55.0, 1)
+    b.acquire("w2", 70.0, 2)
+    b.effect("w2", 72.0, 2)
+    assert not checker.no_duplicate_side_effect(b.history()).passed
+
+
+def test_two_effects_under_one_token_is_a_violation() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.effect("w1", 1.0, 1)
+    b.effect("w2", 2.0, 1)
+    result = checker.no_duplicate_side_effect(b.history())
+    assert not result.passed
+    assert "same token 1" in result.violations[0].message
+
+
+def test_effect_without_token_is_a_violation() -> None:
+    b = Builder()
+    b.effect("w1", 1.0, None)
+    b.effect("w2", 2.0, None)
+    assert "without a fencing token" in (
+        checker.no_duplicate_side_effect(b.history()).violations[0].message
+    )
+
+
+def _acquire_at(b: Builder, process: str, timeline: float, store: float, token: int) -> int:
+    """An acquire whose store clock differs from the timeline (after a clock jump)."""
+    index = b.rec.invoke(
+        process, OpName.TRY_ACQUIRE_LOCK, K, timeline - 0.01, execution=f"{process}-x1"
+    )
+    b.rec.complete(index, Outcome.OK, timeline, result=token, store_time=store, token=token)
+    return index
+
+
+def test_duplicate_after_sweep_then_backwards_clock_is_excused() -> None:
+    """The sweep ended lease 1; the store clock then stepped back before token 2 was taken."""
+    b = Builder()
+    b.acquire("w1", 7.0, 1)
+    b.effect("w1", 10.0, 1)
+    sweep = b.sweep(80.0)
+    _acquire_at(b, "w2", 100.0, -0.3, 2)
+    b.effect("w2", 103.0, 2)
+    result = checker.no_duplicate_side_effect(b.history())
+    assert result.passed
+    assert f"was reset by the sweep (op #{sweep})" in result.notes[0]
+
+
+# --- fencing ---------------------------------------------------------------------------------
+
+
+def test_stale_write_accepted_after_sweep_is_a_violation() -> None:
+    b = Builder()
+    acquire = b.acquire("w1", 0.0, 1)
+    sweep = b.sweep(70.0)
+    write = b.done("w1", 80.0, 1)
+    result = checker.fencing_rejects_stale_writes(b.history())
+    assert not result.passed
+    assert result.violations[0].ops == (acquire, sweep, write)
+
+
+def test_stale_write_rejected_after_takeover_is_noted() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.acquire("w2", 70.0, 2)
+    b.done("w1", 80.0, 1, outcome=Outcome.FAIL, error="StaleLockError")
+    result = checker.fencing_rejects_stale_writes(b.history())
+    assert result.passed
+    assert "fencing rejected" in result.notes[0]
+
+
+def test_own_write_after_expiry_without_sweep_is_accepted() -> None:
+    """The spec: the holder's write lands if nobody swept or took over, even past expiry."""
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.done("w1", LOCK + 30, 1)
+    assert checker.fencing_rejects_stale_writes(b.history()).passed
+
+
+# --- transitions -----------------------------------------------------------------------------
+
+
+def test_acquire_over_processed_is_a_forbidden_transition() -> None:
+    b = _happy()
+    late = b.acquire("w3", 200.0, 2)
+    result = checker.only_allowed_transitions(b.history())
+    assert not result.passed
+    assert result.violations[0].ops == (late,)
+    assert "Processed -> Processing" in result.violations[0].message
+
+
+def test_retry_of_failed_item_is_allowed() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.op("w1", OpName.RELEASE_LOCK_AS_FAILED, 1.0, token=1)
+    b.acquire("w2", 2.0, 2)
+    b.done("w2", 3.0, 2)
+    assert checker.only_allowed_transitions(b.history()).passed
+
+
+def test_unknown_outcome_suspends_the_transition_check() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.done("w1", 1.0, 1, outcome=Outcome.INFO, error="StoreError")
+    b.op("w1", OpName.RELEASE_LOCK_AS_FAILED, 2.0, token=1)
+    assert checker.only_allowed_transitions(b.history()).passed
+
+
+# --- reads -----------------------------------------------------------------------------------
+
+
+def test_exists_true_for_unwritten_key_is_a_violation() -> None:
+    b = Builder()
+    read = b.op("w1", OpName.EXISTS, 1.0, result=True)
+    result = checker.exists_agrees_with_writes(b.history())
+    assert not result.passed
+    assert result.violations[0].ops == (read,)
+
+
+def test_exists_true_while_processing_is_a_violation() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.op("w2", OpName.EXISTS, 1.0, result=True)
+    assert not checker.exists_agrees_with_writes(b.history()).passed
+
+
+def test_exists_after_expired_lock_reads_as_not_done() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.op("w2", OpName.EXISTS, LOCK + 5, result=False)
+    assert checker.exists_agrees_with_writes(b.history()).passed
+
+
+# --- sweeps ----------------------------------------------------------------------------------
+
+
+def test_sweep_resetting_a_live_lock_is_a_violation() -> None:
+    b = Builder()
+    acquire = b.acquire("w1", 0.0, 1)
+    sweep = b.sweep(30.0)
+    result = checker.sweep_spares_live_locks(b.history())
+    assert not result.passed
+    assert result.violations[0].ops == (acquire, sweep)
+
+
+def test_sweep_of_an_expired_lock_is_fine() -> None:
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    b.sweep(LOCK + 1)
+    assert checker.sweep_spares_live_locks(b.history()).passed
+
+
+def test_holder_fenced_off_while_live_is_a_violation() -> None:
+    """Even without knowing which sweep did it: the lock vanished while live."""
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    write = b.done("w1", 10.0, 1, outcome=Outcome.FAIL, error="StaleLockError")
+    result = checker.sweep_spares_live_locks(b.history())
+    assert not result.passed
+    assert write in result.violations[0].ops
+
+
+def test_fenced_after_recorded_sweep_and_backwards_clock_is_not_a_lost_lock() -> None:
+    b = Builder()
+    b.acquire("w1", 56.0, 1)
+    b.sweep(120.0)
+    index = b.rec.invoke("w1", OpName.SET, K, 146.0, token=1, status="processed", execution="w1-x1")
+    b.rec.complete(index, Outcome.FAIL, 146.1, error="StaleLockError", store_time=109.0)
+    assert checker.sweep_spares_live_locks(b.history()).passed
+
+
+# --- liveness --------------------------------------------------------------------------------
+
+
+def test_processing_after_deadline_is_a_violation() -> None:
+    b = Builder(faults_stop=10.0)
+    b.acquire("w1", 5.0, 1)
+    b.final("processing", 5.0 + LOCK + 20.0 + 1)
+    result = checker.terminal_within_deadline(b.history())
+    assert not result.passed
+    assert "past the deadline" in result.violations[0].message
+
+
+def test_run_ending_before_deadline_is_reported() -> None:
+    b = Builder(faults_stop=10.0)
+    b.acquire("w1", 5.0, 1)
+    b.final("processing", 30.0)
+    assert "before the liveness deadline" in (
+        checker.terminal_within_deadline(b.history()).violations[0].message
+    )
+
+
+def test_liveness_not_checked_without_faults_stop() -> None:
+    b = Builder(faults_stop=None)
+    b.acquire("w1", 5.0, 1)
+    b.final("processing", 10_000.0)
+    result = checker.terminal_within_deadline(b.history())
+    assert result.passed
+    assert "not checked" in result.notes[0]
+
+
+# --- nothing lost ----------------------------------------------------------------------------
+
+
+def test_processed_record_missing_at_the_end_is_lost() -> None:
+    b = _happy()
+    b.rec._final.clear()
+    b.final("none", 400.0, None)
+    result = checker.no_record_lost(b.history())
+    assert not result.passed
+    assert "no record at the end" in result.violations[0].message
+
+
+def test_exists_false_after_processed_is_lost() -> None:
+    b = _happy()
+    read = b.op("w3", OpName.EXISTS, 50.0, result=False)
+    result = checker.no_record_lost(b.history())
+    assert not result.passed
+    assert read in result.violations[0].ops
+
+
+# --- the format ------------------------------------------------------------------------------
+
+
+def test_history_round_trips_through_json_byte_for_byte() -> None:
+    history = _happy().history()
+    text = history.dumps()
+    again = History.loads(text)
+    assert again == history
+    assert again.dumps() == text
+
+
+def test_pending_operation_freezes_as_info() -> None:
+    rec = HistoryRecorder(lock_duration=LOCK)
+    rec.invoke("w1", OpName.SET, K, 1.0, token=1, status="processed")
+    op = rec.freeze(at=2.0).ops[0]
+    assert op.outcome is Outcome.INFO
+    assert op.maybe
+
+
+def test_wall_clock_recorders_convert_datetimes() -> None:
+    epoch = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+    rec = HistoryRecorder(epoch=epoch, lock_duration=LOCK)
+    assert rec.seconds(epoch + dt.timedelta(seconds=1.5)) == 1.5
+    assert rec.freeze().instant(1.5) == epoch + dt.timedelta(seconds=1.5)
+    with pytest.raises(ValueError, match="naive"):
+        rec.seconds(dt.datetime(2026, 3, 1, 12, 0))
+
+
+@pytest.mark.parametrize(("expired", "lost"), [(0, True), (1, False)])
+def test_only_a_retention_sweep_that_expired_something_excuses_a_missing_item(
+    expired: int, lost: bool
+) -> None:
+    b = _happy()
+    b.op("catchup", OpName.EXPIRE_PAST_RETENTION, 40.0, result=expired, key="")
+    b.op("w3", OpName.EXISTS, 50.0, result=False)
+    assert checker.no_record_lost(b.history()).passed is not lost
