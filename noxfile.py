@@ -52,14 +52,22 @@ def conformance(session: nox.Session, backend: str) -> None:
     session.run("dsm", "verify", factories[backend], "--profile", "ci", env=_env())
 
 
+CHAOS_HANDLERS = {
+    "memory": "reference_engine.handlers.memory:in_memory_handler",
+    "sqlite": "reference_engine.handlers.sql.factory:sqlite_memory_handler",
+}
+
+
 @nox.session
 def chaos(session: nox.Session) -> None:
-    """The default chaos scenarios, with reports and JUnit for CI."""
+    """The default chaos scenarios on the in-memory and SQLite handlers, with reports and JUnit."""
     _install(session)
-    session.run(
-        "dsm", "run", "scenarios/", "--seeds", "3", "--report", "reports/",
-        "--junit", "reports/junit-chaos.xml", *session.posargs, env=_env(),
-    )
+    for name, factory in CHAOS_HANDLERS.items():
+        session.run(
+            "dsm", "run", "scenarios/", "--seeds", "3", "--handler", factory,
+            "--report", f"reports/chaos-{name}", "--junit", f"reports/junit-chaos-{name}.xml",
+            *session.posargs, env=_env(),
+        )
 
 
 @nox.session
