@@ -1,0 +1,63 @@
+"""Entry point of the benchmarks: ``python bench/run.py [--short] [--only NAME ...]``.
+
+``nox -s bench`` runs the full mode; CI runs ``--short``, which only checks
+that every benchmark still runs and prints its table.  Speed is never
+asserted: each table carries its own baseline, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import BenchSkipped
+
+__all__ = ["BENCHMARKS", "main"]
+
+#: name -> module in this directory
+BENCHMARKS = {
+    "statements": "bench_statements",
+    "throughput": "bench_throughput",
+    "simulator": "bench_simulator",
+    "catalogue": "bench_catalogue",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__)
+    parser.add_argument("--short", action="store_true", help="small sizes, for CI")
+    parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run these only")
+    args = parser.parse_args(argv)
+    failed = []
+    mode = "short" if args.short else "full"
+    print(f"dsm benchmarks ({mode} mode)", flush=True)
+    for name in args.only or list(BENCHMARKS):
+        module = importlib.import_module(BENCHMARKS[name])
+        started = time.perf_counter()
+        try:
+            tables = module.run(args.short)
+        except BenchSkipped as exc:
+            print(f"== {module.TITLE} ==\nskipped: {exc}\n", flush=True)
+            continue
+        except Exception:
+            failed.append(name)
+            print(f"== {module.TITLE} ==\nFAILED:\n{traceback.format_exc()}", flush=True)
+            continue
+        for table in tables:
+            print(table.render(), flush=True)
+        print(f"({name}: {time.perf_counter() - started:.1f}s)\n", flush=True)
+    if failed:
+        print(f"benchmarks failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Per-process, append-only journals of Jepsen-style events, and reading them back.
+
+Each process writes one JSON line per event and flushes it at once, so a
+process killed with SIGKILL leaves everything up to its last call on disk; an
+``invoke`` without its completion is read back as ``info`` ("may have
+happened"), exactly what a checker must assume about it.  Timestamps are wall
+clock nanoseconds anchored once per process and advanced with
+``perf_counter_ns``, so they are monotonic within a process and comparable
+across processes on one machine.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from dsm_sim.history import OpName
+
+__all__ = [
+    "EventType",
+    "Journal",
+    "Operation",
+    "WallClock",
+    "read_marks",
+    "read_operations",
+]
+
+
+class EventType(enum.Enum):
+    INVOKE = "invoke"
+    OK = "ok"
+    FAIL = "fail"
+    INFO = "info"
+
+
+class WallClock:
+    """Wall-clock nanoseconds, anchored once and advanced by the monotonic counter."""
+
+    def __init__(self) -> None:
+        self._wall = time.time_ns()
+        self._mono = time.perf_counter_ns()
+
+    def now_ns(self) -> int:
+        return self._wall + (time.perf_counter_ns() - self._mono)
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One call: its invocation, and how it completed (``info`` if it never did)."""
+
+    process: int
+    worker: int
+    execution: str
+    op: OpName
+    key: str
+    outcome: EventType
+    invoke_ns: int
+    complete_ns: int | None
+    token: int | None = None
+    status: str | None = None
+    value: Any = None
+    error: str | None = None
+    keys: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is EventType.OK
+
+
+class Journal:
+    """Writes one process's events; not shared between processes."""
+
+    def __init__(self, path: Path, process: int, clock: WallClock | None = None) -> None:
+        self.path = path
+        self.process = process
+        self.clock = clock or WallClock()
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._next = 0
+
+    def invoke(
+        self,
+        worker: int,
+        execution: str,
+        op: OpName,
+        key: str,
+        token: int | None = None,
+        status: str | None = None,
+        keys: Sequence[str] = (),
+    ) -> int:
+        """Log an invocation; the returned id pairs it with its completion."""
+        self._next += 1
+        self._write(
+            {
+                "id": self._next,
+                "type": EventType.INVOKE.value,
+                "worker": worker,
+                "execution": execution,
+                "op": op.value,
+                "key": key,
+                "token": token,
+                "status": status,
+                "keys": list(keys),
+            }
+        )
+        return self._next
+
+    def complete(
+        self, op_id: int, outcome: EventType, value: Any = None, error: str | None = None
+    ) -> None:
+        self._write({"id": op_id, "type": outcome.value, "value": value, "error": error})
+
+    def mark(self, name: str, **fields: Any) -> None:
+        """A non-operation marker (e.g. "stalled"), for tests that act on a run mid-way."""
+        self._write({"type": "mark", "name": name, **fields})
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _write(self, event: dict[str, Any]) -> None:
+        event["p"] = self.process
+        event["t"] = self.clock.now_ns()
+        self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+
+def _events(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.endswith("\n"):
+                return  # torn last line of a killed process: its call counts as unfinished
+            yield json.loads(line)
+
+
+def read_marks(paths: Iterable[Path], name: str) -> list[dict[str, Any]]:
+    """Markers named ``name`` written so far by any of the journals."""
+    found: list[dict[str, Any]] = []
+    for path in paths:
+        if path.exists():
+            found.extend(e for e in _events(path) if e["type"] == "mark" and e["name"] == name)
+    return found
+
+
+def read_operations(paths: Iterable[Path]) -> list[Operation]:
+    """Pair every invocation with its completion, ordered by invocation time."""
+    operations: list[Operation] = []
+    for path in paths:
+        pending: dict[int, dict[str, Any]] = {}
+        done: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+        for event in _events(path):
+            kind = event["type"]
+            if kind == EventType.INVOKE.value:
+                pending[event["id"]] = event
+            elif kind != "mark":
+                done.append((pending.pop(event["id"]), event))
+        done.extend((invoke, None) for invoke in pending.values())
+        for invoke, completion in done:
+            operations.append(
+                Operation(
+                    process=invoke["p"],
+                    worker=invoke["worker"],
+                    execution=invoke["execution"],
+                    op=OpName(invoke["op"]),
+                    key=invoke["key"],
+                    outcome=EventType.INFO if completion is None else EventType(completion["type"]),
+                    invoke_ns=invoke["t"],
+                    complete_ns=None if completion is None else completion["t"],
+                    token=invoke["token"],
+                    status=invoke["status"],
+                    keys=tuple(invoke.get("keys", ())),
+                    value=None if completion is None else completion["value"],
+                    error=None if completion is None else completion["error"],
+                )
+            )
+    operations.sort(key=lambda o: (o.invoke_ns, o.process, o.worker))
+    return operations

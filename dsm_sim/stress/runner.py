@@ -1,0 +1,373 @@
+"""The multi-process stress run: spawn, wait, recover the stragglers, check the history.
+
+N processes (``spawn`` context, so each imports its own handler and driver)
+open their handler, meet at a barrier and start delivering together.  When
+they are done (or were killed), the parent plays the catch-up worker and the
+redelivering broker: it sweeps expired locks and delivers every item that is
+not yet Processed again until all are, or the recovery budget runs out.
+Then the journals and the durable side effects become one
+:class:`~dsm_sim.history.History`, and the simulator's checker judges it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import multiprocessing
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+from dsm_sim.checker import InvariantResult, all_passed, check_history
+from dsm_sim.stress.history_builder import build_history, journal_outcomes
+from dsm_sim.stress.journal import Journal, WallClock, read_marks, read_operations
+from dsm_sim.stress.ledger import EffectLedger, EffectRow
+from dsm_sim.stress.settings import StressSettings
+from dsm_sim.stress.verdict import UNPROVEN, wall_clock_verdicts
+from dsm_sim.stress.worker import RECOVERY_PROCESS, StressWorker, base_context, process_main
+from reference_engine.clock import SystemClock
+from reference_engine.errors import DsmError, InvalidOptionError, StoreError
+from reference_engine.handler import StateHandler
+from reference_engine.record import StateRecord
+from reference_engine.status import IdempotencyStatus
+
+__all__ = ["StressReport", "StressRun", "run_stress"]
+
+S = IdempotencyStatus
+
+
+@dataclass(frozen=True, slots=True)
+class StressReport:
+    """What a run did and what the checker said about it.
+
+    ``duplicate_keys`` is counted straight from the durable effect rows (more
+    than one row for a key), independently of the checker's reasoning, so a
+    broken handler is caught even if the history were incomplete.
+    """
+
+    settings: StressSettings
+    results: tuple[InvariantResult, ...]
+    outcomes: Mapping[str, int]
+    unnamed_errors: Mapping[str, int]
+    store_errors: int
+    exit_codes: tuple[int | None, ...]
+    failed_processes: tuple[int, ...]
+    effects: int
+    duplicate_keys: tuple[str, ...]
+    unfinished_keys: tuple[str, ...]
+    operations: int
+    run_seconds: float
+    recovery_seconds: float
+    journal_dir: str
+
+    @property
+    def passed(self) -> bool:
+        return (
+            all_passed(self.results)
+            and not self.duplicate_keys
+            and not self.unfinished_keys
+            and not self.failed_processes
+        )
+
+    @property
+    def violations(self) -> list[str]:
+        found = [v.message for r in self.results for v in r.violations]
+        found += [f"key {k}: more than one durable side effect" for k in self.duplicate_keys]
+        found += [f"key {k}: not Processed after recovery" for k in self.unfinished_keys]
+        found += [f"process p{i} exited with {self.exit_codes[i]}" for i in self.failed_processes]
+        return found
+
+    def to_json(self) -> dict[str, object]:
+        s = self.settings
+        return {
+            "passed": self.passed,
+            "db": s.kind.value,
+            "handler": s.handler_spec,
+            "processes": s.processes,
+            "workers": s.workers,
+            "keys": s.keys,
+            "duplicates": s.duplicates,
+            "run_id": s.run_id,
+            "deliveries": s.deliveries,
+            "operations": self.operations,
+            "run_seconds": round(self.run_seconds, 3),
+            "recovery_seconds": round(self.recovery_seconds, 3),
+            "ops_per_second": round(self.operations / self.run_seconds, 1)
+            if self.run_seconds > 0
+            else None,
+            "outcomes": dict(self.outcomes),
+            "store_errors": self.store_errors,
+            "unnamed_errors": dict(self.unnamed_errors),
+            "exit_codes": list(self.exit_codes),
+            "effects": self.effects,
+            "duplicate_keys": list(self.duplicate_keys),
+            "unfinished_keys": list(self.unfinished_keys),
+            "invariants": {r.name: r.passed for r in self.results},
+            "violations": self.violations[:50],
+        }
+
+    def _exits(self) -> str:
+        codes = set(self.exit_codes)
+        if len(codes) == 1:
+            return f"all {next(iter(codes))}"
+        return str(list(self.exit_codes))
+
+    def summary(self) -> str:
+        s = self.settings
+        lines = [
+            f"stress run {s.run_id}: {s.kind.value}, handler {s.handler_spec}",
+            f"  {s.processes} processes x {s.workers} workers, {s.keys} keys x "
+            f"{s.duplicates} deliveries, fail rate {s.fail_rate}",
+            f"  {self.operations} operations in {self.run_seconds:.2f}s"
+            f" (+{self.recovery_seconds:.2f}s recovery), exit codes {self._exits()}",
+            "  outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())),
+            f"  store errors {self.store_errors}, unnamed errors {dict(self.unnamed_errors)}",
+            f"  side effects {self.effects}, keys with duplicates {len(self.duplicate_keys)}, "
+            f"unfinished keys {len(self.unfinished_keys)}",
+        ]
+        for result in self.results:
+            mark = "PASS" if result.passed else "FAIL"
+            unproven = sum(1 for n in result.notes if n.startswith(UNPROVEN))
+            extra = f", {unproven} unproven on the wall clock" if unproven else ""
+            lines.append(f"  [{mark}] {result.name}: {len(result.violations)} violation(s){extra}")
+        for message in self.violations[:10]:
+            lines.append(f"    - {message}")
+        lines.append("PASSED" if self.passed else "FAILED")
+        return "\n".join(lines)
+
+
+class StressRun:
+    """One run, in steps a fault test can interleave with: prepare, start, wait, recover, report.
+
+    Use :func:`run_stress` for the whole sequence.
+    """
+
+    def __init__(self, settings: StressSettings, workdir: Path | None = None) -> None:
+        self.settings = settings
+        self.clock = SystemClock()
+        # Built first: a bad handler spec must fail before anything is created.
+        self.handler: StateHandler = settings.build_handler(self.clock)
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix=f"dsm-stress-{settings.run_id}-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.processes: list[BaseProcess] = []
+        self.killed: set[int] = set()
+        self._barrier: object = None
+        self.ledger = EffectLedger(settings)
+        self.epoch_ns = time.time_ns()
+        self.started_ns: int | None = None
+        self.ended_ns: int | None = None
+        self.recovered_ns: int | None = None
+        self.recovery_outcomes: Counter[str] = Counter()
+        self.recovery_unnamed: Counter[str] = Counter()
+
+    @property
+    def journal_paths(self) -> list[Path]:
+        paths = [self.workdir / f"p{i}.jsonl" for i in range(self.settings.processes)]
+        return [*paths, self.workdir / "recovery.jsonl"]
+
+    async def prepare(self) -> None:
+        """Check the server can take the run, then create its schema and tables once.
+
+        Done here, before any child races to create them.  Each worker may hold
+        one handler and one ledger connection, so a PostgreSQL run needs about
+        ``2 x processes x workers`` connections; a run the server cannot take is
+        refused up front instead of failing half-way with "too many clients".
+        """
+        free = await self.ledger.free_connections()
+        need = 2 * self.settings.processes * self.settings.workers + 2
+        if free is not None and need > free:
+            raise InvalidOptionError(
+                "processes",
+                f"{self.settings.processes} processes x {self.settings.workers} workers need "
+                f"about {need} PostgreSQL connections and the server has {free} free; lower "
+                "--processes or --workers, or raise the server's max_connections",
+            )
+        await self.ledger.create()
+        await self.handler.open()
+
+    def start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        # Kept on self: the children unpickle it after start() returns, and a
+        # collected barrier takes its semaphores with it.
+        self._barrier = barrier = context.Barrier(self.settings.processes)
+        self.started_ns = time.time_ns()
+        for index in range(self.settings.processes):
+            process = context.Process(
+                target=process_main,
+                args=(self.settings, index, str(self.journal_paths[index]), barrier),
+                name=f"dsm-stress-p{index}",
+                daemon=True,
+            )
+            process.start()
+            self.processes.append(process)
+
+    def kill(self, index: int) -> None:
+        """SIGKILL process ``index``; the report will not count its exit as a failure."""
+        self.killed.add(index)
+        self.processes[index].kill()
+
+    async def wait(self, limit_s: float | None = None) -> tuple[int | None, ...]:
+        """Join every process (killing those still alive after ``limit_s`` seconds)."""
+        deadline = None if limit_s is None else time.monotonic() + limit_s
+        for process in self.processes:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            await asyncio.to_thread(process.join, remaining)
+            if process.is_alive():
+                process.kill()
+                await asyncio.to_thread(process.join, 5.0)
+        self.ended_ns = time.time_ns()
+        return tuple(p.exitcode for p in self.processes)
+
+    async def recover(self) -> None:
+        """Catch-up sweeps and redeliveries until every key is Processed or time is up."""
+        settings = dataclasses.replace(self.settings, fail_rate=0.0)
+        journal = Journal(self.journal_paths[-1], RECOVERY_PROCESS, WallClock())
+        worker = StressWorker(settings, self.handler, self.ledger, journal, RECOVERY_PROCESS, 0)
+        deadline = time.monotonic() + settings.recovery_seconds
+        try:
+            while time.monotonic() < deadline:
+                records = await self._read_all(deadline)
+                if records is None:
+                    break
+                pending = {
+                    k: r for k, r in records.items() if r is None or r.status is not S.PROCESSED
+                }
+                if not pending:
+                    break
+                now = self.clock.now()
+                expired = [
+                    k
+                    for k, r in pending.items()
+                    if r is not None
+                    and r.status is S.PROCESSING
+                    and r.locked_until is not None
+                    and r.locked_until < now
+                ]
+                if expired:
+                    await worker.sweep(expired)
+                for key in pending:
+                    self.recovery_outcomes[(await worker.deliver(key)).value] += 1
+                await asyncio.sleep(self._next_expiry(pending, deadline))
+        finally:
+            self.recovery_unnamed.update(worker.unnamed_errors)
+            journal.close()
+            self.recovered_ns = time.time_ns()
+
+    def _next_expiry(self, pending: Mapping[str, StateRecord | None], deadline: float) -> float:
+        now = self.clock.now()
+        waits = [
+            (r.locked_until - now).total_seconds()
+            for r in pending.values()
+            if r is not None and r.status is S.PROCESSING and r.locked_until is not None
+        ]
+        wait = min([w for w in waits if w > 0], default=0.05) + 0.05
+        return max(0.0, min(wait, deadline - time.monotonic(), 1.0))
+
+    async def _read_all(self, deadline: float) -> dict[str, StateRecord | None] | None:
+        """Every key's record; retried while the store is down, None if it stays down."""
+        ctx = base_context(self.settings)
+        delay = 0.1
+        while True:
+            try:
+                return {
+                    key: await self.handler.get(ctx.for_item(key))
+                    for key in self.settings.key_list()
+                }
+            except StoreError:
+                if time.monotonic() + delay > deadline:
+                    return None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def report(self) -> StressReport:
+        """Read the final state and the effects, build the history, run the checker."""
+        ctx = base_context(self.settings)
+        final: list[tuple[str, StateRecord | None, int]] = []
+        for key in self.settings.key_list():
+            try:
+                record = await self.handler.get(ctx.for_item(key))
+            except DsmError:
+                record = None
+            final.append((key, record, time.time_ns()))
+        effects: list[EffectRow] = await self.ledger.rows()
+        operations = read_operations(p for p in self.journal_paths if p.exists())
+        crashed = {f"p{i}" for i, p in enumerate(self.processes) if p.exitcode not in (0, None)}
+        history = build_history(
+            self.settings,
+            epoch_ns=self.epoch_ns,
+            operations=operations,
+            effects=effects,
+            final=final,
+            crashed=crashed,
+            faults_stop_ns=self.ended_ns if self.recovered_ns is not None else None,
+        )
+        results = wall_clock_verdicts(history, check_history(history))
+        outcomes, unnamed = journal_outcomes(self.journal_paths[:-1])
+        outcomes.update({f"recovery_{k}": v for k, v in self.recovery_outcomes.items()})
+        unnamed.update(self.recovery_unnamed)
+        per_key = Counter(row.item_key for row in effects)
+        # Timed from the barrier's release, so spawning and imports do not count.
+        starts = [int(m["t"]) for m in read_marks(self.journal_paths[:-1], "start")]
+        start = min(starts, default=self.started_ns or self.epoch_ns)
+        end = self.ended_ns or time.time_ns()
+        return StressReport(
+            settings=self.settings,
+            results=results,
+            outcomes=dict(outcomes),
+            unnamed_errors=dict(unnamed),
+            store_errors=sum(1 for o in operations if o.error == StoreError.__name__),
+            exit_codes=tuple(p.exitcode for p in self.processes),
+            failed_processes=tuple(
+                i for i, p in enumerate(self.processes) if p.exitcode != 0 and i not in self.killed
+            ),
+            effects=len(effects),
+            duplicate_keys=tuple(sorted(k for k, n in per_key.items() if n > 1)),
+            unfinished_keys=tuple(
+                k for k, r, _ in final if r is None or r.status is not S.PROCESSED
+            ),
+            operations=len(operations),
+            run_seconds=(end - start) / 1e9,
+            recovery_seconds=((self.recovered_ns or end) - end) / 1e9,
+            journal_dir=str(self.workdir),
+        )
+
+    async def close(self, *, keep: bool = False) -> None:
+        """Close the parent's connections and remove the run's schema/files unless ``keep``."""
+        for process in self.processes:
+            if process.is_alive():
+                process.kill()
+        try:
+            if not keep:
+                await self.ledger.drop()
+        finally:
+            await self.ledger.close()
+            await self.handler.close()
+            if not keep and self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+async def run_stress(
+    settings: StressSettings,
+    *,
+    workdir: Path | None = None,
+    keep: bool = False,
+    recover: bool = True,
+    limit_s: float | None = None,
+) -> StressReport:
+    """Prepare, run N processes, recover the stragglers, check; clean up unless ``keep``."""
+    run = StressRun(settings, workdir)
+    try:
+        await run.prepare()
+        run.start()
+        await run.wait(limit_s)
+        if recover:
+            await run.recover()
+        return await run.report()
+    finally:
+        await run.close(keep=keep)

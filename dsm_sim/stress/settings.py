@@ -1,0 +1,194 @@
+"""What one stress run is: the database, the handler, the load shape and the fault knobs.
+
+A run is described by one frozen :class:`StressSettings` so it can be pickled
+into every spawned process unchanged and printed next to its figures; the
+handler is named by a ``module:factory`` spec rather than passed as an object
+because a ``spawn`` child imports its own copy of everything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import importlib
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from reference_engine.clock import Clock
+from reference_engine.errors import ConfigurationError, InvalidOptionError
+from reference_engine.handler import StateHandler
+
+__all__ = [
+    "BUILTIN_HANDLER_SPEC",
+    "MAX_PROCESSES",
+    "DatabaseKind",
+    "StressHandlerFactory",
+    "StressSettings",
+    "database_kind",
+    "item_key",
+    "load_stress_factory",
+    "new_run_id",
+]
+
+#: The built-in SQL handler's factory, the default a stress run exercises.
+BUILTIN_HANDLER_SPEC = "reference_engine.handlers.sql.factory:sql_handler"
+MAX_PROCESSES = 64
+MAX_WORKERS = 256
+
+
+class StressHandlerFactory(Protocol):
+    """Builds a handler for a database URL; ``schema`` isolates a run on PostgreSQL."""
+
+    def __call__(self, url: str, clock: Clock, *, schema: str | None = None) -> StateHandler: ...
+
+
+class DatabaseKind(enum.Enum):
+    POSTGRESQL = "postgresql"
+    SQLITE = "sqlite"
+
+
+def database_kind(url: str) -> DatabaseKind:
+    """Which of the two supported databases a SQLAlchemy URL points at."""
+    scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        return DatabaseKind.POSTGRESQL
+    if scheme == "sqlite":
+        if url.rstrip("/").endswith(":memory:") or url.rstrip("/") in (
+            "sqlite",
+            "sqlite+aiosqlite:",
+        ):
+            raise InvalidOptionError(
+                "db",
+                "an in-memory SQLite database cannot be shared between processes",
+                ("postgresql+asyncpg://...", "sqlite+aiosqlite:///path/to/file.sqlite3"),
+            )
+        return DatabaseKind.SQLITE
+    raise InvalidOptionError(
+        "db",
+        f"unsupported database URL scheme {scheme!r}",
+        ("postgresql+asyncpg://...", "sqlite+aiosqlite:///path/to/file.sqlite3"),
+    )
+
+
+def load_stress_factory(spec: str) -> StressHandlerFactory:
+    """Import ``"package.module:factory"``; the callable takes ``(url, clock, *, schema=)``."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(
+            f"handler factory {spec!r} must look like 'package.module:factory', e.g. "
+            f"{BUILTIN_HANDLER_SPEC!r}"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"cannot import module {module_name!r} for handler {spec!r}: {exc}"
+        ) from exc
+    target: object = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r} ({spec!r})")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ConfigurationError(
+            f"{spec!r} is not callable; it must build a handler from (url, clock, schema=...)"
+        )
+    factory: StressHandlerFactory = target
+    return factory
+
+
+def new_run_id() -> str:
+    """Short, lower-case and identifier-safe, so it can name a PostgreSQL schema."""
+    return secrets.token_hex(5)
+
+
+def item_key(index: int) -> str:
+    return f"k{index:05d}"
+
+
+def _positive(option: str, value: object, upper: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= upper:
+        raise InvalidOptionError(option, f"must be an integer from 1 to {upper}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StressSettings:
+    """One stress run.
+
+    Each of ``keys`` items is delivered ``duplicates`` times; duplicate ``d`` of
+    key ``k`` goes to process ``(k + d) % processes`` and every process walks
+    its deliveries in key order, so the duplicates of a key meet in different
+    processes at about the same instant, which is where a racy acquire breaks.
+
+    ``fail_rate`` is the share of side effects that raise, exercising
+    ``release_lock_as_failed`` and the retry of a Failed item.
+    ``stall_after_acquire`` makes process 0 hold its first lock that long with
+    its side-effect transaction open, so a test can SIGKILL it there.
+    """
+
+    db_url: str
+    handler_spec: str = BUILTIN_HANDLER_SPEC
+    processes: int = 8
+    workers: int = 4
+    keys: int = 200
+    duplicates: int = 3
+    fail_rate: float = 0.05
+    lock_duration: dt.timedelta = dt.timedelta(minutes=30)
+    retry_seconds: float = 15.0
+    recovery_seconds: float = 60.0
+    stall_after_acquire: float = 0.0
+    start_timeout: float = 120.0
+    seed: int = 0
+    run_id: str = dataclasses.field(default_factory=new_run_id)
+
+    def __post_init__(self) -> None:
+        database_kind(self.db_url)
+        _positive("processes", self.processes, MAX_PROCESSES)
+        _positive("workers", self.workers, MAX_WORKERS)
+        _positive("keys", self.keys, 1_000_000)
+        _positive("duplicates", self.duplicates, 1_000)
+        if not 0.0 <= self.fail_rate < 1.0:
+            raise InvalidOptionError("fail_rate", f"must be in [0, 1), got {self.fail_rate!r}")
+        if self.lock_duration <= dt.timedelta(0):
+            raise InvalidOptionError("lock_duration", f"must be positive, got {self.lock_duration}")
+        for name in ("retry_seconds", "recovery_seconds", "stall_after_acquire", "start_timeout"):
+            if getattr(self, name) < 0:
+                raise InvalidOptionError(name, f"must not be negative, got {getattr(self, name)!r}")
+        if not self.run_id.isalnum() or not self.run_id.islower():
+            raise InvalidOptionError(
+                "run_id", f"must be lower-case alphanumeric, got {self.run_id!r}"
+            )
+
+    @property
+    def kind(self) -> DatabaseKind:
+        return database_kind(self.db_url)
+
+    @property
+    def schema(self) -> str | None:
+        """The PostgreSQL schema this run's tables live in; SQLite runs use their own file."""
+        return f"dsm_stress_{self.run_id}" if self.kind is DatabaseKind.POSTGRESQL else None
+
+    @property
+    def deliveries(self) -> int:
+        return self.keys * self.duplicates
+
+    def key_list(self) -> list[str]:
+        return [item_key(i) for i in range(self.keys)]
+
+    def deliveries_for(self, process: int) -> list[tuple[str, int]]:
+        """This process's ``(item_key, duplicate)`` deliveries, in key order."""
+        return [
+            (item_key(k), d)
+            for k in range(self.keys)
+            for d in range(self.duplicates)
+            if (k + d) % self.processes == process
+        ]
+
+    def build_handler(self, clock: Clock) -> StateHandler:
+        factory: Callable[..., StateHandler] = load_stress_factory(self.handler_spec)
+        if self.schema is None:
+            return factory(self.db_url, clock)
+        return factory(self.db_url, clock, schema=self.schema)

@@ -1,0 +1,66 @@
+"""The benchmarks still run: ``bench/run.py --short`` exits 0 and prints every table.
+
+Speed is never asserted here; the figures live in docs/performance.md and
+are produced by ``nox -s bench``.  What is checked is that each benchmark
+measured its baseline in the same run (its ratio column is printed) and
+that no benchmark was skipped in a CI that has every service.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
+
+#: Each table's title and the ratio column that proves its baseline ran.
+EXPECTED = {
+    "SQL statements per operation (built-in handler)": "statements/target",
+    "Throughput on PostgreSQL: built-in handler vs raw asyncpg, same statement": "handler/asyncpg",
+    "Simulator: simulated handler operations per second vs a bare SimPy loop": "sim/bare",
+    "Conformance kit: time and examples to catch each broken handler": "catch/clean",
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_short_benchmarks_run_and_print_every_table(postgres_url: str) -> None:
+    env = {**os.environ, "DSM_TEST_POSTGRES_URL": postgres_url}
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--short"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, f"stdout:\n{out}\nstderr:\n{done.stderr}"
+    lines = out.splitlines()
+    for title, ratio_column in EXPECTED.items():
+        header = f"== {title} =="
+        assert header in lines, f"missing table {title!r}:\n{out}"
+        following = lines[lines.index(header) + 1]
+        assert not following.startswith("skipped"), following
+        assert ratio_column in following.split("  "), following
+    # Both backends were counted: PostgreSQL was not skipped.
+    assert any(line.startswith("postgresql ") for line in lines), out
+    assert "FAILED" not in out
+
+
+def test_an_unknown_benchmark_name_is_refused() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--only", "nonsense"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "invalid choice" in done.stderr
