@@ -1,0 +1,155 @@
+"""Factories for the built-in SQL handler: ``(clock) -> handler``, as the registry expects.
+
+The isolating factories (a fresh in-memory database, a temporary file, a
+throw-away PostgreSQL schema) are what the conformance kit, the simulator and
+the tests build handlers from, so runs that share a server never see each
+other's rows and leave nothing behind once closed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from reference_engine.clock import Clock
+from reference_engine.errors import ConfigurationError
+from reference_engine.handler import HandlerFactory
+from reference_engine.handlers.sql.engine import (
+    create_engine_for,
+    create_pg_schema,
+    drop_pg_schema,
+    normalize_url,
+)
+from reference_engine.handlers.sql.handler import SqlStateHandler
+
+__all__ = [
+    "DATABASE_URL_ENV",
+    "DEFAULT_DATABASE_URL",
+    "MEMORY_URL",
+    "POSTGRES_TEST_URL_ENV",
+    "builtin_factory",
+    "database_url",
+    "postgres_isolated_handler",
+    "postgres_test_handler",
+    "sql_handler",
+    "sqlite_file_handler",
+    "sqlite_memory_handler",
+]
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///dsm.db"
+DATABASE_URL_ENV = "DSM_DATABASE_URL"
+POSTGRES_TEST_URL_ENV = "DSM_TEST_POSTGRES_URL"
+MEMORY_URL = "sqlite+aiosqlite:///:memory:"
+
+
+def database_url() -> str:
+    """``DSM_DATABASE_URL`` if set, else :data:`DEFAULT_DATABASE_URL` (a file in the cwd)."""
+    return os.environ.get(DATABASE_URL_ENV, "").strip() or DEFAULT_DATABASE_URL
+
+
+def sql_handler(
+    url: str,
+    clock: Clock,
+    *,
+    schema: str | None = None,
+    pool_size: int | None = None,
+    max_overflow: int | None = None,
+) -> SqlStateHandler:
+    """A handler on ``url``; with ``schema`` (PostgreSQL) the table lives in that schema.
+
+    The schema is created on open if missing and kept on close.
+    """
+    engine = create_engine_for(url, schema=schema, pool_size=pool_size, max_overflow=max_overflow)
+    on_open = None
+    if schema is not None:
+        name = schema
+
+        async def on_open(engine: AsyncEngine) -> None:
+            await create_pg_schema(engine, name)
+
+    handler = SqlStateHandler(engine, clock, on_open=on_open)
+    handler.schema_name = schema
+    return handler
+
+
+def sqlite_memory_handler(clock: Clock) -> SqlStateHandler:
+    """A fresh private in-memory SQLite database per call; gone when closed."""
+    return sql_handler(MEMORY_URL, clock)
+
+
+def sqlite_file_handler(clock: Clock) -> SqlStateHandler:
+    """A fresh SQLite file (WAL) in a temporary directory per call, removed on close."""
+    directory = Path(tempfile.mkdtemp(prefix="dsm-sqlite-"))
+
+    async def remove(_engine: AsyncEngine) -> None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+    engine = create_engine_for(f"sqlite+aiosqlite:///{directory / 'dsm.db'}")
+    return SqlStateHandler(engine, clock, on_close=remove)
+
+
+def postgres_isolated_handler(
+    url: str,
+    clock: Clock,
+    *,
+    pool_size: int | None = None,
+    max_overflow: int | None = None,
+) -> SqlStateHandler:
+    """A handler in a fresh, uniquely named schema of the PostgreSQL database at ``url``.
+
+    The schema is created on open and dropped (with its rows) on close, so
+    concurrent runs on one server are isolated.  ``handler.schema_name``
+    tells which schema a run used.
+    """
+    if normalize_url(url).get_backend_name() != "postgresql":
+        raise ConfigurationError(f"an isolated schema needs a PostgreSQL URL, got {url!r}")
+    name = f"dsm_run_{uuid.uuid4().hex[:16]}"
+
+    async def create(engine: AsyncEngine) -> None:
+        await create_pg_schema(engine, name)
+
+    async def drop(engine: AsyncEngine) -> None:
+        try:
+            await drop_pg_schema(engine, name)
+        finally:
+            await engine.dispose()
+
+    engine = create_engine_for(url, schema=name, pool_size=pool_size, max_overflow=max_overflow)
+    handler = SqlStateHandler(engine, clock, on_open=create, on_close=drop)
+    handler.schema_name = name
+    return handler
+
+
+def postgres_test_handler(clock: Clock) -> SqlStateHandler:
+    """:func:`postgres_isolated_handler` on ``DSM_TEST_POSTGRES_URL``.
+
+    For the conformance kit and the simulator: every call is a fresh schema.
+    """
+    url = os.environ.get(POSTGRES_TEST_URL_ENV, "").strip()
+    if not url:
+        raise ConfigurationError(
+            f"postgres_test_handler needs {POSTGRES_TEST_URL_ENV}, e.g. "
+            "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+        )
+    return postgres_isolated_handler(url, clock)
+
+
+def builtin_factory(url: str | None = None) -> HandlerFactory:
+    """The factory to register under the key ``"built-in"``.
+
+    ``url`` defaults to :func:`database_url` (``DSM_DATABASE_URL`` or a
+    ``dsm.db`` file); it is validated now, so a bad URL fails at registration.
+    """
+    target = url if url is not None else database_url()
+    normalize_url(target)
+
+    def build(clock: Clock) -> SqlStateHandler:
+        return sql_handler(target, clock)
+
+    build.__qualname__ = build.__name__ = "builtin_sql_handler"
+    return build

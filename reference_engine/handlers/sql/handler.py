@@ -1,0 +1,181 @@
+"""The built-in handler: the :class:`~reference_engine.handler.StateHandler` over SQL.
+
+It behaves exactly as the reference model (``reference_engine.model``) does,
+error class for error class, and adds only what a real store needs: input is
+validated before any statement runs, "now" comes from the injected clock and
+is passed as a parameter, and driver failures surface as
+:class:`~reference_engine.errors.StoreError` so node code handles one error
+root whatever the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import StaticPool
+
+from reference_engine.clock import Clock
+from reference_engine.context import StateHandlerContext
+from reference_engine.errors import DsmError, InvalidItemError, StoreError, UnsupportedStatusError
+from reference_engine.handlers.sql.repository import ProcessStateLogRepository
+from reference_engine.handlers.sql.schema import create_schema
+from reference_engine.model import SETTABLE
+from reference_engine.record import StateRecord, encode_data
+from reference_engine.status import IdempotencyStatus
+
+__all__ = ["SqlStateHandler"]
+
+S = IdempotencyStatus
+#: Run on open (before the table is created) and on close (after disposal).
+Hook = Callable[[AsyncEngine], Awaitable[None]]
+#: Errors from the driver and the network that mean "outcome unknown".
+_STORE_FAILURES = (SQLAlchemyError, OSError)
+#: Context fields stored as text besides the item keys (which the context validates).
+_TEXT_FIELDS = ("tenant_id", "entity_id", "entity_execution_id", "source_app_id", "scope_code")
+
+
+def _check_text(value: object, field: str) -> None:
+    """Refuse text a database would reject, before any statement runs.
+
+    PostgreSQL rejects NUL in text and both drivers reject lone surrogates;
+    checking here makes that a named input error instead of a driver error.
+    """
+    if not isinstance(value, str):
+        raise InvalidItemError(f"{field} must be a string, got {type(value).__name__}", field=field)
+    if "\x00" in value:
+        raise InvalidItemError(f"{field} must not contain NUL characters", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidItemError(
+            f"{field} is not valid Unicode text (cannot be encoded as UTF-8): {exc.reason}",
+            field=field,
+        ) from exc
+
+
+def _storable(ctx: StateHandlerContext) -> StateHandlerContext:
+    ctx.record_key  # noqa: B018 -- raises InvalidItemError when the item key is missing
+    for field in _TEXT_FIELDS:
+        _check_text(getattr(ctx, field), field)
+    return ctx
+
+
+class SqlStateHandler:
+    """SQL persistence of item records on SQLite (aiosqlite) or PostgreSQL (asyncpg).
+
+    Build it with :func:`reference_engine.handlers.sql.factory.sql_handler`
+    or give it an engine from :func:`~reference_engine.handlers.sql.engine.create_engine_for`.
+    ``on_open`` runs before the table is created (e.g. create an isolation
+    schema); ``on_close`` runs after the engine is disposed (e.g. remove a
+    temporary file).  Use one handler from one event loop.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        clock: Clock,
+        *,
+        on_open: Hook | None = None,
+        on_close: Hook | None = None,
+    ) -> None:
+        self.engine = engine
+        self.clock = clock
+        single_connection = isinstance(engine.sync_engine.pool, StaticPool)
+        self.repository = ProcessStateLogRepository(engine, serialize=single_connection)
+        self._on_open = on_open
+        self._on_close = on_close
+        self._closed = False
+        #: The PostgreSQL schema the table lives in, when the handler was built for one.
+        self.schema_name: str | None = None
+
+    def __repr__(self) -> str:
+        url = self.engine.url.render_as_string(hide_password=True)
+        return f"SqlStateHandler({url!r})"
+
+    @asynccontextmanager
+    async def _store(self, operation: str) -> AsyncIterator[None]:
+        """Turn a driver failure into StoreError; the lifecycle's own errors pass through."""
+        try:
+            yield
+        except DsmError:
+            raise
+        except _STORE_FAILURES as exc:
+            raise StoreError(
+                f"{operation} failed on the {self.engine.dialect.name} store "
+                f"({type(exc).__name__}: {exc}); the outcome is unknown and retrying is safe"
+            ) from exc
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        async with self._store("open"):
+            if self._on_open is not None:
+                await self._on_open(self.engine)
+            await create_schema(self.engine)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        async with self._store("close"):
+            try:
+                await self.engine.dispose()
+            finally:
+                if self._on_close is not None:
+                    await self._on_close(self.engine)
+
+    # --- the StateHandler protocol -----------------------------------------------------------
+
+    async def exists(self, ctx: StateHandlerContext) -> bool:
+        key = _storable(ctx).record_key
+        async with self._store("exists"):
+            return await self.repository.exists(key, self.clock.now())
+
+    async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
+        key = _storable(ctx).record_key
+        async with self._store("get"):
+            return await self.repository.get(key)
+
+    async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
+        _storable(ctx)
+        async with self._store("try_acquire_lock"):
+            return await self.repository.try_acquire_lock(ctx, self.clock.now())
+
+    async def set(
+        self,
+        ctx: StateHandlerContext,
+        status: IdempotencyStatus,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(status, IdempotencyStatus) or status not in SETTABLE:
+            use = "upsert()" if status is S.SUPERSEDED else "try_acquire_lock()"
+            label = status.label if isinstance(status, IdempotencyStatus) else repr(status)
+            raise UnsupportedStatusError(status=label, use=use)
+        encoded = encode_data(data)
+        _storable(ctx)
+        async with self._store(f"set({status.label})"):
+            await self.repository.set(ctx, status, encoded, self.clock.now())
+
+    async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
+        _check_text(error_detail, "error_detail")
+        _storable(ctx)
+        async with self._store("release_lock_as_failed"):
+            await self.repository.release_lock_as_failed(ctx, error_detail, self.clock.now())
+
+    async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
+        encoded = encode_data(data)
+        _storable(ctx)
+        async with self._store("upsert"):
+            await self.repository.upsert(ctx, encoded, self.clock.now())
+
+    async def reset_expired_locks(self) -> int:
+        async with self._store("reset_expired_locks"):
+            return await self.repository.reset_expired_locks(self.clock.now())
+
+    async def expire_past_retention(self) -> int:
+        async with self._store("expire_past_retention"):
+            return await self.repository.expire_past_retention(self.clock.now())

@@ -1,0 +1,268 @@
+"""The ``process_state_logs`` table: one row per item record, current or superseded.
+
+The table is SQLAlchemy Core so the same definition creates and queries the
+store on SQLite and PostgreSQL.  The partial unique index over the record key
+(``WHERE NOT superseded``) is what makes the atomic operations possible: it is
+the ``ON CONFLICT`` target of every insert-or-update, and it lets the
+superseded history of a key live beside its one current row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    false,
+    inspect,
+)
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.types import DateTime, TypeDecorator, TypeEngine
+
+from reference_engine.clock import UTC, ensure_utc
+from reference_engine.handlers.sql.engine import lock_ddl
+from reference_engine.status import IdempotencyStatus
+
+__all__ = [
+    "CURRENT_ROW",
+    "KEY_COLUMNS",
+    "SQLITE_TIMESTAMP_FORMAT",
+    "TABLE_NAME",
+    "UtcDateTime",
+    "create_schema",
+    "metadata",
+    "process_state_logs",
+]
+
+TABLE_NAME = "process_state_logs"
+
+#: Fixed width, so on SQLite comparing the stored text compares the instants.
+SQLITE_TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def _format_sqlite(instant: dt.datetime) -> str:
+    # strftime does not zero-pad years below 1000 on every platform; spell it out.
+    utc = ensure_utc(instant)
+    return (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T"
+        f"{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}.{utc.microsecond:06d}Z"
+    )
+
+
+class UtcDateTime(TypeDecorator[dt.datetime]):
+    """Aware UTC instants on every backend.
+
+    PostgreSQL stores ``TIMESTAMPTZ``.  SQLite has no time type and
+    SQLAlchemy's ``DateTime(timezone=True)`` drops the offset there, so the
+    instant is stored as fixed-width ISO-8601 UTC text, which keeps ``<`` in
+    SQL meaning "earlier".  Naive datetimes are refused instead of guessed.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(27))
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if dialect.name == "sqlite":
+            return _format_sqlite(value)
+        return ensure_utc(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            parsed = dt.datetime.strptime(value, SQLITE_TIMESTAMP_FORMAT)
+            return parsed.replace(tzinfo=UTC)
+        if isinstance(value, dt.datetime):
+            if value.tzinfo is None:
+                return value.replace(tzinfo=UTC)
+            return value.astimezone(UTC)
+        raise TypeError(f"unexpected timestamp value {value!r} from {dialect.name}")
+
+
+metadata = MetaData()
+
+_STORED_STATUSES = tuple(s.value for s in IdempotencyStatus if s is not IdempotencyStatus.NONE)
+
+process_state_logs = Table(
+    TABLE_NAME,
+    metadata,
+    Column(
+        "id",
+        BigInteger().with_variant(Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+        comment="Surrogate key; orders the history of a record key by insertion.",
+    ),
+    Column("tenant_id", Text, nullable=False, comment="Tenant; part of every record key."),
+    Column(
+        "source_app_id",
+        Text,
+        nullable=False,
+        comment="Application that sent the message of the latest write.",
+    ),
+    Column(
+        "scope_id",
+        Integer,
+        nullable=False,
+        comment="Scope table id (1 Tenant .. 5 Thread); part of every record key.",
+    ),
+    Column("scope_code", String(32), nullable=False, comment="Scope name, for humans."),
+    Column(
+        "entity_id",
+        Text,
+        nullable=False,
+        comment="Entity the scope points at (tenant, application, workflow, element or run).",
+    ),
+    Column(
+        "entity_execution_id",
+        Text,
+        nullable=False,
+        comment="Run (execution thread) of the latest write; shows who holds a lock.",
+    ),
+    Column(
+        "item_entity_key",
+        String(256),
+        nullable=False,
+        comment="Optional sub-entity of the item ('' when unused); part of the record key.",
+    ),
+    Column("item_key", String(256), nullable=False, comment="The work item's key."),
+    Column(
+        "status",
+        String(16),
+        nullable=False,
+        comment="IdempotencyStatus value: processing, processed, failed, superseded, "
+        "skipped or expired.",
+    ),
+    Column(
+        "attempt",
+        Integer,
+        nullable=False,
+        default=0,
+        comment="Fencing token of the latest acquisition (0 if never acquired).",
+    ),
+    Column(
+        "locked_until",
+        UtcDateTime(),
+        nullable=True,
+        comment="End of the processing lock (UTC); NULL unless status is processing.",
+    ),
+    Column("data", Text, nullable=True, comment="Result payload as canonical JSON text."),
+    Column(
+        "error_detail",
+        Text,
+        nullable=True,
+        comment="Why the item failed (node error or the sweep's note).",
+    ),
+    Column(
+        "superseded",
+        Boolean,
+        nullable=False,
+        default=False,
+        server_default=false(),
+        comment="True for history rows replaced by an upsert; at most one current row per key.",
+    ),
+    Column("created_at", UtcDateTime(), nullable=False, comment="First write of this row (UTC)."),
+    Column("updated_at", UtcDateTime(), nullable=False, comment="Latest write of this row (UTC)."),
+    Column(
+        "retain_until",
+        UtcDateTime(),
+        nullable=True,
+        comment="After this instant (UTC) the retention sweep marks the row expired; "
+        "NULL keeps it forever.",
+    ),
+    CheckConstraint(
+        "status IN (" + ", ".join(f"'{v}'" for v in _STORED_STATUSES) + ")",
+        name="ck_process_state_logs_status",
+    ),
+    CheckConstraint("attempt >= 0", name="ck_process_state_logs_attempt"),
+    comment="DataStateMachine records: idempotency guard and processing lock per work item.",
+)
+
+#: The record key, in index order; every per-item query filters on all of it.
+KEY_COLUMNS = (
+    process_state_logs.c.tenant_id,
+    process_state_logs.c.scope_id,
+    process_state_logs.c.entity_id,
+    process_state_logs.c.item_entity_key,
+    process_state_logs.c.item_key,
+)
+
+_CURRENT = process_state_logs.c.superseded == false()
+
+Index(
+    "ux_process_state_logs_current_key",
+    *KEY_COLUMNS,
+    unique=True,
+    sqlite_where=_CURRENT,
+    postgresql_where=_CURRENT,
+)
+Index(
+    "ix_process_state_logs_lock_sweep",
+    process_state_logs.c.locked_until,
+    sqlite_where=process_state_logs.c.status == IdempotencyStatus.PROCESSING.value,
+    postgresql_where=process_state_logs.c.status == IdempotencyStatus.PROCESSING.value,
+)
+Index("ix_process_state_logs_retention", process_state_logs.c.retain_until)
+
+#: The predicate of the partial unique index; ``ON CONFLICT`` must repeat it verbatim.
+CURRENT_ROW = _CURRENT
+
+
+def _complete(conn: Connection) -> bool:
+    """Whether the table and every index exist: the read-only check of every normal start."""
+    inspector = inspect(conn)
+    schema = conn.schema_for_object(process_state_logs)
+    if not inspector.has_table(TABLE_NAME, schema=schema):
+        return False
+    present = {index["name"] for index in inspector.get_indexes(TABLE_NAME, schema=schema)}
+    return all(index.name in present for index in process_state_logs.indexes)
+
+
+def _create_missing(conn: Connection) -> None:
+    # create_all skips a table that exists together with its indexes, so an
+    # index lost to an interrupted start would stay missing; check each one.
+    metadata.create_all(conn, checkfirst=True)
+    for index in process_state_logs.indexes:
+        index.create(conn, checkfirst=True)
+
+
+async def create_schema(engine: AsyncEngine) -> None:
+    """Create the table and its indexes if missing; safe to run on every start.
+
+    When everything exists (every start but the first) this only reads, so
+    it never waits for a writer.  Otherwise the checks and the ``CREATE``
+    statements run in one transaction that concurrent starts queue on: an
+    advisory lock on PostgreSQL (where DDL is transactional), ``BEGIN
+    IMMEDIATE`` on SQLite (whose driver would otherwise commit each DDL
+    statement on its own, letting another process see the table before its
+    unique index and fail its first upsert).
+    """
+    async with engine.connect() as conn:
+        complete = await conn.run_sync(_complete)
+        await conn.rollback()
+    if complete:
+        return
+    async with engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+        await lock_ddl(conn)
+        await conn.run_sync(_create_missing)
