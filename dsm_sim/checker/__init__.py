@@ -10,8 +10,14 @@ Every check is conservative about uncertainty: an ``info`` operation may
 have happened, and an operation without a ``store_time`` took effect
 somewhere in ``[invoke, complete]``.  A violation is only reported when the
 history proves it.  Leases are reasoned about on the store's clock
-(``store_time``) because that is the clock lock expiry is decided on; the
-order of operations is the timeline's (completion time, then index).
+(``store_time``) because that is the clock lock expiry is decided on.
+
+The order of operations depends on who recorded them.  The simulator knows
+when each call landed, so its order is the timeline's (completion time, then
+index).  A wall-clock history (no ``store_time`` anywhere) orders two calls
+only when one completed before the other was invoked; the checks that replay
+a key's writes then try the orders the windows allow and report a violation
+only if none explains the observations (:mod:`dsm_sim.checker.orders`).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from dsm_sim.checker.leases import InvariantResult, Lease, Violation, leases_for
+from dsm_sim.checker.orders import MAX_CONCURRENT, UNPROVEN, is_wall_clock
 from dsm_sim.checker.safety import (
     fencing_rejects_stale_writes,
     no_duplicate_side_effect,
@@ -35,6 +42,8 @@ from dsm_sim.history import History
 
 __all__ = [
     "INVARIANTS",
+    "MAX_CONCURRENT",
+    "UNPROVEN",
     "InvariantResult",
     "Lease",
     "Violation",
@@ -42,6 +51,7 @@ __all__ = [
     "check_history",
     "exists_agrees_with_writes",
     "fencing_rejects_stale_writes",
+    "is_wall_clock",
     "leases_for",
     "no_duplicate_side_effect",
     "no_record_lost",

@@ -17,6 +17,7 @@ from dsm_sim.checker.leases import (
     result_of,
     sweeps_resetting,
 )
+from dsm_sim.checker.orders import Ordering
 from dsm_sim.history import EventKind, History
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
 def single_live_lock(history: History) -> InvariantResult:
     """At most one live lock per key: no acquisition while another lease is surely live."""
     violations = []
+    timeline = Ordering.of(history)
     for key in history.item_keys():
         leases = leases_for(history, key)
         sweeps = sweeps_resetting(history, key)
@@ -54,7 +56,7 @@ def single_live_lock(history: History) -> InvariantResult:
                     continue  # the earlier lease may have expired
                 if held.ended_before(later.acquire):
                     continue
-                if any(order(held.acquire) < order(s) < order(later.acquire) for s in sweeps):
+                if any(timeline.between(held.acquire, s, later.acquire) for s in sweeps):
                     continue  # a sweep ended it; sweep_spares_live_locks judges that
                 violations.append(
                     Violation(
@@ -74,9 +76,15 @@ def single_live_lock(history: History) -> InvariantResult:
 
 
 def fencing_rejects_stale_writes(history: History) -> InvariantResult:
-    """A write under token t must be refused once another token was acquired or t was swept."""
+    """A write under token t must be refused once another token was acquired or t was swept.
+
+    On a wall-clock history the takeover or sweep must provably fall between
+    the write's own acquisition and the write: a call that overlaps either
+    may have landed outside that span.
+    """
     violations = []
     notes = []
+    before = Ordering.of(history).before
     for key in history.item_keys():
         ops = sorted(history.ops_for(key), key=order)
         acquires = [op for op in ops if acquired(op)]
@@ -84,15 +92,19 @@ def fencing_rejects_stale_writes(history: History) -> InvariantResult:
         for write in ops:
             if write.op not in HOLDER_WRITES or write.token is None:
                 continue
-            own = [a for a in acquires if a.token == write.token and order(a) < order(write)]
+            own = [a for a in acquires if a.token == write.token and before(a, write)]
             if not own:
                 continue
-            start = order(own[-1])
+            start = own[-1]
             usurper = next(
-                (a for a in acquires if a.token != write.token and start < order(a) < order(write)),
+                (
+                    a
+                    for a in acquires
+                    if a.token != write.token and before(start, a) and before(a, write)
+                ),
                 None,
             )
-            sweep = next((s for s in sweeps if start < order(s) < order(write)), None)
+            sweep = next((s for s in sweeps if before(start, s) and before(s, write)), None)
             if usurper is None and sweep is None:
                 continue
             culprit = usurper if usurper is not None else sweep
@@ -217,11 +229,12 @@ def _lease_end_reason(history: History, earlier: Lease, later: Lease) -> str | N
         )
     if later.start_lo > earlier.expires_lo:
         return f"may have expired (locked until {fmt(earlier.expires_lo)} at the earliest)"
+    timeline = Ordering.of(history)
     sweep = next(
         (
             s
             for s in sweeps_resetting(history, earlier.key)
-            if order(earlier.acquire) < order(s) < order(later.acquire)
+            if timeline.between(earlier.acquire, s, later.acquire)
         ),
         None,
     )
@@ -260,10 +273,11 @@ def _stale_fate(history: History, lease: Lease) -> str:
 def sweep_spares_live_locks(history: History) -> InvariantResult:
     """The sweep resets only expired locks; a holder is never fenced off while its lease lives."""
     violations = []
+    timeline = Ordering.of(history)
     for key in history.item_keys():
         leases = leases_for(history, key)
         for sweep in sweeps_resetting(history, key):
-            before = [lease for lease in leases if order(lease.acquire) < order(sweep)]
+            before = [lease for lease in leases if timeline.before(lease.acquire, sweep)]
             if not before:
                 continue
             held = before[-1]
@@ -279,11 +293,13 @@ def sweep_spares_live_locks(history: History) -> InvariantResult:
                     )
                 )
         for lease in leases:
-            violations.extend(_fenced_while_live(history, lease, leases))
+            violations.extend(_fenced_while_live(history, lease, leases, timeline))
     return result_of("sweep_spares_live_locks", "the sweep never resets a live lock", violations)
 
 
-def _fenced_while_live(history: History, lease: Lease, leases: Sequence[Lease]) -> list[Violation]:
+def _fenced_while_live(
+    history: History, lease: Lease, leases: Sequence[Lease], timeline: Ordering
+) -> list[Violation]:
     ops = sorted(history.ops_for(lease.key), key=order)
     mine = [
         op
@@ -298,10 +314,10 @@ def _fenced_while_live(history: History, lease: Lease, leases: Sequence[Lease]) 
             continue
         if any(prev.maybe for prev in mine[:i]):
             continue  # its own earlier write may have ended the lease
-        if any(order(lease.acquire) < order(o.acquire) < order(write) for o in leases):
+        if any(timeline.between(lease.acquire, o.acquire, write) for o in leases):
             continue  # taken over; single_live_lock judges that
         if any(
-            order(lease.acquire) < order(sweep) < order(write)
+            timeline.between(lease.acquire, sweep, write)
             for sweep in sweeps_resetting(history, lease.key)
         ):
             continue  # a recorded sweep reset it; the check above judged that sweep

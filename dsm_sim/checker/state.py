@@ -7,6 +7,8 @@ store said or ended with against the status those writes imply.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from dsm_sim.checker.leases import (
     DONE,
@@ -19,7 +21,8 @@ from dsm_sim.checker.leases import (
     retention_sweeps,
     sweeps_resetting,
 )
-from dsm_sim.history import History, OpName, Outcome
+from dsm_sim.checker.orders import Ordering, Search, is_wall_clock, settle
+from dsm_sim.history import History, Op, OpName, Outcome
 from reference_engine.status import COMPLETED, IdempotencyStatus, is_allowed
 
 __all__ = [
@@ -34,13 +37,29 @@ S = IdempotencyStatus
 # --- transitions -----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Replayed:
+    """Where a transition replay stands: ``current`` None means unknown (after an ``info``).
+
+    ``last`` only names the write a message blames, so it is left out of
+    equality: two orders that reach the same status are the same state.
+    """
+
+    current: S | None = S.NONE
+    lock_until: float = -math.inf
+    last: int = field(default=-1, compare=False)
+
+
 def only_allowed_transitions(history: History) -> InvariantResult:
     """Replay each key's definite writes and check every step against the transition table.
 
     After an ``info`` write the status is unknown until the next ``ok`` one.
+    On a wall-clock history a key fails only if no order of its overlapping
+    writes replays cleanly (see :mod:`dsm_sim.checker.orders`).
     """
-    violations = []
-    duration = history.lock_duration
+    violations: list[Violation] = []
+    notes: list[str] = []
+    wall = is_wall_clock(history)
     for key in history.item_keys():
         steps = [
             op
@@ -50,62 +69,78 @@ def only_allowed_transitions(history: History) -> InvariantResult:
             and (op.op is not OpName.TRY_ACQUIRE_LOCK or not op.ok or acquired(op))
         ]
         steps += sweeps_resetting(history, key)
-        current: S | None = S.NONE
-        lock_until = -math.inf
-        last = -1
+        step = _transition_step(key, history.lock_duration)
+        found = []
+        state = _Replayed()
         for op in sorted(steps, key=order):
-            if op.outcome is Outcome.INFO:
-                current = None
-                continue
-            raw = current
-            effective = S.FAILED if raw is S.PROCESSING and op.earliest > lock_until else raw
-            source = raw if op.token is not None else effective
-            target: S
-            if op.op is OpName.RESET_EXPIRED_LOCKS:
-                target = S.FAILED
-                source = raw
-            elif op.op is OpName.TRY_ACQUIRE_LOCK:
-                target = S.PROCESSING
-                source = effective
-                lock_until = op.latest + duration
-            elif op.op is OpName.RELEASE_LOCK_AS_FAILED:
-                target = S.FAILED
-            elif op.op is OpName.UPSERT:
-                target = S.PROCESSED
-                if source is S.PROCESSED or (
-                    source in (S.NONE, S.FAILED, S.EXPIRED) and op.token is None
-                ):
-                    current = S.PROCESSED
-                    continue  # supersede, or acquire-and-complete in one step
-            else:
-                target = _status(op.status)
-            live_takeover = op.op is OpName.TRY_ACQUIRE_LOCK and source is S.PROCESSING
-            if op.op is OpName.RESET_EXPIRED_LOCKS and source not in (None, S.PROCESSING):
-                assert source is not None
-                violations.append(
-                    Violation(
-                        f"key {key}: sweep op #{op.index} found the record Processing, but the "
-                        f"last acknowledged write (op #{last}) had left it {source.label}: that "
-                        "write did not do what it acknowledged",
-                        key,
-                        (last, op.index),
-                    )
-                )
-            elif source is not None and not live_takeover and not is_allowed(source, target):
-                violations.append(
-                    Violation(
-                        f"key {key}: {op.op.value} by {op.process} (op #{op.index}, token "
-                        f"{op.token}) moved the record {source.label} -> {target.label}, "
-                        "which the transition table forbids",
-                        key,
-                        (op.index,),
-                    )
-                )
-            current = target
-            last = op.index
+            state, violation = step(state, op)
+            if violation is not None:
+                found.append(violation)
+        if not wall:
+            violations.extend(found)
+            continue
+        kept, said = settle(key, found, Search(steps, _Replayed(), step))
+        violations.extend(kept)
+        notes.extend(said)
     return result_of(
-        "only_allowed_transitions", "every status change is in the transition table", violations
+        "only_allowed_transitions",
+        "every status change is in the transition table",
+        violations,
+        notes,
     )
+
+
+def _transition_step(
+    key: str, duration: float
+) -> Callable[[_Replayed, Op], tuple[_Replayed, Violation | None]]:
+    def step(state: _Replayed, op: Op) -> tuple[_Replayed, Violation | None]:
+        if op.outcome is Outcome.INFO:
+            return replace(state, current=None), None
+        raw = state.current
+        lock_until = state.lock_until
+        effective = S.FAILED if raw is S.PROCESSING and op.earliest > lock_until else raw
+        source = raw if op.token is not None else effective
+        target: S
+        if op.op is OpName.RESET_EXPIRED_LOCKS:
+            target = S.FAILED
+            source = raw
+        elif op.op is OpName.TRY_ACQUIRE_LOCK:
+            target = S.PROCESSING
+            source = effective
+            lock_until = op.latest + duration
+        elif op.op is OpName.RELEASE_LOCK_AS_FAILED:
+            target = S.FAILED
+        elif op.op is OpName.UPSERT:
+            target = S.PROCESSED
+            if source is S.PROCESSED or (
+                source in (S.NONE, S.FAILED, S.EXPIRED) and op.token is None
+            ):
+                # Supersede, or acquire-and-complete in one step.
+                return replace(state, current=S.PROCESSED), None
+        else:
+            target = _status(op.status)
+        live_takeover = op.op is OpName.TRY_ACQUIRE_LOCK and source is S.PROCESSING
+        violation = None
+        if op.op is OpName.RESET_EXPIRED_LOCKS and source not in (None, S.PROCESSING):
+            assert source is not None
+            violation = Violation(
+                f"key {key}: sweep op #{op.index} found the record Processing, but the "
+                f"last acknowledged write (op #{state.last}) had left it {source.label}: that "
+                "write did not do what it acknowledged",
+                key,
+                (state.last, op.index),
+            )
+        elif source is not None and not live_takeover and not is_allowed(source, target):
+            violation = Violation(
+                f"key {key}: {op.op.value} by {op.process} (op #{op.index}, token "
+                f"{op.token}) moved the record {source.label} -> {target.label}, "
+                "which the transition table forbids",
+                key,
+                (op.index,),
+            )
+        return _Replayed(target, lock_until, op.index), violation
+
+    return step
 
 
 def _status(name: str | None) -> S:
@@ -118,69 +153,133 @@ def _status(name: str | None) -> S:
 # --- reads ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """The status reads should see; ``lock_lo``/``lock_hi`` bound a Processing lock's expiry."""
+
+    current: S | None = S.NONE
+    lock_lo: float = -math.inf
+    lock_hi: float = -math.inf
+
+
 def exists_agrees_with_writes(history: History) -> InvariantResult:
     """``exists`` answers True exactly when the key's last definite status is Processed/Skipped.
 
     The status is replayed from the key's definite writes (an expired, unswept
     lock counts as Failed); a read is skipped while the status is unknown
     (after an ``info`` write or a retention sweep) or when a write may have
-    landed at the same time.
+    landed at the same time.  On a wall-clock history a read is also skipped
+    when a sweep may have, and a key fails only if no order of its
+    overlapping writes explains every read.
     """
-    violations = []
+    violations: list[Violation] = []
+    notes: list[str] = []
     duration = history.lock_duration
     retention = retention_sweeps(history)
+    wall = is_wall_clock(history)
     for key in history.item_keys():
         own = history.ops_for(key)
         writes = [op for op in own if op.op.is_write and op.maybe]
         steps = sorted(own + sweeps_resetting(history, key) + retention, key=order)
-        current: S | None = S.NONE
-        lock_lo = lock_hi = -math.inf
+        found = []
+        state = _Seen()
         for op in steps:
             if op.op is OpName.EXISTS:
-                if not op.ok or current is None or not isinstance(op.result, bool):
-                    continue
-                if any(w.effect_lo <= op.effect_hi and op.effect_lo <= w.effect_hi for w in writes):
-                    continue
-                status = current
-                if current is S.PROCESSING:
-                    if op.earliest > lock_hi:
-                        status = S.FAILED
-                    elif op.latest > lock_lo:
-                        continue  # the lock may or may not have expired at this read
-                expected = status in COMPLETED
-                if op.result is not expected:
-                    violations.append(
-                        Violation(
-                            f"key {key}: exists returned {op.result} to {op.process} "
-                            f"(op #{op.index}) while the record was {status.label}; "
-                            f"expected {expected}",
-                            key,
-                            (op.index,),
-                        )
-                    )
+                if _judgeable(op, writes):
+                    violation = _read_violation(key, op, state)
+                    if violation is not None:
+                        found.append(violation)
                 continue
-            if op.op is OpName.EXPIRE_PAST_RETENTION or op.outcome is Outcome.INFO:
-                if op.op.is_write or op.op.is_sweep:
-                    current = None
-                continue
-            if not op.ok or not (op.op.is_write or op.op is OpName.RESET_EXPIRED_LOCKS):
-                continue
-            if op.op is OpName.TRY_ACQUIRE_LOCK:
-                if not acquired(op):
-                    continue
-                current = S.PROCESSING
-                lock_lo, lock_hi = op.earliest + duration, op.latest + duration
-            elif op.op is OpName.SET:
-                current = _status(op.status)
-            elif op.op is OpName.UPSERT:
-                current = S.PROCESSED
-            else:
-                current = S.FAILED
+            state = _seen_after(state, op, duration)
+        if not wall or not found:
+            violations.extend(found)
+            continue
+        changes = [op for op in steps if op.op is not OpName.EXISTS and _changes(op)]
+        reads = [
+            op
+            for op in steps
+            if op.op is OpName.EXISTS
+            and _judgeable(op, writes)
+            and not any(_overlap(op, w) for w in changes)
+        ]
+        search = Search(changes, _Seen(), _seen_step(duration), reads, _read_check(key))
+        kept, said = settle(key, found, search)
+        violations.extend(kept)
+        notes.extend(said)
     return result_of(
         "exists_agrees_with_writes",
         "exists answers True exactly for Processed or Skipped items",
         violations,
+        notes,
     )
+
+
+def _overlap(a: Op, b: Op) -> bool:
+    return a.effect_lo <= b.effect_hi and b.effect_lo <= a.effect_hi
+
+
+def _judgeable(read: Op, writes: list[Op]) -> bool:
+    """An ok boolean answer that no write of the key may have landed during."""
+    return read.ok and isinstance(read.result, bool) and not any(_overlap(w, read) for w in writes)
+
+
+def _read_violation(key: str, op: Op, state: _Seen) -> Violation | None:
+    current = state.current
+    if current is None:
+        return None
+    status = current
+    if current is S.PROCESSING:
+        if op.earliest > state.lock_hi:
+            status = S.FAILED
+        elif op.latest > state.lock_lo:
+            return None  # the lock may or may not have expired at this read
+    expected = status in COMPLETED
+    if op.result is expected:
+        return None
+    return Violation(
+        f"key {key}: exists returned {op.result} to {op.process} "
+        f"(op #{op.index}) while the record was {status.label}; "
+        f"expected {expected}",
+        key,
+        (op.index,),
+    )
+
+
+def _seen_step(duration: float) -> Callable[[_Seen, Op], tuple[_Seen, None]]:
+    def step(state: _Seen, op: Op) -> tuple[_Seen, None]:
+        return _seen_after(state, op, duration), None
+
+    return step
+
+
+def _read_check(key: str) -> Callable[[_Seen, Op], bool]:
+    def check(state: _Seen, read: Op) -> bool:
+        return _read_violation(key, read, state) is None
+
+    return check
+
+
+def _changes(op: Op) -> bool:
+    """Whether replaying ``op`` can change what reads should see."""
+    if op.op is OpName.EXPIRE_PAST_RETENTION or op.outcome is Outcome.INFO:
+        return op.op.is_write or op.op.is_sweep
+    if not op.ok or not (op.op.is_write or op.op is OpName.RESET_EXPIRED_LOCKS):
+        return False
+    return op.op is not OpName.TRY_ACQUIRE_LOCK or acquired(op)
+
+
+def _seen_after(state: _Seen, op: Op, duration: float) -> _Seen:
+    if not _changes(op):
+        return state
+    if op.op is OpName.EXPIRE_PAST_RETENTION or op.outcome is Outcome.INFO:
+        return _Seen(None, state.lock_lo, state.lock_hi)
+    if op.op is OpName.TRY_ACQUIRE_LOCK:
+        return _Seen(S.PROCESSING, op.earliest + duration, op.latest + duration)
+    if op.op is OpName.SET:
+        return replace(state, current=_status(op.status))
+    if op.op is OpName.UPSERT:
+        return replace(state, current=S.PROCESSED)
+    return replace(state, current=S.FAILED)
 
 
 # --- liveness --------------------------------------------------------------------------------
@@ -240,6 +339,7 @@ def terminal_within_deadline(history: History) -> InvariantResult:
 def no_record_lost(history: History) -> InvariantResult:
     """Every written key still has its record; a completed item never reads as not done."""
     violations = []
+    timeline = Ordering.of(history)
     finals = {f.key: f for f in history.final}
     retention = retention_sweeps(history)
     for key in history.item_keys():
@@ -266,7 +366,7 @@ def no_record_lost(history: History) -> InvariantResult:
         )
         if done is None:
             continue
-        expired = any(order(s) > order(done) for s in retention)
+        expired = any(not timeline.before(s, done) for s in retention)
         if expired:
             continue
         for read in ops:

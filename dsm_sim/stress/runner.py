@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-from dsm_sim.checker import InvariantResult, all_passed, check_history
+from dsm_sim.checker import UNPROVEN, InvariantResult, all_passed, check_history
 from dsm_sim.stress.history_builder import build_history, journal_outcomes
 from dsm_sim.stress.journal import Journal, WallClock, read_marks, read_operations
 from dsm_sim.stress.ledger import EffectLedger, EffectRow
 from dsm_sim.stress.settings import StressSettings
-from dsm_sim.stress.verdict import UNPROVEN, wall_clock_verdicts
 from dsm_sim.stress.worker import RECOVERY_PROCESS, StressWorker, base_context, process_main
 from reference_engine.clock import SystemClock
 from reference_engine.errors import DsmError, InvalidOptionError, StoreError
@@ -307,7 +306,7 @@ class StressRun:
             crashed=crashed,
             faults_stop_ns=self.ended_ns if self.recovered_ns is not None else None,
         )
-        results = wall_clock_verdicts(history, check_history(history))
+        results = tuple(check_history(history))
         outcomes, unnamed = journal_outcomes(self.journal_paths[:-1])
         outcomes.update({f"recovery_{k}": v for k, v in self.recovery_outcomes.items()})
         unnamed.update(self.recovery_unnamed)

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import random
+from collections.abc import Generator
 
 import pytest
 
 from dsm_sim import checker
 from dsm_sim.history import EventKind, History, HistoryRecorder, OpName, Outcome
+from reference_engine.config import HandlerConfig
+from reference_engine.context import StateHandlerContext
+from reference_engine.errors import DsmError
+from reference_engine.model import ReferenceModel
+from reference_engine.scope import Scope
+from reference_engine.status import IdempotencyStatus
 
 pytestmark = pytest.mark.scenario
 
@@ -472,3 +481,227 @@ def test_only_a_retention_sweep_that_expired_something_excuses_a_missing_item(
     b.op("catchup", OpName.EXPIRE_PAST_RETENTION, 40.0, result=expired, key="")
     b.op("w3", OpName.EXISTS, 50.0, result=False)
     assert checker.no_record_lost(b.history()).passed is not lost
+
+
+# --- wall-clock histories --------------------------------------------------------------------
+
+
+def _window(
+    b: Builder,
+    process: str,
+    name: OpName,
+    invoke: float,
+    complete: float,
+    *,
+    token: int | None = None,
+    status: str | None = None,
+    result: bool | int | None = None,
+    store: bool = False,
+) -> int:
+    """A call seen by a wall-clock recorder: it landed somewhere in ``[invoke, complete]``.
+
+    ``store=True`` stamps the completion as the store instant instead, which
+    is how the simulator records, so the same calls can be read both ways.
+    """
+    index = b.rec.invoke(
+        process, name, K, invoke, token=token, status=status, execution=f"{process}-x1"
+    )
+    returned = result if name is OpName.TRY_ACQUIRE_LOCK and isinstance(result, int) else None
+    b.rec.complete(
+        index,
+        Outcome.OK,
+        complete,
+        result=result,
+        token=returned,
+        store_time=complete if store else None,
+    )
+    return index
+
+
+def _release_races_takeover(release: tuple[float, float], *, store: bool = False) -> Builder:
+    """w1's lock is released while w2 takes the item over and completes it; w3 then reads it."""
+    b = Builder()
+    _window(b, "w1", OpName.TRY_ACQUIRE_LOCK, 0.0, 1.0, result=1, store=store)
+    _window(b, "w1", OpName.RELEASE_LOCK_AS_FAILED, release[0], release[1], token=1, store=store)
+    _window(b, "w2", OpName.TRY_ACQUIRE_LOCK, 3.0, 4.0, result=2, store=store)
+    _window(b, "w2", OpName.SET, 5.0, 5.5, token=2, status="processed", store=store)
+    _window(b, "w3", OpName.EXISTS, 7.0, 8.0, result=True, store=store)
+    b.rec.final_state(K, "processed", 2, 9.0)
+    return b
+
+
+ORDER_DEPENDENT = (
+    "fencing_rejects_stale_writes",
+    "only_allowed_transitions",
+    "exists_agrees_with_writes",
+)
+
+
+def test_overlapping_writes_stamped_out_of_completion_order_are_no_violation() -> None:
+    """The release committed at once but stamped its completion late: not a stale write."""
+    wall = _release_races_takeover((2.0, 6.0)).history()
+    assert checker.is_wall_clock(wall)
+    results = {r.name: r for r in checker.check_history(wall)}
+    assert [name for name, r in results.items() if not r.passed] == []
+    transitions = results["only_allowed_transitions"]
+    assert any("explains every observation" in note for note in transitions.notes)
+
+    # The same calls stamped at completion (the simulator's reading) break all three.
+    timed = _release_races_takeover((2.0, 6.0), store=True).history()
+    assert not checker.is_wall_clock(timed)
+    failed = {r.name for r in checker.check_history(timed) if not r.passed}
+    assert failed >= set(ORDER_DEPENDENT)
+
+
+def test_stale_write_after_a_provably_earlier_takeover_is_a_violation() -> None:
+    """Token 2 was handed out before the release with token 1 was even invoked."""
+    b = _release_races_takeover((4.5, 6.0))
+    results = {r.name: r for r in checker.check_history(b.history())}
+    fencing = results["fencing_rejects_stale_writes"]
+    assert not fencing.passed
+    assert "stale write accepted" in fencing.violations[0].message
+    assert fencing.violations[0].ops == (0, 2, 1)
+    transitions = results["only_allowed_transitions"]
+    assert not transitions.passed
+    assert "no order of the overlapping calls explains it" in transitions.violations[0].message
+
+
+@pytest.mark.parametrize(("upserts", "unproven"), [(2, False), (8, True)])
+def test_too_many_overlapping_writes_give_a_note_not_a_violation(
+    upserts: int, unproven: bool
+) -> None:
+    b = _release_races_takeover((2.0, 30.0))
+    for n in range(upserts):
+        _window(b, f"u{n}", OpName.UPSERT, 2.5, 29.0)
+    result = checker.only_allowed_transitions(b.history())
+    assert result.passed
+    flagged = [note for note in result.notes if note.startswith(checker.UNPROVEN)]
+    assert bool(flagged) is unproven
+    if unproven:
+        assert f"more than {checker.MAX_CONCURRENT} mutually overlapping writes" in flagged[0]
+        assert "Processed -> Failed" in flagged[0]
+
+
+RACE_LOCK = 2.0
+RACE_SPREAD = 1.5
+RACE_SEEDS = range(150)
+
+
+class _Race:
+    """Workers racing through exists -> acquire -> set/release on one key of the reference model.
+
+    Recorded twice: as a wall-clock recorder would (each call lands at a point
+    inside its window, and only the window is kept), and stamped at each
+    completion as the simulator would, to show that reading is wrong here.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.model = ReferenceModel()
+        self.base = StateHandlerContext(
+            scope_id=int(Scope.ELEMENT),
+            scope_code=Scope.ELEMENT.code,
+            entity_id="node",
+            entity_execution_id="",
+            tenant_id="tenant-1",
+            source_app_id="checker-test",
+            handler_config=HandlerConfig(lock_duration=dt.timedelta(seconds=RACE_LOCK)),
+        )
+        self.epoch = dt.datetime(2026, 1, 1, 9, 0, tzinfo=dt.UTC)
+        self.wall = HistoryRecorder(epoch=self.epoch, lock_duration=RACE_LOCK)
+        self.timed = HistoryRecorder(epoch=self.epoch, lock_duration=RACE_LOCK)
+        self.ready: dict[str, float] = {}
+
+    def call(
+        self, worker: str, name: OpName, at: float, token: int | None = None
+    ) -> bool | int | None:
+        """Run one call at instant ``at``; record a window around it in both recorders."""
+        ctx = dataclasses.replace(
+            self.base.for_item("inv-1", lock_token=token), entity_execution_id=worker
+        )
+        now = self.epoch + dt.timedelta(seconds=at)
+        status = "processed" if name is OpName.SET else None
+        invoke = self.rng.uniform(max(self.ready.get(worker, 0.0), at - RACE_SPREAD), at)
+        complete = at + self.rng.uniform(0.0, RACE_SPREAD)
+        self.ready[worker] = complete
+        outcome, error = Outcome.OK, None
+        result: bool | int | None = None
+        try:
+            if name is OpName.EXISTS:
+                result = self.model.exists(ctx, now)
+            elif name is OpName.TRY_ACQUIRE_LOCK:
+                result = self.model.try_acquire_lock(ctx, now)
+            elif name is OpName.SET:
+                self.model.set(ctx, IdempotencyStatus.PROCESSED, None, now)
+            else:
+                self.model.release_lock_as_failed(ctx, "boom", now)
+        except DsmError as exc:
+            outcome, error = Outcome.FAIL, type(exc).__name__
+        for rec, store in ((self.wall, None), (self.timed, complete)):
+            index = rec.invoke(
+                worker, name, K, invoke, token=token, status=status, execution=worker
+            )
+            returned = result if isinstance(result, int) and not isinstance(result, bool) else None
+            rec.complete(
+                index,
+                outcome,
+                complete,
+                result=result,
+                error=error,
+                store_time=store,
+                token=returned,
+            )
+        return result
+
+    def run(self, workers: int) -> None:
+        """Each worker's calls in program order; a global instant picks who goes next."""
+        plans = {f"w{i}": self._flow(f"w{i}") for i in range(workers)}
+        for plan in plans.values():
+            next(plan)
+        at = 0.0
+        while plans:
+            at += self.rng.uniform(0.05, 0.6)
+            ready = sorted(w for w in plans if self.ready.get(w, 0.0) < at)
+            if not ready:
+                continue
+            worker = self.rng.choice(ready)
+            try:
+                plans[worker].send(at)
+            except StopIteration:
+                del plans[worker]
+
+    def _flow(self, worker: str) -> Generator[None, float]:
+        at = yield
+        if self.call(worker, OpName.EXISTS, at) is True:
+            return
+        at = yield
+        token = self.call(worker, OpName.TRY_ACQUIRE_LOCK, at)
+        if not isinstance(token, int):
+            return
+        if self.rng.random() < 0.3:  # slow business work: the lock may expire meanwhile
+            self.ready[worker] += self.rng.uniform(0.5, 2 * RACE_LOCK)
+        at = yield
+        if self.rng.random() < 0.7:
+            self.call(worker, OpName.SET, at, token)
+        else:
+            self.call(worker, OpName.RELEASE_LOCK_AS_FAILED, at, token)
+
+
+def test_correct_wall_clock_races_are_never_flagged() -> None:
+    """Soundness: a history the reference model produced is never a violation on the wall clock.
+
+    The same calls stamped at their completions (the simulator's reading)
+    are flagged for some seeds: the windows do hide the store's order.
+    """
+    misread = 0
+    for seed in RACE_SEEDS:
+        race = _Race(seed)
+        race.run(workers=4)
+        wall = race.wall.freeze()
+        failed = [r.name for r in checker.check_history(wall) if not r.passed]
+        assert failed == [], f"seed {seed}: {failed}\n{wall.dumps()}"
+        timed = race.timed.freeze()
+        misread += any(
+            not r.passed for r in checker.check_history(timed) if r.name in ORDER_DEPENDENT
+        )
+    assert misread > 0
