@@ -1,0 +1,74 @@
+"""The catalogue of deliberately broken handlers.
+
+The conformance kit is only as good as the bugs it catches, so it ships the
+bugs: each entry is a handler with one realistic defect, a sentence saying
+what it is, and the properties expected to catch it.  The kit's own tests
+verify every entry is caught; the simulator replays them as chaos targets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from dsm_sim.broken import handlers as _h
+from reference_engine.handler import HandlerFactory
+from reference_engine.handlers.memory import InMemoryStateHandler
+
+__all__ = ["CATALOGUE", "BrokenHandlerSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokenHandlerSpec:
+    """One entry: the handler, its bug in one sentence, and what must catch it."""
+
+    name: str
+    bug: str
+    factory: HandlerFactory
+    expected_properties: tuple[str, ...]
+
+
+def _spec(
+    name: str, cls: type[InMemoryStateHandler], *expected: str
+) -> tuple[str, BrokenHandlerSpec]:
+    bug = (cls.__doc__ or name).strip().splitlines()[0]
+    # The class itself is the factory: it takes the clock, and its dotted path
+    # (dsm_sim.broken.handlers:Name) is what reproductions import.
+    return name, BrokenHandlerSpec(name, bug, cls, tuple(expected))
+
+
+CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
+    dict(
+        [
+            _spec("check_then_insert_acquire", _h.CheckThenInsertAcquire, "at_most_one_live_lock"),
+            _spec("acquire_over_processed", _h.AcquireOverProcessed, "allowed_transitions_only"),
+            _spec("sweep_ignores_locked_until", _h.SweepIgnoresLockedUntil, "sweep_only_expired"),
+            _spec("inclusive_lock_boundary", _h.InclusiveLockBoundary, "at_most_one_live_lock"),
+            _spec("set_keeps_lock", _h.SetKeepsLock, "completion_releases_lock"),
+            _spec("release_keeps_lock", _h.ReleaseKeepsLock, "completion_releases_lock"),
+            _spec("exists_true_for_failed", _h.ExistsTrueForFailed, "exists_agrees_with_model"),
+            _spec(
+                "exists_true_for_processing", _h.ExistsTrueForProcessing, "exists_agrees_with_model"
+            ),
+            _spec("upsert_overwrites_in_place", _h.UpsertOverwritesInPlace, "upsert_keeps_history"),
+            _spec("tenant_missing_from_key", _h.TenantMissingFromKey, "tenant_isolation"),
+            _spec("scope_missing_from_key", _h.ScopeMissingFromKey, "scope_isolation"),
+            _spec(
+                "lock_duration_in_milliseconds",
+                _h.LockDurationInMilliseconds,
+                "lock_duration_honoured",
+            ),
+            _spec("local_time_not_utc", _h.LocalTimeNotUtc, "timestamps_in_utc"),
+            _spec("no_fencing", _h.NoFencing, "stale_write_rejected"),
+            _spec("expired_not_retryable", _h.ExpiredNotRetryable, "acquire_agrees_with_model"),
+            _spec("set_without_data_clears_data", _h.SetWithoutDataClearsData, "data_round_trip"),
+            _spec(
+                "token_not_incremented",
+                _h.TokenNotIncremented,
+                "acquire_agrees_with_model",
+                "stale_write_rejected",
+            ),
+        ]
+    )
+)

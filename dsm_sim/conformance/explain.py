@@ -1,0 +1,82 @@
+"""Plain-language rendering of a failing run.
+
+Hypothesis prints the shrunk program, which a handler author can paste and
+run; this module prints the same run as a story ("09:00 worker 1 acquired
+INV-1 ...") with the violated property last, because that is what people
+read first when a CI job goes red.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dsm_sim.model import WORLD_START
+
+__all__ = ["Step", "at", "render_reproduction", "render_steps"]
+
+
+def at(instant: dt.datetime | None) -> str:
+    """A short, unambiguous time: ``10:30:00`` or, across days, ``2026-03-03 10:30:00``."""
+    if instant is None:
+        return "never"
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        return f"{instant:%Y-%m-%d %H:%M:%S} (naive)"
+    utc = instant.astimezone(dt.UTC)
+    text = f"{utc:%H:%M:%S}" if utc.date() == WORLD_START.date() else f"{utc:%Y-%m-%d %H:%M:%S}"
+    return text + (f".{utc.microsecond:06d}" if utc.microsecond else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One rule of the run as it happened: when, who, what, and what came of it."""
+
+    index: int
+    now: dt.datetime
+    actor: str
+    action: str
+    outcome: str
+
+    def render(self) -> str:
+        result = f" -> {self.outcome}" if self.outcome else ""
+        return f"{self.index:>3}. [{at(self.now)}] {self.actor}: {self.action}{result}"
+
+
+def render_steps(steps: Sequence[Step], violation: str) -> str:
+    """The run as numbered lines, then the violation in one sentence."""
+    lines = [step.render() for step in steps]
+    lines.append(f"  => {violation}")
+    return "\n".join(lines)
+
+
+def render_reproduction(notes: Sequence[str], factory_path: str) -> str:
+    """Hypothesis' shrunk program, prefixed with the line that builds the machine.
+
+    The program Hypothesis prints starts with ``state = <MachineName>()``; the
+    prefix defines that name from the factory, so the snippet runs as pasted.
+    """
+    lines = [line for note in notes for line in str(note).splitlines()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("state = ")]
+    if not starts:
+        return ""
+    program: list[str] = []
+    for line in lines[starts[-1] :]:
+        program.append(line)
+        if line.startswith("state.teardown()"):
+            break
+    first = program[0]
+    name = first.split("=", 1)[1].strip().removesuffix("()") if "=" in first else "Machine"
+    module, _, attr = factory_path.partition(":")
+    header = [
+        "from dsm_sim.conformance.machine import build_machine",
+        "from dsm_sim.model import ItemRef",
+        "from reference_engine.scope import Scope",
+        "from reference_engine.status import IdempotencyStatus",
+    ]
+    if module and attr and "<" not in attr:
+        header.append(f"from {module} import {attr.split('.')[0]}")
+        header.append(f"{name} = build_machine({attr}, name={name!r})")
+    else:
+        header.append(f"{name} = build_machine(your_factory, name={name!r})")
+    return "\n".join([*header, *program])

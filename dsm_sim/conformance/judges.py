@@ -1,0 +1,478 @@
+"""The judges: given the handler's and the model's answers, which property broke?
+
+Every check the state machine makes compares the handler's answer with the
+reference model's answer for the same call at the same instant.  When they
+differ, a judge names the property the difference violates and says so in
+one sentence a handler author can act on ("worker 2 acquired INV-1 while
+worker 1's lock was still live until 09:30:00").  The order of the checks in
+each judge is the diagnosis: the most specific explanation wins.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+
+from dsm_sim.conformance.explain import at
+from dsm_sim.conformance.properties import Finding
+from dsm_sim.model import ItemRef, ModelRecord, Outcome, effective_status
+from reference_engine.errors import DsmError, StaleLockError
+from reference_engine.record import StateRecord
+from reference_engine.status import COMPLETED, IdempotencyStatus, is_allowed
+
+__all__ = [
+    "judge_acquire",
+    "judge_exists",
+    "judge_isolation",
+    "judge_race",
+    "judge_record",
+    "judge_retention_sweep",
+    "judge_sweep",
+    "judge_transition",
+    "record_checks",
+]
+
+S = IdempotencyStatus
+
+
+def _who(worker: int | None) -> str:
+    return "another worker" if worker is None else f"worker {worker}"
+
+
+def judge_exists(
+    ref: ItemRef,
+    worker: int,
+    got: Outcome,
+    want: Outcome,
+    record: ModelRecord | None,
+    now: dt.datetime,
+) -> Finding | None:
+    if got.agrees_with(want):
+        return None
+    status = effective_status(record, now).label
+    if got.error is not None:
+        return Finding(
+            "errors_agree_with_model",
+            f"worker {worker}'s exists({ref.label}) raised {got.describe()}; the item is "
+            f"{status} and exists must answer {want.value}",
+        )
+    return Finding(
+        "exists_agrees_with_model",
+        f"worker {worker}'s exists({ref.label}) answered {got.value} at {at(now)}, but the item "
+        f"is {status}: exists is True only for Processed and Skipped",
+    )
+
+
+def judge_acquire(
+    ref: ItemRef,
+    worker: int,
+    got: Outcome,
+    want: Outcome,
+    record: ModelRecord | None,
+    holder: int | None,
+    now: dt.datetime,
+) -> Finding | None:
+    """``record`` is the model's record before the call; ``holder`` its lock holder."""
+    if got.agrees_with(want):
+        return None
+    source = effective_status(record, now)
+    if got.error is not None:
+        return Finding(
+            "errors_agree_with_model",
+            f"worker {worker}'s try_acquire_lock({ref.label}) raised {got.describe()}: "
+            f"{got.error}; it must return {want.describe()} (item is {source.label})",
+        )
+    if got.value is not None and want.value is None:
+        if _live(record, now):
+            assert record is not None
+            return Finding(
+                "at_most_one_live_lock",
+                f"worker {worker} acquired {ref.item} at {at(now)} while {_who(holder)}'s "
+                f"lock was still live until {at(record.locked_until)}",
+            )
+        if source in COMPLETED or source is S.SUPERSEDED:
+            return Finding(
+                "allowed_transitions_only",
+                f"worker {worker} acquired {ref.label} at {at(now)} although it is "
+                f"{source.label}: {source.label} -> Processing is not an allowed transition, "
+                "and the finished work would run again",
+            )
+    if got.value is None and want.value is not None:
+        return Finding(
+            "acquire_agrees_with_model",
+            f"worker {worker}'s try_acquire_lock({ref.label}) was refused at {at(now)}, but the "
+            f"item is {source.label}, which may be acquired (expected token {want.value})",
+        )
+    return Finding(
+        "acquire_agrees_with_model",
+        f"worker {worker}'s try_acquire_lock({ref.label}) returned {got.describe()} at "
+        f"{at(now)}; expected {want.describe()} (a new record gets token 1, a retry the "
+        "previous attempt + 1)",
+    )
+
+
+def _live(record: ModelRecord | None, now: dt.datetime) -> bool:
+    return (
+        record is not None
+        and record.status is S.PROCESSING
+        and record.locked_until is not None
+        and now <= record.locked_until
+    )
+
+
+def judge_race(
+    ref: ItemRef,
+    winners: Mapping[int, Outcome],
+    want: Outcome,
+    record: ModelRecord | None,
+    holder: int | None,
+    now: dt.datetime,
+) -> Finding | None:
+    """Several workers acquired concurrently: at most one may win, and one must if it can."""
+    granted = {w: o.value for w, o in winners.items() if o.error is None and o.value is not None}
+    if len(granted) > 1:
+        who = " and ".join(f"worker {w} (token {t})" for w, t in sorted(granted.items()))
+        return Finding(
+            "at_most_one_live_lock",
+            f"{who} all acquired {ref.label} concurrently at {at(now)}; only one may hold the lock",
+        )
+    for worker, outcome in sorted(winners.items()):
+        if outcome.error is not None:
+            return judge_acquire(ref, worker, outcome, want, record, holder, now)
+    if granted:
+        worker, token = next(iter(granted.items()))
+        return judge_acquire(ref, worker, Outcome(token), want, record, holder, now)
+    if want.value is not None:
+        return Finding(
+            "acquire_agrees_with_model",
+            f"workers {', '.join(str(w) for w in sorted(winners))} raced for {ref.label} at "
+            f"{at(now)} and none acquired it, although it is "
+            f"{effective_status(record, now).label}; exactly one must win",
+        )
+    return None
+
+
+def judge_write(
+    operation: str,
+    ref: ItemRef,
+    worker: int,
+    token: int | None,
+    got: Outcome,
+    want: Outcome,
+    record: ModelRecord | None,
+    now: dt.datetime,
+) -> Finding | None:
+    """A set/release/upsert: the handler must accept or refuse it exactly as the model does."""
+    if got.agrees_with(want):
+        return None
+    if isinstance(want.error, StaleLockError) and not isinstance(got.error, StaleLockError):
+        fate = "accepted" if got.error is None else f"refused with {got.describe()}"
+        now_holds = (
+            "the record is gone"
+            if record is None
+            else f"the record is now {record.status.label} with token {record.attempt}"
+        )
+        return Finding(
+            "stale_write_rejected",
+            f"worker {worker}'s {operation} on {ref.item} at {at(now)} with token {token} was "
+            f"{fate}, but {now_holds} (its lock was swept or taken over): the write must "
+            "raise StaleLockError",
+        )
+    detail = (
+        f": {got.error}" if got.error is not None and not isinstance(got.error, DsmError) else ""
+    )
+    return Finding(
+        "errors_agree_with_model",
+        f"worker {worker}'s {operation} on {ref.label} at {at(now)} "
+        f"({'token ' + str(token) if token is not None else 'no token'}) came to "
+        f"{got.describe()}{detail}; the spec says {want.describe()} (item is "
+        f"{effective_status(record, now).label})",
+    )
+
+
+def _whole_hours(delta: dt.timedelta) -> bool:
+    seconds = delta.total_seconds()
+    return seconds != 0 and seconds % 3600 == 0 and abs(seconds) <= 14 * 3600
+
+
+def _naive_or_shifted(record: StateRecord) -> str | None:
+    for name in ("locked_until", "created_at", "updated_at", "retain_until"):
+        value = getattr(record, name)
+        if value is None:
+            continue
+        if not isinstance(value, dt.datetime) or value.tzinfo is None or value.utcoffset() is None:
+            return f"{name} is {value!r}, a naive value"
+        if value.utcoffset() != dt.timedelta(0):
+            return f"{name} is {value.isoformat()}, not in UTC"
+    return None
+
+
+def judge_record(
+    ref: ItemRef,
+    got: StateRecord | None,
+    want: ModelRecord | None,
+    now: dt.datetime,
+    *,
+    has_history: bool,
+) -> Finding | None:
+    """Compare ``get`` with the model's current record, field by field, most telling first."""
+    if got is None and want is None:
+        return None
+    if got is None or want is None:
+        what = "no record" if got is None else f"a {got.status.label} record"
+        expected = "none" if want is None else f"{want.status.label} (token {want.attempt})"
+        return Finding(
+            "record_agrees_with_model",
+            f"get({ref.label}) returned {what} at {at(now)}; expected {expected}",
+        )
+    if (problem := _naive_or_shifted(got)) is not None:
+        return Finding("timestamps_in_utc", f"get({ref.label}): {problem}; store aware UTC")
+    if got.key != want.key:
+        kind = "tenant" if got.key.tenant_id != want.key.tenant_id else "scope"
+        if got.key.tenant_id == want.key.tenant_id and got.key.scope_id == want.key.scope_id:
+            kind = "record"
+        return Finding(
+            f"{kind}_isolation" if kind != "record" else "record_agrees_with_model",
+            f"get({ref.label}) returned the record keyed {got.key}; the key must carry "
+            "tenant, scope, entity and item",
+        )
+    if got.status is not want.status:
+        if want.status in (S.PROCESSED, S.FAILED) and got.status is S.PROCESSING:
+            return Finding(
+                "completion_releases_lock",
+                f"{ref.label} is still Processing (locked until {at(got.locked_until)}) after "
+                f"it was completed as {want.status.label}; the item stays locked",
+            )
+        return Finding(
+            "record_agrees_with_model",
+            f"{ref.label} is {got.status.label} at {at(now)}; expected {want.status.label}",
+        )
+    if got.locked_until != want.locked_until:
+        if want.locked_until is None:
+            return Finding(
+                "completion_releases_lock",
+                f"{ref.label} is {got.status.label} but still carries locked_until "
+                f"{at(got.locked_until)}; completing or releasing must clear the lock",
+            )
+        if got.locked_until is None:
+            return Finding(
+                "record_agrees_with_model",
+                f"{ref.label} is Processing without locked_until; expected {at(want.locked_until)}",
+            )
+        delta = got.locked_until - want.locked_until
+        if _whole_hours(delta):
+            return Finding(
+                "timestamps_in_utc",
+                f"{ref.label} is locked until {at(got.locked_until)}, {delta} off the expected "
+                f"{at(want.locked_until)}: local wall time stored as UTC",
+            )
+        return Finding(
+            "lock_duration_honoured",
+            f"{ref.label} is locked until {at(got.locked_until)}; the lock taken at "
+            f"{at(want.updated_at)} must last the lock duration, until {at(want.locked_until)}",
+        )
+    if got.attempt != want.attempt:
+        return Finding(
+            "record_agrees_with_model",
+            f"{ref.label} carries attempt (fencing token) {got.attempt}; expected {want.attempt}",
+        )
+    want_data = want.to_state_record().data
+    if (None if got.data is None else dict(got.data)) != want_data:
+        return Finding(
+            "data_round_trip",
+            f"get({ref.label}) returned data {got.data!r}; the data written was {want_data!r}",
+        )
+    if got.error_detail != want.error_detail:
+        return Finding(
+            "record_agrees_with_model",
+            f"{ref.label} has error_detail {got.error_detail!r}; expected {want.error_detail!r}",
+        )
+    for name in ("retain_until", "created_at", "updated_at"):
+        have, expect = getattr(got, name), getattr(want, name)
+        if have == expect:
+            continue
+        if have is not None and expect is not None and _whole_hours(have - expect):
+            return Finding(
+                "timestamps_in_utc",
+                f"{ref.label}'s {name} is {at(have)}, {have - expect} off the expected "
+                f"{at(expect)}: local wall time stored as UTC",
+            )
+        if name == "created_at" and has_history and have is not None and expect is not None:
+            return Finding(
+                "upsert_keeps_history",
+                f"{ref.label}'s current record was created at {at(have)}, but an upsert at "
+                f"{at(expect)} must have superseded it and inserted a new record",
+            )
+        return Finding(
+            "record_agrees_with_model",
+            f"{ref.label}'s {name} is {at(have)}; expected {at(expect)}",
+        )
+    if (
+        got.entity_execution_id != want.entity_execution_id
+        or got.source_app_id != want.source_app_id
+    ):
+        return Finding(
+            "record_agrees_with_model",
+            f"{ref.label} was last written by {got.entity_execution_id}/{got.source_app_id}; "
+            f"expected {want.entity_execution_id}/{want.source_app_id}",
+        )
+    return None
+
+
+def _looks_like(got: StateRecord, want: ModelRecord | None) -> bool:
+    return (
+        want is not None
+        and got.status is want.status
+        and got.attempt == want.attempt
+        and got.entity_execution_id == want.entity_execution_id
+        and got.locked_until == want.locked_until
+    )
+
+
+def judge_isolation(
+    ref: ItemRef,
+    handler_view: Mapping[ItemRef, StateRecord | None],
+    model_view: Mapping[ItemRef, ModelRecord | None],
+) -> Finding | None:
+    """Does ``ref``'s record look like a sibling's (same item, other tenant or scope)?"""
+    got = handler_view.get(ref)
+    if got is None:
+        return None
+    own = model_view.get(ref)
+    if _looks_like(got, own) and got.key == ref.record_key:
+        return None
+    for other, want in model_view.items():
+        kind = ref.sibling_of(other)
+        if kind is None or want is None:
+            continue
+        borrowed = got.key == other.record_key or (
+            _looks_like(got, want) and not _looks_like(got, own)
+        )
+        if borrowed:
+            return Finding(
+                f"{kind}_isolation",
+                f"{ref.label} shows {other.label}'s record ({want.status.label}, token "
+                f"{want.attempt}, written by {want.entity_execution_id}): the {kind} must be "
+                "part of the key",
+            )
+    return None
+
+
+def judge_transition(
+    ref: ItemRef,
+    before: StateRecord | None,
+    after: StateRecord | None,
+    now: dt.datetime,
+    operation: str,
+) -> Finding | None:
+    """A record the step changed must have moved along the transition table."""
+    # A rewrite that keeps the status is no transition; the record judge weighs its fields.
+    if before is None or (after is not None and after.status is before.status):
+        return None
+    if after is None:
+        return Finding(
+            "allowed_transitions_only",
+            f"{operation} made {ref.label}'s {before.status.label} record disappear",
+        )
+    source = effective_status(before, now)
+    target = after.status
+    if is_allowed(before.status, target) or is_allowed(source, target):
+        return None
+    if target is S.PROCESSED and operation == "upsert" and is_allowed(source, S.PROCESSING):
+        return None  # the compressed acquire-and-complete
+    return Finding(
+        "allowed_transitions_only",
+        f"{operation} moved {ref.label} from {source.label} to {target.label} at {at(now)}; "
+        "the transition table does not allow it",
+    )
+
+
+def judge_sweep(
+    swept: Mapping[ItemRef, tuple[StateRecord | None, StateRecord | None]],
+    got: Outcome,
+    want: Outcome,
+    now: dt.datetime,
+) -> Finding | None:
+    """``swept`` maps each item to the handler's record before and after the sweep."""
+    for ref, (before, after) in swept.items():
+        if before is None or after is None:
+            continue
+        changed = after.status is not before.status or after.locked_until != before.locked_until
+        expired = (
+            before.status is S.PROCESSING
+            and before.locked_until is not None
+            and before.locked_until < now
+        )
+        if changed and not expired:
+            why = (
+                f"its lock was live until {at(before.locked_until)}"
+                if before.status is S.PROCESSING
+                else f"it was {before.status.label}"
+            )
+            return Finding(
+                "sweep_only_expired",
+                f"the lock sweep at {at(now)} changed {ref.label} to {after.status.label} "
+                f"although {why}",
+            )
+        if expired and (after.status is not S.FAILED or after.locked_until is not None):
+            return Finding(
+                "sweep_resets_expired",
+                f"the lock sweep at {at(now)} left {ref.label} {after.status.label} (locked "
+                f"until {at(after.locked_until)}); its lock expired at {at(before.locked_until)}",
+            )
+    if got.agrees_with(want):
+        return None
+    if got.error is not None or not isinstance(got.value, int) or not isinstance(want.value, int):
+        return Finding(
+            "errors_agree_with_model",
+            f"reset_expired_locks() at {at(now)} came to {got.describe()}; expected {want.value}",
+        )
+    name = "sweep_only_expired" if got.value > want.value else "sweep_resets_expired"
+    return Finding(
+        name,
+        f"reset_expired_locks() at {at(now)} reported {got.value} resets; expected {want.value}",
+    )
+
+
+def judge_retention_sweep(
+    got: Outcome, want: Outcome, history_expired: int, now: dt.datetime
+) -> Finding | None:
+    """Counts must agree; superseded history rows count too."""
+    if got.agrees_with(want):
+        return None
+    if got.error is not None or not isinstance(got.value, int) or not isinstance(want.value, int):
+        return Finding(
+            "errors_agree_with_model",
+            f"expire_past_retention() at {at(now)} came to {got.describe()}; expected {want.value}",
+        )
+    if 0 < want.value - got.value <= history_expired:
+        return Finding(
+            "upsert_keeps_history",
+            f"expire_past_retention() at {at(now)} expired {got.value} records; expected "
+            f"{want.value}, of which {history_expired} are superseded history that upsert "
+            "must have kept",
+        )
+    return Finding(
+        "retention_sweep_agrees_with_model",
+        f"expire_past_retention() at {at(now)} expired {got.value} records; expected {want.value}",
+    )
+
+
+def record_checks(ref: ItemRef, model_view: Mapping[ItemRef, ModelRecord | None]) -> list[str]:
+    """The properties one comparison of ``ref``'s record can decide, for check counts."""
+    want = model_view[ref]
+    names = ["record_agrees_with_model"]
+    if want is None:
+        return names
+    names += ["timestamps_in_utc"]
+    if want.data is not None:
+        names.append("data_round_trip")
+    if want.status is S.PROCESSING:
+        names.append("lock_duration_honoured")
+    if want.status in (S.PROCESSED, S.FAILED) and want.attempt > 0:
+        names.append("completion_releases_lock")
+    for other, record in model_view.items():
+        kind = ref.sibling_of(other)
+        if kind is not None and record is not None:
+            names.append(f"{kind}_isolation")
+    return names

@@ -1,0 +1,190 @@
+"""The Hypothesis state machine that runs a handler beside the reference model.
+
+:class:`~dsm_sim.conformance.operations.OperationRules` drives each operation
+and compares the world after every step; this module adds what makes stores
+fail in production: workers racing on one item, a worker crashing with its
+lock, a holder stalling past its expiry and waking with a stale token, and a
+second attempt landing exactly on a lock's expiry.  Rules cannot take pytest
+fixtures, so a machine class is built per handler factory with
+:func:`build_machine`; the program Hypothesis prints for a failure builds it
+the same way, and runs as pasted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
+from dsm_sim.conformance import judges as J
+from dsm_sim.conformance import world as W
+from dsm_sim.conformance.clocks import ClockMode
+from dsm_sim.conformance.operations import OperationRules
+from dsm_sim.model import ItemRef, ModelRecord, Outcome, outcome_of
+from reference_engine.handler import HandlerFactory
+from reference_engine.status import IdempotencyStatus
+
+__all__ = ["ConformanceMachine", "build_machine"]
+
+S = IdempotencyStatus
+
+
+class ConformanceMachine(OperationRules):
+    """The operations, plus races, crashes, stalls and boundary contention."""
+
+    @rule(ref=W.ITEMS, guarded=st.booleans())
+    def race_to_acquire(self, ref: ItemRef, guarded: bool) -> None:
+        """All workers at once, interleaving at every ``await``: a check-then-insert loses."""
+        if self.diverged:
+            return
+        now = self.clock.now()
+        record = W.copy_record(self.model.current.get(ref.record_key))
+        holder = self.holder.get(ref)
+        contexts = {w: W.context_for(ref, w, self.tokens[w].get(ref)) for w in W.WORKERS}
+        guard_says_done = self.model.exists(contexts[W.WORKERS[0]], now)
+        answers: dict[int, bool] = {}
+
+        def attempt(worker: int) -> Callable[[], Any]:
+            async def run() -> int | None:
+                if guarded:
+                    answers[worker] = await self.handler.exists(contexts[worker])
+                    if answers[worker]:
+                        return None
+                return await self.handler.try_acquire_lock(contexts[worker])
+
+            return run
+
+        outcomes = dict(
+            zip(W.WORKERS, self.driver.gather([attempt(w) for w in W.WORKERS]), strict=True)
+        )
+        for worker, answer in answers.items():
+            self._checked("exists_agrees_with_model")
+            finding = J.judge_exists(
+                ref, worker, Outcome(answer), Outcome(guard_says_done), record, now
+            )
+            self._report(self._diagnose(ref, finding))
+        winners = [w for w, o in outcomes.items() if o.error is None and o.value is not None]
+        actor = winners[0] if len(winners) == 1 else W.WORKERS[0]
+        want = outcome_of(lambda: self.model.try_acquire_lock(contexts[actor], now))
+        self._acquired(ref, actor, want)
+        shown = ", ".join(
+            f"worker {w}: " + (f"token {o.value}" if o.error is None and o.value else o.describe())
+            for w, o in outcomes.items()
+        )
+        how = "exists then try_acquire_lock" if guarded else "try_acquire_lock"
+        self._step("workers 1-3", f"race: {how}({ref.label})", shown)
+        self._checked("at_most_one_live_lock", "acquire_agrees_with_model")
+        self._report(self._diagnose(ref, J.judge_race(ref, outcomes, want, record, holder, now)))
+        self._after_step("acquire")
+
+    @rule(worker=W.WORKER)
+    def crash(self, worker: int) -> None:
+        """The worker dies mid-work: it never completes or releases what it holds."""
+        if self.diverged:
+            return
+        held = ", ".join(ref.item for ref in self.tokens[worker]) or "nothing"
+        self.tokens[worker].clear()
+        self._step(f"worker {worker}", "crashes", f"abandons {held}")
+
+    def _held(self) -> list[tuple[int, ItemRef]]:
+        return [(w, ref) for w in W.WORKERS for ref in self.tokens[w]]
+
+    @rule(pick=st.integers(0, 5), succeed=st.booleans(), data=W.DATA)
+    def finish_held_work(self, pick: int, succeed: bool, data: dict[str, Any] | None) -> None:
+        """A holder completes its item (or gives up), possibly after its lock was swept.
+
+        A holder whose lock was swept or taken over is a stale worker waking
+        up: its write must be fenced off with StaleLockError.
+        """
+        held = self._held()
+        if self.diverged or not held:
+            return
+        worker, ref = held[pick % len(held)]
+        if succeed:
+            self.set(worker, ref, S.PROCESSED, data)
+        else:
+            self.release_lock_as_failed(worker, ref, "card declined")
+
+    @rule(worker=W.WORKER, ref=W.ITEMS)
+    def skip_item(self, worker: int, ref: ItemRef) -> None:
+        """A node decides an item needs no work: ``set(Skipped)`` with no data, from any status.
+
+        The commonest write without data, so it is where a store that writes
+        ``data = NULL`` instead of keeping the stored data shows.
+        """
+        self.set(worker, ref, S.SKIPPED, None)
+
+    @rule(pick=st.integers(0, 5))
+    def holder_stalls_past_expiry(self, pick: int) -> None:
+        """A holder pauses (GC, network) past its lock's expiry and the catch-up sweep runs.
+
+        When it wakes, its token is stale: :meth:`finish_held_work` then checks
+        that its write is fenced off.
+        """
+        held = self._held()
+        if self.diverged or not held:
+            return
+        worker, ref = held[pick % len(held)]
+        record = self.model.current.get(ref.record_key)
+        if record is None or record.locked_until is None:
+            return
+        self.clock.set(record.locked_until + dt.timedelta(seconds=1))
+        self._move(f"passes worker {worker}'s lock expiry on {ref.item} while it stalls")
+        self.reset_expired_locks()
+
+    def _processing(self) -> list[ModelRecord]:
+        return [r for r in self.model.current.values() if r.status is S.PROCESSING]
+
+    @rule(offset=st.sampled_from((-1, 0, 1)))
+    def clock_to_lock_expiry(self, offset: int) -> None:
+        """Land exactly on (or a second either side of) a lock's expiry: ``<=`` vs ``<``."""
+        processing = self._processing()
+        if self.diverged or not processing:
+            return
+        record = min(processing, key=lambda r: r.updated_at)
+        assert record.locked_until is not None
+        self.clock.set(record.locked_until + dt.timedelta(seconds=offset))
+        self._move(f"moves to {record.key.item_key}'s lock expiry {offset:+d}s")
+
+    @rule(first=W.WORKER, second=W.WORKER, ref=W.ITEMS, offset=st.sampled_from((0, -1, 1)))
+    def contend_at_lock_expiry(self, first: int, second: int, ref: ItemRef, offset: int) -> None:
+        """A second attempt lands exactly on a lock's expiry, where it is still live.
+
+        ``now == locked_until`` is the instant a ``<=`` written as ``<`` (or the
+        reverse) gets wrong; random clock moves almost never hit it.
+        """
+        if self.diverged:
+            return
+        self.try_acquire_lock(first, ref)
+        record = self.model.current.get(ref.record_key)
+        if self.diverged or record is None or record.locked_until is None:
+            return
+        self.clock.set(record.locked_until + dt.timedelta(seconds=offset))
+        self._move(f"moves to {ref.item}'s lock expiry {offset:+d}s")
+        self.try_acquire_lock(second, ref)
+
+
+def build_machine(
+    factory: HandlerFactory,
+    *,
+    clock_mode: ClockMode = ClockMode.INJECTED,
+    stats: W.RunStats | None = None,
+    name: str = "HandlerConformance",
+) -> type[ConformanceMachine]:
+    """A state-machine class verifying handlers built by ``factory``.
+
+    ``stats`` collects check counts across test cases and says which
+    properties are already known to fail (they stop a test case instead of
+    failing it, so a second run can look for other violations).
+    """
+    namespace = {
+        "factory": staticmethod(factory),
+        "clock_mode": clock_mode,
+        "stats": stats or W.RunStats(),
+        "__module__": __name__,
+        "__qualname__": name,
+    }
+    return type(name, (ConformanceMachine,), namespace)

@@ -1,0 +1,377 @@
+"""The operation rules of the conformance state machine, and its bookkeeping.
+
+Rules are synchronous (Hypothesis has no async state machines): each drives
+the handler's coroutines on the test case's own event loop, asks the model
+the same question at the same instant, and hands both answers to a judge in
+:mod:`dsm_sim.conformance.judges`.  After every rule that writes, the
+whole world is read back through ``get`` and compared, inside the rule itself
+rather than in an ``@invariant``, so the program Hypothesis prints reproduces
+the failure when pasted.  Rules cannot take pytest fixtures, so a machine class is built
+per handler factory with :func:`build_machine`.
+
+No rule has a precondition: who wins a race is up to the store, so what a
+rule draws must never depend on it, or Hypothesis cannot replay a run.  A
+rule with nothing to act on (no lock held, nothing processing) does nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from hypothesis.stateful import RuleBasedStateMachine, rule
+
+from dsm_sim.conformance import judges as J
+from dsm_sim.conformance import properties as P
+from dsm_sim.conformance import world as W
+from dsm_sim.conformance.clocks import ClockMode, ConformanceClock
+from dsm_sim.conformance.explain import Step, at, render_steps
+from dsm_sim.conformance.loop import LoopDriver
+from dsm_sim.model import (
+    WORLD_CONFIG,
+    WORLD_ITEMS,
+    WORLD_START,
+    ItemRef,
+    ModelRecord,
+    Outcome,
+    ReferenceModel,
+    outcome_of,
+)
+from reference_engine.context import StateHandlerContext
+from reference_engine.errors import LockError, StaleLockError
+from reference_engine.handler import HandlerFactory, StateHandler
+from reference_engine.record import StateRecord
+from reference_engine.status import IdempotencyStatus
+
+__all__ = ["OperationRules"]
+
+S = IdempotencyStatus
+
+
+class OperationRules(RuleBasedStateMachine):
+    """Workers 1-3 call the handler's operations; the model says what each must come to.
+
+    The plain operations, clock moves and sweeps, plus the bookkeeping that
+    compares the world after every step.  Races and faults are added by
+    :class:`~dsm_sim.conformance.machine.ConformanceMachine`.
+    """
+
+    factory: ClassVar[HandlerFactory]
+    clock_mode: ClassVar[ClockMode] = ClockMode.INJECTED
+    stats: ClassVar[W.RunStats]
+
+    def __init__(self) -> None:
+        super().__init__()
+        stats = type(self).stats
+        stats.test_cases += 1
+        if stats.on_test_case is not None:
+            stats.on_test_case(stats.test_cases)
+        self.clock = ConformanceClock(WORLD_START, self.clock_mode)
+        self.driver = LoopDriver()
+        self.model = ReferenceModel()
+        self.tokens: dict[int, dict[ItemRef, int]] = {w: {} for w in W.WORKERS}
+        self.holder: dict[ItemRef, int] = {}
+        self.steps: list[Step] = []
+        self.view: dict[ItemRef, StateRecord | None] = dict.fromkeys(WORLD_ITEMS)
+        self.diverged = False
+        self.failed = False
+        self.clock.start()
+        try:
+            self.handler: StateHandler = type(self).factory(self.clock)
+            self.driver.run(self.handler.open())
+        except BaseException:
+            self.driver.close()
+            self.clock.stop()
+            raise
+
+    # --- bookkeeping -------------------------------------------------------------------------
+
+    def _step(self, actor: str, action: str, outcome: str = "") -> None:
+        self.steps.append(Step(len(self.steps) + 1, self.clock.now(), actor, action, outcome))
+
+    def _checked(self, *names: str) -> None:
+        for name in names:
+            self.stats.checks[name] += 1
+
+    def _report(self, finding: P.Finding | None) -> None:
+        if finding is None or self.diverged:
+            return
+        self.stats.checks[finding.property] += 1  # a violation is a check that failed
+        if finding.property in self.stats.disabled:
+            # Already reported in an earlier run; stop judging this one, whose
+            # handler and model have parted ways.
+            self.diverged = True
+            self.stats.suppressed[finding.property] += 1
+            return
+        if self.stats.first_failure_case is None:
+            self.stats.first_failure_case = self.stats.test_cases
+        self.failed = True
+        raise P.PropertyViolation(finding, render_steps(self.steps, finding.message))
+
+    def _observe(self) -> dict[ItemRef, Outcome]:
+        """Every item's record as the handler reads it, in one pass on the loop."""
+
+        async def read_all() -> dict[ItemRef, Outcome]:
+            seen: dict[ItemRef, Outcome] = {}
+            for ref, ctx in W.OBSERVER_CONTEXTS.items():
+                try:
+                    seen[ref] = Outcome(value=await self.handler.get(ctx))
+                except Exception as exc:
+                    seen[ref] = Outcome(error=exc)
+            return seen
+
+        return self.driver.run(read_all())
+
+    def _model_view(self) -> dict[ItemRef, ModelRecord | None]:
+        return {ref: self.model.current.get(ref.record_key) for ref in WORLD_ITEMS}
+
+    def _diagnose(self, ref: ItemRef, finding: P.Finding | None) -> P.Finding | None:
+        """A wrong answer for one item may be another tenant's or scope's record showing."""
+        if finding is None:
+            return None
+        observed = self._observe()
+        view = {r: o.value for r, o in observed.items() if o.error is None}
+        return J.judge_isolation(ref, view, self._model_view()) or finding
+
+    def _after_step(
+        self, operation: str, observed: Mapping[ItemRef, Outcome] | None = None
+    ) -> None:
+        """Read every item back and compare it with the model."""
+        if self.diverged:
+            return
+        now = self.clock.now()
+        observed = observed if observed is not None else self._observe()
+        for ref, outcome in observed.items():
+            if outcome.error is not None and not self.diverged:
+                self._report(
+                    P.Finding(
+                        "errors_agree_with_model",
+                        f"get({ref.label}) raised {outcome.describe()}: {outcome.error}",
+                    )
+                )
+        view: dict[ItemRef, StateRecord | None] = {r: o.value for r, o in observed.items()}
+        model_view = self._model_view()
+        for ref in WORLD_ITEMS:
+            before, after = self.view[ref], view[ref]
+            if before is not None:
+                self._checked("allowed_transitions_only")
+            self._report(J.judge_transition(ref, before, after, now, operation))
+            self._checked(*J.record_checks(ref, model_view))
+            self._report(J.judge_isolation(ref, view, model_view))
+            has_history = any(r.key == ref.record_key for r in self.model.superseded)
+            self._report(J.judge_record(ref, after, model_view[ref], now, has_history=has_history))
+            if self.diverged:
+                return
+        self.view = view
+
+    # --- reads -------------------------------------------------------------------------------
+
+    @rule(worker=W.WORKER, ref=W.ITEMS)
+    def exists(self, worker: int, ref: ItemRef) -> None:
+        if self.diverged:
+            return
+        ctx = W.context_for(ref, worker, self.tokens[worker].get(ref))
+        now = self.clock.now()
+        record = W.copy_record(self.model.current.get(ref.record_key))
+        want = outcome_of(lambda: self.model.exists(ctx, now))
+        got = self.driver.outcome(lambda: self.handler.exists(ctx))
+        self._step(f"worker {worker}", f"exists({ref.label})", got.describe())
+        self._checked("exists_agrees_with_model")
+        self._report(self._diagnose(ref, J.judge_exists(ref, worker, got, want, record, now)))
+
+    @rule(worker=W.WORKER, ref=W.ITEMS)
+    def get(self, worker: int, ref: ItemRef) -> None:
+        if self.diverged:
+            return
+        got = self.driver.outcome(lambda: self.handler.get(W.context_for(ref, worker, None)))
+        shown = got.describe() if got.error or got.value is None else got.value.status.label
+        self._step(f"worker {worker}", f"get({ref.label})", shown)
+        # Reads change nothing, so the other items' last readings still stand.
+        self._after_step("get", {**{r: Outcome(v) for r, v in self.view.items()}, ref: got})
+
+    # --- the lock ----------------------------------------------------------------------------
+
+    @rule(worker=W.WORKER, ref=W.ITEMS)
+    def try_acquire_lock(self, worker: int, ref: ItemRef) -> None:
+        if self.diverged:
+            return
+        ctx = W.context_for(ref, worker, self.tokens[worker].get(ref))
+        now = self.clock.now()
+        record = W.copy_record(self.model.current.get(ref.record_key))
+        holder = self.holder.get(ref)
+        want = outcome_of(lambda: self.model.try_acquire_lock(ctx, now))
+        got = self.driver.outcome(lambda: self.handler.try_acquire_lock(ctx))
+        self._acquired(ref, worker, want)
+        shown = f"token {got.value}" if got.error is None and got.value else got.describe()
+        self._step(f"worker {worker}", f"try_acquire_lock({ref.label})", shown)
+        self._checked("acquire_agrees_with_model")
+        if W.is_live(record, now):
+            self._checked("at_most_one_live_lock")
+        finding = J.judge_acquire(ref, worker, got, want, record, holder, now)
+        self._report(self._diagnose(ref, finding))
+        self._after_step("acquire")
+
+    def _acquired(self, ref: ItemRef, worker: int, want: Outcome) -> None:
+        if want.error is None and want.value is not None:
+            self.tokens[worker][ref] = want.value
+            self.holder[ref] = worker
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def _write(
+        self,
+        operation: str,
+        worker: int,
+        ref: ItemRef,
+        call: Callable[[StateHandlerContext], Any],
+        model_call: Callable[[StateHandlerContext, dt.datetime], Any],
+    ) -> None:
+        token = self.tokens[worker].get(ref)
+        ctx = W.context_for(ref, worker, token)
+        now = self.clock.now()
+        record = W.copy_record(self.model.current.get(ref.record_key))
+        superseded = len(self.model.superseded)
+        want = outcome_of(lambda: model_call(ctx, now))
+        got = self.driver.outcome(lambda: call(ctx))
+        if token is not None and (want.error is None or isinstance(want.error, LockError)):
+            del self.tokens[worker][ref]
+        if want.error is None and self.holder.get(ref) == worker:
+            del self.holder[ref]
+        with_token = f" with token {token}" if token is not None else ""
+        shown = "ok" if got.error is None and got.value is None else got.describe()
+        self._step(f"worker {worker}", f"{operation} on {ref.label}{with_token}", shown)
+        self._checked("errors_agree_with_model")
+        if isinstance(want.error, StaleLockError):
+            self._checked("stale_write_rejected")
+        if len(self.model.superseded) > superseded:
+            self._checked("upsert_keeps_history")
+        finding = J.judge_write(operation, ref, worker, token, got, want, record, now)
+        self._report(self._diagnose(ref, finding))
+        self._after_step(operation.split("(")[0])
+
+    @rule(worker=W.WORKER, ref=W.ITEMS, status=W.STATUSES, data=W.DATA)
+    def set(
+        self, worker: int, ref: ItemRef, status: IdempotencyStatus, data: dict[str, Any] | None
+    ) -> None:
+        if self.diverged:
+            return
+        self._write(
+            f"set({status.label}, data={data!r})",
+            worker,
+            ref,
+            lambda ctx: self.handler.set(ctx, status, data),
+            lambda ctx, now: self.model.set(ctx, status, data, now),
+        )
+
+    @rule(worker=W.WORKER, ref=W.ITEMS, error=W.ERRORS)
+    def release_lock_as_failed(self, worker: int, ref: ItemRef, error: str) -> None:
+        if self.diverged:
+            return
+        self._write(
+            f"release_lock_as_failed({error!r})",
+            worker,
+            ref,
+            lambda ctx: self.handler.release_lock_as_failed(ctx, error),
+            lambda ctx, now: self.model.release_lock_as_failed(ctx, error, now),
+        )
+
+    @rule(worker=W.WORKER, ref=W.ITEMS, data=W.DATA)
+    def upsert(self, worker: int, ref: ItemRef, data: dict[str, Any] | None) -> None:
+        if self.diverged:
+            return
+        self._write(
+            f"upsert(data={data!r})",
+            worker,
+            ref,
+            lambda ctx: self.handler.upsert(ctx, data),
+            lambda ctx, now: self.model.upsert(ctx, data, now),
+        )
+
+    # --- time --------------------------------------------------------------------------------
+
+    def _move(self, description: str, delta: dt.timedelta | None = None) -> None:
+        if delta is not None:
+            self.clock.advance(delta)
+        self._step("clock", description, f"now {at(self.clock.now())}")
+
+    @rule(seconds=W.TICKS)
+    def tick(self, seconds: int) -> None:
+        if not self.diverged:
+            self._move(f"advances {seconds}s", dt.timedelta(seconds=seconds))
+
+    @rule(seconds=W.JUMPS_BACK)
+    def clock_jumps_back(self, seconds: int) -> None:
+        if not self.diverged:
+            self._move(f"jumps back {seconds}s", dt.timedelta(seconds=-seconds))
+
+    @rule()
+    def clock_jumps_past_lock_duration(self) -> None:
+        if not self.diverged:
+            delta = WORLD_CONFIG.lock_duration + dt.timedelta(seconds=1)
+            self._move("jumps past the lock duration", delta)
+
+    @rule()
+    def clock_jumps_past_retention(self) -> None:
+        if not self.diverged:
+            assert WORLD_CONFIG.retention is not None
+            self._move("jumps past retention", WORLD_CONFIG.retention + dt.timedelta(seconds=1))
+
+    # --- sweeps ------------------------------------------------------------------------------
+
+    @rule()
+    def reset_expired_locks(self) -> None:
+        if self.diverged:
+            return
+        now = self.clock.now()
+        before = dict(self.view)
+        got = self.driver.outcome(self.handler.reset_expired_locks)
+        want = outcome_of(lambda: self.model.reset_expired_locks(now))
+        observed = self._observe()
+        after = {r: o.value for r, o in observed.items() if o.error is None}
+        self._step("catch-up worker", "reset_expired_locks()", got.describe())
+        self._checked("sweep_only_expired")
+        if want.value:
+            self._checked("sweep_resets_expired")
+        swept = {r: (before[r], after.get(r)) for r in WORLD_ITEMS}
+        self._report(J.judge_sweep(swept, got, want, now))
+        self._after_step("sweep", observed)
+
+    @rule()
+    def expire_past_retention(self) -> None:
+        if self.diverged:
+            return
+        now = self.clock.now()
+        history = [r.status for r in self.model.superseded]
+        got = self.driver.outcome(self.handler.expire_past_retention)
+        want = outcome_of(lambda: self.model.expire_past_retention(now))
+        history_expired = sum(
+            1 for old, r in zip(history, self.model.superseded, strict=True) if old is not r.status
+        )
+        self._step("retention worker", "expire_past_retention()", got.describe())
+        self._checked("retention_sweep_agrees_with_model")
+        if history_expired:
+            self._checked("upsert_keeps_history")
+        self._report(J.judge_retention_sweep(got, want, history_expired, now))
+        self._after_step("sweep")
+
+    # --- the end -----------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        closed = self.driver.outcome(self.handler.close)
+        leaked = self.driver.close()
+        self.clock.stop()
+        if self.failed:
+            return
+        self._checked("closes_cleanly")
+        if closed.error is not None:
+            self._report(
+                P.Finding("closes_cleanly", f"close() raised {closed.describe()}: {closed.error}")
+            )
+        if leaked:
+            self._report(
+                P.Finding(
+                    "closes_cleanly",
+                    f"close() left {len(leaked)} task(s) running: {'; '.join(leaked)[:300]}",
+                )
+            )

@@ -1,0 +1,151 @@
+"""The reference model as the harness sees it, plus the small test world around it.
+
+The semantics live in :mod:`reference_engine.model` and are re-exported here
+unchanged, so the conformance kit, the catalogue and the simulator judge
+handlers against the same code the in-memory handler runs.  What this module
+adds is the world: which items exist, which tenants and scopes they live in,
+and how one call's outcome (a value or an error) is recorded and compared.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from reference_engine.config import HandlerConfig
+from reference_engine.context import RecordKey, StateHandlerContext
+from reference_engine.model import SETTABLE, SWEEP_ERROR_DETAIL, ModelRecord, ReferenceModel
+from reference_engine.model import effective_status as effective_status
+from reference_engine.scope import Scope
+
+__all__ = [
+    "ENTITY_ID",
+    "SETTABLE",
+    "SOURCE_APP_ID",
+    "SWEEP_ERROR_DETAIL",
+    "WORLD_CONFIG",
+    "WORLD_ITEMS",
+    "WORLD_START",
+    "ItemRef",
+    "ModelRecord",
+    "Outcome",
+    "ReferenceModel",
+    "effective_status",
+    "execution_id",
+    "outcome_of",
+]
+
+#: The workflow and its only node share this id, so records of the Workflow and
+#: Element scopes differ only by ``scope_id``: a store that leaves the scope out
+#: of its key is caught, not hidden behind different entity ids.
+ENTITY_ID = "flow-1"
+SOURCE_APP_ID = "app-1"
+
+#: When every run starts: a Monday morning, so plain-language times read naturally.
+WORLD_START = dt.datetime(2026, 3, 2, 9, 0, tzinfo=dt.UTC)
+
+#: Lock and retention of the world: short enough for clock jumps to cross both.
+WORLD_CONFIG = HandlerConfig(lock_duration=dt.timedelta(minutes=30), retention=dt.timedelta(days=1))
+
+
+def execution_id(worker: int) -> str:
+    """The execution id a worker writes under; records show who wrote them."""
+    return f"run-{worker}"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRef:
+    """One item of the world: tenant, scope and item key.
+
+    The repr is a Python expression, so Hypothesis' printed reproduction runs.
+    """
+
+    tenant: str
+    scope: Scope
+    item: str
+
+    def __repr__(self) -> str:
+        return f"ItemRef({self.tenant!r}, {self.scope!r}, {self.item!r})"
+
+    @property
+    def label(self) -> str:
+        """How the item is named in plain-language reports."""
+        return f"{self.item} (tenant {self.tenant}, scope {self.scope.code})"
+
+    def context(
+        self,
+        worker: int,
+        *,
+        lock_token: int | None = None,
+        config: HandlerConfig = WORLD_CONFIG,
+    ) -> StateHandlerContext:
+        """The per-call context worker ``worker`` passes for this item."""
+        base = StateHandlerContext(
+            scope_id=int(self.scope),
+            scope_code=self.scope.code,
+            entity_id=ENTITY_ID,
+            entity_execution_id=execution_id(worker),
+            tenant_id=self.tenant,
+            source_app_id=SOURCE_APP_ID,
+            handler_config=config,
+        )
+        return base.for_item(self.item, lock_token=lock_token)
+
+    @property
+    def record_key(self) -> RecordKey:
+        return RecordKey(
+            tenant_id=self.tenant,
+            scope_id=int(self.scope),
+            entity_id=ENTITY_ID,
+            item_entity_key="",
+            item_key=self.item,
+        )
+
+    def sibling_of(self, other: ItemRef) -> str | None:
+        """``"tenant"``/``"scope"`` when ``other`` is this item in another tenant/scope."""
+        if self.item != other.item:
+            return None
+        if self.tenant != other.tenant and self.scope is other.scope:
+            return "tenant"
+        if self.scope is not other.scope and self.tenant == other.tenant:
+            return "scope"
+        return None
+
+
+#: The items every worker may touch.  INV-1 exists in two tenants and two
+#: scopes, so isolation bugs collide; INV-2 is an unrelated neighbour.
+WORLD_ITEMS: tuple[ItemRef, ...] = (
+    ItemRef("t1", Scope.ELEMENT, "INV-1"),
+    ItemRef("t2", Scope.ELEMENT, "INV-1"),
+    ItemRef("t1", Scope.WORKFLOW, "INV-1"),
+    ItemRef("t1", Scope.ELEMENT, "INV-2"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one call came to: a returned value, or the exception it raised."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+    def agrees_with(self, expected: Outcome) -> bool:
+        """Same value, or an error of the expected class (a subclass is fine)."""
+        if expected.error is not None:
+            return self.error is not None and isinstance(self.error, type(expected.error))
+        return self.error is None and self.value == expected.value
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return type(self.error).__name__
+        return repr(self.value)
+
+
+def outcome_of(call: Callable[[], Any]) -> Outcome:
+    """Run a model call and record its value or the error it raised."""
+    try:
+        return Outcome(value=call())
+    except Exception as exc:
+        return Outcome(error=exc)

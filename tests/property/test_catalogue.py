@@ -1,0 +1,91 @@
+"""Every broken handler in the catalogue is caught, by a property expected to catch it.
+
+Each entry runs the conformance state machine until its first violation
+(fixed seed, for a stable CI), and the test prints how many generated
+examples and seconds that took, the shrunk program and the story.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+
+from dsm_sim.broken import CATALOGUE, BrokenHandlerSpec
+from dsm_sim.conformance.machine import ConformanceMachine
+from dsm_sim.conformance.properties import PROPERTY_NAMES
+from dsm_sim.conformance.runner import ResultStatus, verify
+from reference_engine.clock import ManualClock
+from reference_engine.handler import StateHandler
+from reference_engine.handlers.memory import InMemoryStateHandler
+
+pytestmark = pytest.mark.property
+
+#: Enough to catch every entry; the run stops at the first violation anyway.
+SEED = 2
+MAX_EXAMPLES = 300
+STEPS = 30
+
+
+def test_catalogue_is_large_and_well_formed() -> None:
+    assert len(CATALOGUE) >= 12
+    for name, spec in CATALOGUE.items():
+        assert spec.name == name
+        assert spec.bug.endswith(".") and spec.bug.count(". ") == 0, spec.bug
+        assert spec.expected_properties, name
+        assert set(spec.expected_properties) <= set(PROPERTY_NAMES), name
+        handler = spec.factory(ManualClock())
+        assert isinstance(handler, StateHandler)
+        assert isinstance(handler, InMemoryStateHandler), "each entry is a small subclass"
+        assert type(handler) is not InMemoryStateHandler, f"{name} has no bug of its own"
+
+
+@pytest.mark.parametrize("spec", list(CATALOGUE.values()), ids=list(CATALOGUE))
+def test_broken_handler_is_caught(
+    spec: BrokenHandlerSpec, record_property: Callable[[str, object], None]
+) -> None:
+    report = verify(
+        spec.factory,
+        "ci",
+        seed=SEED,
+        stop_on_first=True,
+        max_examples=MAX_EXAMPLES,
+        step_count=STEPS,
+    )
+    assert report.error is None, report.error
+    assert len(report.violations) == 1, f"{spec.name} ({spec.bug}) was not caught"
+    caught = report.violations[0]
+    print(
+        f"\n{spec.name}: caught by {caught.name} after {caught.examples_to_failure} examples, "
+        f"{caught.seconds_to_failure:.2f}s including shrinking\n{caught.render()}"
+    )
+    record_property("caught_by", caught.name)
+    record_property("examples_to_failure", caught.examples_to_failure)
+    record_property("seconds_with_shrinking", caught.seconds_to_failure)
+    assert caught.name in spec.expected_properties, caught.render()
+    assert caught.status is ResultStatus.FAILED
+    assert caught.message and caught.story.endswith(caught.message)
+    # The shrunk program is runnable Python: it builds the machine and calls rules.
+    assert caught.reproduction.startswith("from dsm_sim.conformance.machine import build_machine")
+    assert re.search(r"^state = HandlerConformance\(\)$", caught.reproduction, re.MULTILINE)
+    assert caught.reproduction.rstrip().endswith("state.teardown()")
+    assert caught.examples_to_failure is not None
+
+
+@pytest.mark.parametrize("name", ["no_fencing", "tenant_missing_from_key"])
+def test_reproduction_runs_and_fails_as_reported(name: str) -> None:
+    spec = CATALOGUE[name]
+    report = verify(spec.factory, "ci", seed=SEED, stop_on_first=True, step_count=STEPS)
+    caught = report.violations[0]
+    namespace: dict[str, object] = {}
+    with pytest.raises(AssertionError, match=caught.name):
+        exec(compile(caught.reproduction, f"<reproduction of {name}>", "exec"), namespace)
+    state = namespace["state"]
+    assert isinstance(state, ConformanceMachine)
+    state.teardown()  # the violation interrupted the program before its own teardown
+
+
+def test_correct_handler_is_not_flagged_under_the_same_settings() -> None:
+    report = verify(InMemoryStateHandler, "ci", seed=SEED, max_examples=60, step_count=STEPS)
+    assert report.passed, [v.render() for v in report.violations]
