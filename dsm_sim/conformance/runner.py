@@ -185,7 +185,7 @@ def verify(
             machine = hypothesis_seed(seed)(machine)
         run_started = time.perf_counter()
         try:
-            run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call]
+            run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call,unused-ignore]
             violation = None
         except Exception as exc:
             violation = _violation_in(exc)
