@@ -64,9 +64,19 @@ def chaos(session: nox.Session) -> None:
     _install(session)
     for name, factory in CHAOS_HANDLERS.items():
         session.run(
-            "dsm", "run", "scenarios/", "--seeds", "3", "--handler", factory,
-            "--report", f"reports/chaos-{name}", "--junit", f"reports/junit-chaos-{name}.xml",
-            *session.posargs, env=_env(),
+            "dsm",
+            "run",
+            "scenarios/",
+            "--seeds",
+            "3",
+            "--handler",
+            factory,
+            "--report",
+            f"reports/chaos-{name}",
+            "--junit",
+            f"reports/junit-chaos-{name}.xml",
+            *session.posargs,
+            env=_env(),
         )
 
 

@@ -25,6 +25,12 @@ def test_ruff_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is installed with the dev extra")
+def test_ruff_format_clean() -> None:
+    result = _run("ruff", "format", "--check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_mypy_strict_clean() -> None:
     pytest.importorskip("mypy")
     result = _run(sys.executable, "-m", "mypy")
