@@ -5,20 +5,25 @@ from __future__ import annotations
 import asyncio
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 from reference_engine.clock import Clock, SystemClock
 from reference_engine.errors import ConfigurationError, UnknownHandlerError
 from reference_engine.handler import HandlerFactory, StateHandler
 
-__all__ = ["HandlerRegistry", "load_factory"]
+__all__ = ["HandlerRegistry", "load_callable", "load_factory"]
 
 
-def load_factory(spec: str) -> HandlerFactory:
-    """Import ``"package.module:factory"`` and return the callable it names."""
+def load_callable(spec: str, *, expects: str, example: str = "") -> Callable[..., Any]:
+    """Import ``"package.module:attr"`` and return the callable it names.
+
+    ``expects`` says what the callable must do, for the error a wrong spec gets.
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
+        hint = f", e.g. {example!r}" if example else ""
         raise ConfigurationError(
-            f"handler factory {spec!r} must look like 'package.module:factory'"
+            f"handler factory {spec!r} must look like 'package.module:factory'{hint}"
         )
     try:
         module = importlib.import_module(module_name)
@@ -34,8 +39,15 @@ def load_factory(spec: str) -> HandlerFactory:
             )
         target = getattr(target, part)
     if not callable(target):
-        raise ConfigurationError(f"{spec!r} is not callable; it must build a handler from a clock")
-    factory: Callable[[Clock], StateHandler] = target
+        raise ConfigurationError(f"{spec!r} is not callable; it must {expects}")
+    return target
+
+
+def load_factory(spec: str) -> HandlerFactory:
+    """Import ``"package.module:factory"``: a callable building a handler from a clock."""
+    factory: Callable[[Clock], StateHandler] = load_callable(
+        spec, expects="build a handler from a clock"
+    )
     return factory
 
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-import importlib
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from reference_engine.clock import Clock
-from reference_engine.errors import ConfigurationError, InvalidOptionError
+from reference_engine.errors import InvalidOptionError
 from reference_engine.handler import StateHandler
+from reference_engine.registry import load_callable
 
 __all__ = [
     "BUILTIN_HANDLER_SPEC",
@@ -75,28 +75,11 @@ def database_kind(url: str) -> DatabaseKind:
 
 def load_stress_factory(spec: str) -> StressHandlerFactory:
     """Import ``"package.module:factory"``; the callable takes ``(url, clock, *, schema=)``."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigurationError(
-            f"handler factory {spec!r} must look like 'package.module:factory', e.g. "
-            f"{BUILTIN_HANDLER_SPEC!r}"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"cannot import module {module_name!r} for handler {spec!r}: {exc}"
-        ) from exc
-    target: object = module
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r} ({spec!r})")
-        target = getattr(target, part)
-    if not callable(target):
-        raise ConfigurationError(
-            f"{spec!r} is not callable; it must build a handler from (url, clock, schema=...)"
-        )
-    factory: StressHandlerFactory = target
+    factory: StressHandlerFactory = load_callable(
+        spec,
+        expects="build a handler from (url, clock, schema=...)",
+        example=BUILTIN_HANDLER_SPEC,
+    )
     return factory
 
 
