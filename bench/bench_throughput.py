@@ -1,12 +1,23 @@
 """Built-in handler throughput on PostgreSQL against raw asyncpg running the same statement.
 
 The baseline is the handler's own SQL: the statement is captured from the
-handler (text and parameters, via a SQLAlchemy event) and replayed through
-an asyncpg pool of the same size, so the ratio is the price of SQLAlchemy,
-the pool and the handler's checks, not of a different query.  Two baselines:
-the bare statement (autocommit, one round trip) and the statement inside an
-explicit transaction, which is what the handler's engine does.  Target:
-handler/asyncpg >= 0.7.
+handler (text and parameters, with ``count_statements``) and replayed through
+an asyncpg pool of the same size, so the ratio is the price of SQLAlchemy's
+pool, the handler's checks and its Python, not of a different query.
+
+Fair on purpose: the same statement text, parameters and round trips (one
+per operation: the asyncpg pool is built without its per-release reset
+query, which the handler's pool does not send either); the same number of
+connections; asyncpg's prepared-statement cache on both sides; contexts and
+keys built before the clock starts; every connection and statement warmed
+up first.  The sides run in alternating rounds so a change in machine load
+hits all of them alike.
+
+Columns: ``handler`` is the built-in handler as shipped (the PostgreSQL fast
+path); ``core path`` is the same handler with the fast path switched off, so
+every statement goes through SQLAlchemy Core (prepared constructs, autocommit);
+``asyncpg`` is the bare statement; ``asyncpg+tx`` the statement inside
+``BEGIN``/``COMMIT``.  Target: handler/asyncpg >= 0.7.
 """
 
 from __future__ import annotations
@@ -14,12 +25,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 from common import Table, postgres_url, timed
-from sqlalchemy import event, make_url
+from sqlalchemy import make_url
 
 from reference_engine.clock import SystemClock
 from reference_engine.config import HandlerConfig
@@ -27,6 +38,7 @@ from reference_engine.context import StateHandlerContext
 from reference_engine.handlers.sql.engine import drop_pg_schema
 from reference_engine.handlers.sql.factory import sql_handler
 from reference_engine.handlers.sql.handler import SqlStateHandler
+from reference_engine.handlers.sql.statements import count_statements
 from reference_engine.scope import Scope
 
 __all__ = ["TITLE", "run"]
@@ -36,12 +48,20 @@ HEADERS = (
     "operation",
     "workers",
     "handler ops/s",
+    "core path ops/s",
     "asyncpg ops/s",
     "asyncpg+tx ops/s",
     "handler/asyncpg",
+    "core path/asyncpg",
     "handler/asyncpg+tx",
 )
 SENTINEL = "__bench_item_key__"
+#: Alternating rounds per cell; each side's rate is its operations over its summed time.
+ROUNDS = 3
+SIDES = ("handler", "core", "asyncpg", "asyncpg+tx")
+
+#: One operation of one worker: (worker, index) -> awaitable.
+Op = Callable[[int, int], Awaitable[Any]]
 
 
 def _ctx(item: str) -> StateHandlerContext:
@@ -57,103 +77,114 @@ def _ctx(item: str) -> StateHandlerContext:
 
 
 async def _capture(
-    handler: SqlStateHandler, call: Callable[[], Awaitable[Any]]
+    call: Callable[[], Awaitable[Any]], handler: SqlStateHandler
 ) -> tuple[str, list[Any], int]:
     """The one data statement ``call`` sends, its parameters, and where the item key sits."""
-    seen: list[tuple[str, Sequence[Any]]] = []
-
-    def listener(_c: Any, _cur: Any, statement: str, parameters: Any, *_: Any) -> None:
-        seen.append((statement, parameters))
-
-    event.listen(handler.engine.sync_engine, "before_cursor_execute", listener)
-    try:
+    with count_statements(handler.engine) as log:
         await call()
-    finally:
-        event.remove(handler.engine.sync_engine, "before_cursor_execute", listener)
-    data = [(s, p) for s, p in seen if not s.lstrip().upper().startswith(("SELECT 1", "BEGIN"))]
-    statement, parameters = data[-1]
-    values = list(parameters)
-    return statement, values, values.index(SENTINEL)
+    if log.count != 1:
+        raise RuntimeError(
+            f"expected one statement, the handler sent {log.count}: {log.statements}"
+        )
+    values = list(log.parameters[0])
+    return log.statements[0], values, values.index(SENTINEL)
 
 
-async def _rate(workers: int, per_worker: int, op: Callable[[int, int], Awaitable[Any]]) -> float:
+async def _elapsed(workers: int, per_worker: int, op: Op) -> float:
     async def worker(w: int) -> None:
         for i in range(per_worker):
             await op(w, i)
 
     started = timed()
     await asyncio.gather(*(worker(w) for w in range(workers)))
-    return workers * per_worker / (timed() - started)
+    return timed() - started
+
+
+async def _no_reset(_conn: asyncpg.Connection) -> None:
+    """Return connections as they are: the handler's pool sends nothing on return either."""
 
 
 async def _level(url: str, dsn: str, workers: int, total: int) -> list[tuple[object, ...]]:
     schema = f"dsm_bench_{uuid.uuid4().hex[:12]}"
     handler = sql_handler(url, SystemClock(), schema=schema, pool_size=workers, max_overflow=0)
     await handler.open()
-    pool = await asyncpg.create_pool(dsn, min_size=workers, max_size=workers)
-    per_worker = max(1, total // workers)
+    fast_path = handler.repository.fast_path
+    pool = await asyncpg.create_pool(dsn, min_size=workers, max_size=workers, reset=_no_reset)
+    per_round = max(1, total // workers // ROUNDS)
     tag = f"c{workers}"
     try:
-        acquire_sql, acquire_args, acquire_at = await _capture(
-            handler, lambda: handler.try_acquire_lock(_ctx(SENTINEL))
-        )
-        exists_sql, exists_args, exists_at = await _capture(
-            handler, lambda: handler.exists(_ctx(SENTINEL))
-        )
+        acquire = await _capture(lambda: handler.try_acquire_lock(_ctx(SENTINEL)), handler)
+        exists = await _capture(lambda: handler.exists(_ctx(SENTINEL)), handler)
 
-        def replay(sql: str, args: list[Any], at: int, key: str, tx: bool) -> Awaitable[Any]:
-            values = list(args)
-            values[at] = key
+        def keys(side: str, r: int) -> list[list[str]]:
+            return [[f"{side}-{tag}-{r}-{w}-{i}" for i in range(per_round)] for w in range(workers)]
 
-            async def go() -> Any:
+        def contexts(side: str, r: int) -> list[list[StateHandlerContext]]:
+            return [[_ctx(k) for k in row] for row in keys(side, r)]
+
+        def replay(captured: tuple[str, list[Any], int], tx: bool, ks: list[list[str]]) -> Op:
+            sql, args, at = captured
+            argv = [[[*args[:at], k, *args[at + 1 :]] for k in row] for row in ks]
+
+            async def go(w: int, i: int) -> Any:
                 async with pool.acquire() as conn:
                     if tx:
                         async with conn.transaction():
-                            return await conn.fetchval(sql, *values)
-                    return await conn.fetchval(sql, *values)
+                            return await conn.fetchval(sql, *argv[w][i])
+                    return await conn.fetchval(sql, *argv[w][i])
 
-            return go()
+            return go
 
-        # Warm both sides (connections, prepared statements) before timing.
-        for w in range(workers):
-            await handler.exists(_ctx(f"warm-{w}"))
-            await replay(exists_sql, exists_args, exists_at, f"warm-{w}", False)
+        def fast(on: bool) -> None:
+            handler.repository.fast_path = fast_path if on else None
 
+        async def on_handler(
+            side: str,
+            call: Callable[[StateHandlerContext], Awaitable[Any]],
+            cs: list[list[StateHandlerContext]],
+        ) -> float:
+            fast(side == "handler")
+            try:
+                return await _elapsed(workers, per_round, lambda w, i: call(cs[w][i]))
+            finally:
+                fast(True)
+
+        # Warm every connection on every side, and every statement, before timing.
+        for side in SIDES:
+            warm = keys(f"warm-{side}", 0)
+            cs = [[_ctx(k) for k in row] for row in warm]
+            if side in ("handler", "core"):
+                await on_handler(side, handler.try_acquire_lock, cs)
+                await on_handler(side, handler.exists, cs)
+            else:
+                await _elapsed(workers, per_round, replay(acquire, side == "asyncpg+tx", warm))
+                await _elapsed(workers, per_round, replay(exists, side == "asyncpg+tx", warm))
+
+        spent = {(name, side): 0.0 for name in ("try_acquire_lock", "exists") for side in SIDES}
+        for r in range(ROUNDS):
+            for side in SIDES:
+                if side in ("handler", "core"):
+                    cs = contexts(side, r)
+                    spent["try_acquire_lock", side] += await on_handler(
+                        side, handler.try_acquire_lock, cs
+                    )
+                    spent["exists", side] += await on_handler(side, handler.exists, cs)
+                else:
+                    ks = keys(side, r)
+                    tx = side == "asyncpg+tx"
+                    spent["try_acquire_lock", side] += await _elapsed(
+                        workers, per_round, replay(acquire, tx, ks)
+                    )
+                    spent["exists", side] += await _elapsed(
+                        workers, per_round, replay(exists, tx, ks)
+                    )
+        done = workers * per_round * ROUNDS
         rows: list[tuple[object, ...]] = []
-        acquire = (
-            await _rate(
-                workers, per_worker, lambda w, i: handler.try_acquire_lock(_ctx(f"h-{tag}-{w}-{i}"))
-            ),
-            await _rate(
-                workers,
-                per_worker,
-                lambda w, i: replay(
-                    acquire_sql, acquire_args, acquire_at, f"r-{tag}-{w}-{i}", False
-                ),
-            ),
-            await _rate(
-                workers,
-                per_worker,
-                lambda w, i: replay(
-                    acquire_sql, acquire_args, acquire_at, f"t-{tag}-{w}-{i}", True
-                ),
-            ),
-        )
-        exists = (
-            await _rate(workers, per_worker, lambda w, i: handler.exists(_ctx(f"h-{tag}-{w}-{i}"))),
-            await _rate(
-                workers,
-                per_worker,
-                lambda w, i: replay(exists_sql, exists_args, exists_at, f"h-{tag}-{w}-{i}", False),
-            ),
-            await _rate(
-                workers,
-                per_worker,
-                lambda w, i: replay(exists_sql, exists_args, exists_at, f"h-{tag}-{w}-{i}", True),
-            ),
-        )
-        for name, (mine, raw, raw_tx) in (("try_acquire_lock", acquire), ("exists", exists)):
-            rows.append((name, workers, mine, raw, raw_tx, mine / raw, mine / raw_tx))
+        for name in ("try_acquire_lock", "exists"):
+            mine, core, raw, raw_tx = (done / spent[name, side] for side in SIDES)
+            rows.append(
+                (name, workers, mine, core, raw, raw_tx, mine / raw, core / raw, mine / raw_tx)
+            )
         return rows
     finally:
         await pool.close()
@@ -166,11 +197,14 @@ async def _level(url: str, dsn: str, workers: int, total: int) -> list[tuple[obj
 async def _run(short: bool) -> Table:
     url = postgres_url()
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    total = 400 if short else 4000
+    total = 300 if short else 6000
     rows: list[tuple[object, ...]] = []
     for workers in (1, 8, 32):
         rows.extend(await _level(url, dsn, workers, total))
-    note = f"{total} operations per cell; each cell measured in this run, on fresh keys"
+    note = (
+        f"{total} operations per cell in {ROUNDS} alternating rounds, on fresh keys; "
+        "exists finds a live lock (answer False) on every side"
+    )
     return Table(TITLE, HEADERS, rows, note)
 
 

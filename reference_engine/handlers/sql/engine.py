@@ -140,8 +140,9 @@ def create_engine_for(
         kwargs["connect_args"] = {"timeout": busy_timeout_s, "check_same_thread": False}
         if is_memory_url(target):
             kwargs["poolclass"] = StaticPool
-    else:
-        kwargs["pool_pre_ping"] = True
+    # No pool_pre_ping on PostgreSQL: it costs a round trip on every checkout,
+    # while a connection that died in the pool fails its next call with a
+    # StoreError (retrying is safe) and is replaced by the pool.
     if "poolclass" not in kwargs:
         if pool_size is not None:
             kwargs["pool_size"] = pool_size

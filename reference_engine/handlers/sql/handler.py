@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import StaticPool
@@ -32,8 +33,15 @@ __all__ = ["SqlStateHandler"]
 S = IdempotencyStatus
 #: Run on open (before the table is created) and on close (after disposal).
 Hook = Callable[[AsyncEngine], Awaitable[None]]
-#: Errors from the driver and the network that mean "outcome unknown".
-_STORE_FAILURES = (SQLAlchemyError, OSError)
+#: Errors from the driver and the network that mean "outcome unknown".  The asyncpg
+#: classes reach here unwrapped from the PostgreSQL fast path (``fastpath.py``).
+_STORE_FAILURES = (
+    SQLAlchemyError,
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+)
 #: Context fields stored as text besides the item keys (which the context validates).
 _TEXT_FIELDS = ("tenant_id", "entity_id", "entity_execution_id", "source_app_id", "scope_code")
 
@@ -48,6 +56,8 @@ def _check_text(value: object, field: str) -> None:
         raise InvalidItemError(f"{field} must be a string, got {type(value).__name__}", field=field)
     if "\x00" in value:
         raise InvalidItemError(f"{field} must not contain NUL characters", field=field)
+    if value.isascii():  # O(1) on CPython, and ASCII is always valid UTF-8
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -58,7 +68,8 @@ def _check_text(value: object, field: str) -> None:
 
 
 def _storable(ctx: StateHandlerContext) -> StateHandlerContext:
-    ctx.record_key  # noqa: B018 -- raises InvalidItemError when the item key is missing
+    if not ctx.item_key:
+        ctx.record_key  # noqa: B018 -- raises InvalidItemError when the item key is missing
     for field in _TEXT_FIELDS:
         _check_text(getattr(ctx, field), field)
     return ctx
@@ -96,18 +107,25 @@ class SqlStateHandler:
         url = self.engine.url.render_as_string(hide_password=True)
         return f"SqlStateHandler({url!r})"
 
+    def _store_error(self, operation: str, exc: BaseException) -> StoreError:
+        return StoreError(
+            f"{operation} failed on the {self.engine.dialect.name} store "
+            f"({type(exc).__name__}: {exc}); the outcome is unknown and retrying is safe"
+        )
+
     @asynccontextmanager
     async def _store(self, operation: str) -> AsyncIterator[None]:
-        """Turn a driver failure into StoreError; the lifecycle's own errors pass through."""
+        """Turn a driver failure into StoreError; the lifecycle's own errors pass through.
+
+        The four per-item operations of the hot path catch inline instead: a
+        ``try`` costs nothing when no exception is raised, this generator does.
+        """
         try:
             yield
         except DsmError:
             raise
         except _STORE_FAILURES as exc:
-            raise StoreError(
-                f"{operation} failed on the {self.engine.dialect.name} store "
-                f"({type(exc).__name__}: {exc}); the outcome is unknown and retrying is safe"
-            ) from exc
+            raise self._store_error(operation, exc) from exc
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -132,8 +150,10 @@ class SqlStateHandler:
 
     async def exists(self, ctx: StateHandlerContext) -> bool:
         key = _storable(ctx).record_key
-        async with self._store("exists"):
+        try:
             return await self.repository.exists(key, self.clock.now())
+        except _STORE_FAILURES as exc:
+            raise self._store_error("exists", exc) from exc
 
     async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
         key = _storable(ctx).record_key
@@ -142,8 +162,10 @@ class SqlStateHandler:
 
     async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
         _storable(ctx)
-        async with self._store("try_acquire_lock"):
+        try:
             return await self.repository.try_acquire_lock(ctx, self.clock.now())
+        except _STORE_FAILURES as exc:
+            raise self._store_error("try_acquire_lock", exc) from exc
 
     async def set(
         self,
@@ -157,14 +179,18 @@ class SqlStateHandler:
             raise UnsupportedStatusError(status=label, use=use)
         encoded = encode_data(data)
         _storable(ctx)
-        async with self._store(f"set({status.label})"):
+        try:
             await self.repository.set(ctx, status, encoded, self.clock.now())
+        except _STORE_FAILURES as exc:
+            raise self._store_error(f"set({status.label})", exc) from exc
 
     async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
         _check_text(error_detail, "error_detail")
         _storable(ctx)
-        async with self._store("release_lock_as_failed"):
+        try:
             await self.repository.release_lock_as_failed(ctx, error_detail, self.clock.now())
+        except _STORE_FAILURES as exc:
+            raise self._store_error("release_lock_as_failed", exc) from exc
 
     async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
         encoded = encode_data(data)

@@ -4,8 +4,14 @@ Atomicity comes from the database, not from reading and then writing:
 acquisition is an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` whose
 ``WHERE`` is the rule "missing, Failed, Expired or an expired lock", and a
 fenced write is an ``UPDATE ... WHERE attempt = :token``.  When such a
-statement changes no row, one follow-up read in the same transaction decides
-which error to raise, so the read costs nothing on the success path.
+statement changes no row, one follow-up read decides which error to raise,
+so the read costs nothing on the success path.
+
+The hot statements (exists, acquire, the fenced writes, the sweeps) are built
+once in :mod:`.prepared`.  On PostgreSQL each runs alone in autocommit, the
+per-item ones on the raw asyncpg connection (:mod:`.fastpath`); a statement
+is atomic by itself, so ``BEGIN``/``COMMIT`` would only add round trips.  The
+operations of two statements (upsert, a table-checked set) keep a transaction.
 
 Which status may follow which is read from :data:`reference_engine.status.TRANSITIONS`;
 the ``WHERE`` clauses are built from it, never written out by hand.  Every
@@ -17,11 +23,11 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, false, literal, or_, select, update
+from sqlalchemy import ColumnElement, Row, and_, update
 from sqlalchemy.dialects.postgresql import Insert as PgInsert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
@@ -36,13 +42,14 @@ from reference_engine.errors import (
     StaleLockError,
     StoreError,
 )
+from reference_engine.handlers.sql import prepared as P
+from reference_engine.handlers.sql.fastpath import PgFastPath
+from reference_engine.handlers.sql.prepared import effective_status_in, sources_of
 from reference_engine.handlers.sql.schema import CURRENT_ROW, KEY_COLUMNS, process_state_logs
-from reference_engine.model import NEEDS_LOCK, SWEEP_ERROR_DETAIL, effective_status
+from reference_engine.model import NEEDS_LOCK, effective_status
 from reference_engine.record import StateRecord, is_lock_live
 from reference_engine.status import (
     ACQUIRABLE,
-    COMPLETED,
-    TRANSITIONS,
     IdempotencyStatus,
     check_path,
     check_transition,
@@ -59,38 +66,6 @@ _KEY_NAMES = [column.name for column in KEY_COLUMNS]
 #: Each lost race means another writer finished, so retries always progress;
 #: the bound only turns pathological contention into a StoreError.
 _RACE_RETRIES = 10
-
-
-def sources_of(target: IdempotencyStatus) -> frozenset[IdempotencyStatus]:
-    """The statuses the transition table lets move to ``target``."""
-    return frozenset(source for source, targets in TRANSITIONS.items() if target in targets)
-
-
-def effective_status_in(
-    statuses: Iterable[IdempotencyStatus], now: dt.datetime
-) -> ColumnElement[bool]:
-    """SQL for "the row's effective status is one of ``statuses``" at ``now``.
-
-    An expired, unswept Processing lock counts as Failed, exactly as
-    :func:`reference_engine.model.effective_status` says; ``NONE`` (no row)
-    cannot be expressed on a row and is left to the caller's ``INSERT``.
-    """
-    wanted = frozenset(statuses)
-    # Table order, not set order, so the statement text (and its cache key) is stable.
-    plain = [s.value for s in S if s in wanted and s not in (S.NONE, S.PROCESSING)]
-    clauses: list[ColumnElement[bool]] = []
-    if plain:
-        clauses.append(T.c.status.in_(plain))
-    if S.FAILED in wanted:
-        clauses.append(
-            and_(
-                T.c.status == S.PROCESSING.value,
-                or_(T.c.locked_until.is_(None), T.c.locked_until < now),
-            )
-        )
-    if S.PROCESSING in wanted:
-        clauses.append(and_(T.c.status == S.PROCESSING.value, T.c.locked_until >= now))
-    return or_(false(), *clauses)
 
 
 def _key(key: RecordKey) -> ColumnElement[bool]:
@@ -191,6 +166,13 @@ class ProcessStateLogRepository:
         self._serial = asyncio.Lock() if serialize else None
         single_writer = self.dialect_name == "sqlite" and not serialize
         self._writer = asyncio.Lock() if single_writer else None
+        postgres = self.dialect_name == "postgresql"
+        #: Prepared statements on the raw asyncpg connection, for the hot operations.
+        self.fast_path = PgFastPath(engine) if postgres else None
+        # One statement is atomic on its own; BEGIN and COMMIT would be two more round trips.
+        self._autocommit = (
+            engine.execution_options(isolation_level="AUTOCOMMIT") if postgres else None
+        )
 
     @asynccontextmanager
     async def _transaction(self, *, write: bool = True) -> AsyncIterator[AsyncConnection]:
@@ -202,6 +184,16 @@ class ProcessStateLogRepository:
         async with gate, self.engine.begin() as conn:
             yield conn
 
+    @asynccontextmanager
+    async def _single(self, *, write: bool = True) -> AsyncIterator[AsyncConnection]:
+        """For an operation of one statement: autocommit on PostgreSQL, else a transaction."""
+        if self._autocommit is None:
+            async with self._transaction(write=write) as conn:
+                yield conn
+            return
+        async with self._autocommit.connect() as conn:
+            yield conn
+
     def _insert(self, values: Mapping[str, Any]) -> PgInsert | SqliteInsert:
         if self.dialect_name == "postgresql":
             return pg_insert(T).values(**values)
@@ -209,52 +201,35 @@ class ProcessStateLogRepository:
 
     @staticmethod
     async def _current(conn: AsyncConnection, key: RecordKey) -> StateRecord | None:
-        row = (await conn.execute(select(T).where(_key(key)))).first()
+        row = (await conn.execute(P.CURRENT, P.key_params(key))).first()
         return None if row is None else _to_record(row)
 
     # --- reads -------------------------------------------------------------------------------
 
     async def get(self, key: RecordKey) -> StateRecord | None:
-        async with self._transaction(write=False) as conn:
+        async with self._single(write=False) as conn:
             return await self._current(conn, key)
 
+    async def _fetchval(
+        self, statement: P.Statement, params: dict[str, Any], *, write: bool
+    ) -> Any:
+        """Run one statement alone; the first column of its first row, or None."""
+        if self.fast_path is not None:
+            return await self.fast_path.fetchval(statement, params)
+        async with self._single(write=write) as conn:
+            return (await conn.execute(statement, params)).scalar()
+
     async def exists(self, key: RecordKey, now: dt.datetime) -> bool:
-        query = select(literal(1)).where(_key(key), effective_status_in(COMPLETED, now)).limit(1)
-        async with self._transaction(write=False) as conn:
-            return (await conn.execute(query)).first() is not None
+        params = P.key_params(key)
+        params["p_now"] = now
+        return await self._fetchval(P.EXISTS, params, write=False) is not None
 
     # --- the lock ----------------------------------------------------------------------------
 
     async def try_acquire_lock(self, ctx: StateHandlerContext, now: dt.datetime) -> int | None:
         """One ``INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING attempt``."""
-        takeover = ACQUIRABLE & sources_of(S.PROCESSING)
-        insert = self._insert(
-            _new_row(
-                ctx,
-                now,
-                status=S.PROCESSING,
-                attempt=1,
-                locked_until=now + ctx.handler_config.lock_duration,
-                data=None,
-            )
-        )
-        statement = insert.on_conflict_do_update(
-            index_elements=_KEY_NAMES,
-            index_where=CURRENT_ROW,
-            set_={
-                "status": S.PROCESSING.value,
-                "attempt": T.c.attempt + 1,
-                "locked_until": insert.excluded.locked_until,
-                "error_detail": None,
-                "entity_execution_id": insert.excluded.entity_execution_id,
-                "source_app_id": insert.excluded.source_app_id,
-                "updated_at": insert.excluded.updated_at,
-                "retain_until": insert.excluded.retain_until,
-            },
-            where=effective_status_in(takeover, now),
-        ).returning(T.c.attempt)
-        async with self._transaction() as conn:
-            token = (await conn.execute(statement)).scalar_one_or_none()
+        statement = P.acquire_statement(self.dialect_name)
+        token = await self._fetchval(statement, P.acquire_params(ctx, now), write=True)
         return None if token is None else int(token)
 
     async def _fenced_update(
@@ -262,26 +237,30 @@ class ProcessStateLogRepository:
         ctx: StateHandlerContext,
         now: dt.datetime,
         target: IdempotencyStatus,
-        changes: Mapping[str, Any],
+        *,
+        data: str | None = None,
+        error_detail: str | None = None,
     ) -> None:
-        """``UPDATE ... WHERE status = 'processing' AND attempt = :token``; else StaleLockError."""
-        token = ctx.lock_token
-        assert token is not None
+        """``UPDATE ... WHERE status = 'processing' AND attempt = :token``; else StaleLockError.
+
+        The follow-up read runs only when no row matched.  Outside the write's
+        transaction (PostgreSQL autocommit) it may see a later state, which
+        decides the same way: a row that did not match the token at the write
+        never matches it again, since tokens only grow.
+        """
+        assert ctx.lock_token is not None
         key = ctx.record_key
-        statement = (
-            update(T)
-            .where(_key(key), T.c.status == S.PROCESSING.value, T.c.attempt == token)
-            .values(status=target.value, locked_until=None, **changes, **_stamp(ctx, now))
-            .returning(T.c.id)
+        statement = P.fenced_statement(
+            with_data=data is not None, with_error=error_detail is not None
         )
-        async with self._transaction() as conn:
-            if not is_allowed(S.PROCESSING, target):
-                # Fencing is checked before the table, as the reference model does.
-                self._require_holder(ctx, await self._current(conn, key))
-                check_transition(S.PROCESSING, target, item_key=ctx.item_key)
-            if (await conn.execute(statement)).first() is not None:
-                return
-            self._require_holder(ctx, await self._current(conn, key))
+        params = P.fenced_params(ctx, now, target, data=data, error_detail=error_detail)
+        if not is_allowed(S.PROCESSING, target):
+            # Fencing is checked before the table, as the reference model does.
+            self._require_holder(ctx, await self.get(key))
+            check_transition(S.PROCESSING, target, item_key=ctx.item_key)
+        if await self._fetchval(statement, params, write=True) is not None:
+            return
+        self._require_holder(ctx, await self.get(key))
         # The row matched the token on the follow-up read but not on the write:
         # impossible, since tokens only grow; refuse rather than guess.
         raise StoreError(f"fenced write on item {ctx.item_key!r} neither matched nor went stale")
@@ -308,13 +287,11 @@ class ProcessStateLogRepository:
         now: dt.datetime,
     ) -> None:
         """Move to ``status``: fenced with a token, table-checked without one."""
-        keep = {} if data is None else {"data": data}
         if ctx.lock_token is not None:
-            await self._fenced_update(ctx, now, status, keep)
+            await self._fenced_update(ctx, now, status, data=data)
             return
         if status in NEEDS_LOCK:
-            async with self._transaction(write=False) as conn:
-                record = await self._current(conn, ctx.record_key)
+            record = await self.get(ctx.record_key)
             self._refuse_live_lock(ctx, record, now)
             raise LockNotHeldError(item_key=ctx.item_key, operation=f"set({status.label})")
         await self._unlocked_set(ctx, status, data, now)
@@ -376,7 +353,7 @@ class ProcessStateLogRepository:
     ) -> None:
         if ctx.lock_token is None:
             raise LockNotHeldError(item_key=ctx.item_key, operation="release_lock_as_failed")
-        await self._fenced_update(ctx, now, S.FAILED, {"error_detail": error_detail})
+        await self._fenced_update(ctx, now, S.FAILED, error_detail=error_detail)
 
     async def upsert(self, ctx: StateHandlerContext, data: str | None, now: dt.datetime) -> None:
         """Supersede a Processed record, or acquire and complete in one step.
@@ -386,7 +363,7 @@ class ProcessStateLogRepository:
         or (no Processed row) the compressed acquire-and-complete upsert.
         """
         if ctx.lock_token is not None:
-            await self._fenced_update(ctx, now, S.PROCESSED, {} if data is None else {"data": data})
+            await self._fenced_update(ctx, now, S.PROCESSED, data=data)
             return
         for _ in range(_RACE_RETRIES):
             try:
@@ -464,30 +441,10 @@ class ProcessStateLogRepository:
 
     async def reset_expired_locks(self, now: dt.datetime) -> int:
         """One ``UPDATE``, whatever the number of expired locks."""
-        statement = (
-            update(T)
-            .where(T.c.status == S.PROCESSING.value, T.c.locked_until < now)
-            .values(
-                status=S.FAILED.value,
-                locked_until=None,
-                error_detail=SWEEP_ERROR_DETAIL,
-                updated_at=now,
-            )
-        )
-        async with self._transaction() as conn:
-            return int((await conn.execute(statement)).rowcount)
+        async with self._single() as conn:
+            return int((await conn.execute(P.RESET_EXPIRED_LOCKS, {"p_now": now})).rowcount)
 
     async def expire_past_retention(self, now: dt.datetime) -> int:
         """One ``UPDATE``; superseded history rows expire too, live locks never do."""
-        not_live = or_(
-            T.c.status != S.PROCESSING.value,
-            T.c.locked_until.is_(None),
-            T.c.locked_until < now,
-        )
-        statement = (
-            update(T)
-            .where(T.c.retain_until < now, T.c.status != S.EXPIRED.value, not_live)
-            .values(status=S.EXPIRED.value, locked_until=None, updated_at=now)
-        )
-        async with self._transaction() as conn:
-            return int((await conn.execute(statement)).rowcount)
+        async with self._single() as conn:
+            return int((await conn.execute(P.EXPIRE_PAST_RETENTION, {"p_now": now})).rowcount)

@@ -1,0 +1,281 @@
+"""The hot statements, built once from named bound parameters.
+
+Building a Core statement on every call costs more CPU than the round trip
+it sends to a local PostgreSQL: the expression tree is rebuilt, its cache
+key recomputed and, for a new shape, compiled again.  Built once at import,
+each statement has a stable cache key, SQLAlchemy's compiled cache hits on
+every call, and the PostgreSQL fast path (:mod:`.fastpath`) renders each one
+to SQL text exactly once.  The statements are the single source of truth for
+both paths, so both send the same SQL.
+
+Every value that varies per call is a ``bindparam`` named ``p_<column>``
+(``p_now`` for the caller's clock); the ``*_params`` functions build the
+matching parameter dictionaries.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import (
+    BindParameter,
+    Column,
+    ColumnElement,
+    Insert,
+    Select,
+    Update,
+    and_,
+    bindparam,
+    false,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import Insert as PgInsert
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
+
+from reference_engine.context import RecordKey, StateHandlerContext
+from reference_engine.handlers.sql.schema import (
+    CURRENT_ROW,
+    KEY_COLUMNS,
+    UtcDateTime,
+    process_state_logs,
+)
+from reference_engine.model import SWEEP_ERROR_DETAIL
+from reference_engine.status import ACQUIRABLE, COMPLETED, TRANSITIONS, IdempotencyStatus
+
+__all__ = [
+    "CURRENT",
+    "EXISTS",
+    "EXPIRE_PAST_RETENTION",
+    "KEY_MATCH",
+    "NOW",
+    "RESET_EXPIRED_LOCKS",
+    "Statement",
+    "acquire_params",
+    "acquire_statement",
+    "effective_status_in",
+    "fenced_params",
+    "fenced_statement",
+    "key_params",
+    "sources_of",
+]
+
+S = IdempotencyStatus
+T = process_state_logs
+#: Any of the statements here; what the executors accept.
+Statement = Select[Any] | Insert | Update | ReturningInsert[Any] | ReturningUpdate[Any]
+#: The caller's "now", bound as a parameter: the database's clock is never read.
+NOW: BindParameter[dt.datetime] = bindparam("p_now", type_=UtcDateTime())
+_KEY_NAMES = [column.name for column in KEY_COLUMNS]
+
+
+def sources_of(target: IdempotencyStatus) -> frozenset[IdempotencyStatus]:
+    """The statuses the transition table lets move to ``target``."""
+    return frozenset(source for source, targets in TRANSITIONS.items() if target in targets)
+
+
+def effective_status_in(
+    statuses: Iterable[IdempotencyStatus], now: dt.datetime | ColumnElement[dt.datetime]
+) -> ColumnElement[bool]:
+    """SQL for "the row's effective status is one of ``statuses``" at ``now``.
+
+    An expired, unswept Processing lock counts as Failed, exactly as
+    :func:`reference_engine.model.effective_status` says; ``NONE`` (no row)
+    cannot be expressed on a row and is left to the caller's ``INSERT``.
+    ``now`` is an instant or :data:`NOW`.  The status list is a plain
+    ``IN ($a, $b)`` rather than an expanding parameter, so a statement built
+    once renders to the same SQL text on every call.
+    """
+    wanted = frozenset(statuses)
+    # Table order, not set order, so the statement text (and its cache key) is stable.
+    plain = [s.value for s in S if s in wanted and s not in (S.NONE, S.PROCESSING)]
+    clauses: list[ColumnElement[bool]] = []
+    if plain:
+        clauses.append(T.c.status.in_([literal(value) for value in plain]))
+    if S.FAILED in wanted:
+        clauses.append(
+            and_(
+                T.c.status == S.PROCESSING.value,
+                or_(T.c.locked_until.is_(None), T.c.locked_until < now),
+            )
+        )
+    if S.PROCESSING in wanted:
+        clauses.append(and_(T.c.status == S.PROCESSING.value, T.c.locked_until >= now))
+    return or_(false(), *clauses)
+
+
+def _param(column: Column[Any]) -> BindParameter[Any]:
+    return bindparam(f"p_{column.name}", type_=column.type)
+
+
+#: "This is the key's current row", as parameters ``p_tenant_id`` .. ``p_item_key``.
+KEY_MATCH = and_(*(column == _param(column) for column in KEY_COLUMNS), CURRENT_ROW)
+
+
+def key_params(key: RecordKey) -> dict[str, Any]:
+    return {
+        "p_tenant_id": key.tenant_id,
+        "p_scope_id": key.scope_id,
+        "p_entity_id": key.entity_id,
+        "p_item_entity_key": key.item_entity_key,
+        "p_item_key": key.item_key,
+    }
+
+
+def _stamp_params(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]:
+    """Who wrote, when, and how long to keep the row: refreshed by every write."""
+    retention = ctx.handler_config.retention
+    return {
+        "p_entity_execution_id": ctx.entity_execution_id,
+        "p_source_app_id": ctx.source_app_id,
+        "p_now": now,
+        "p_retain_until": None if retention is None else now + retention,
+    }
+
+
+#: ``SELECT 1 ... WHERE key AND status IN ('processed', 'skipped') LIMIT 1``.
+EXISTS = select(literal(1)).where(KEY_MATCH, effective_status_in(COMPLETED, NOW)).limit(1)
+#: The key's current row, all columns: the follow-up read of the error paths, and ``get``.
+CURRENT = select(T).where(KEY_MATCH)
+
+
+def _insert(dialect_name: str) -> PgInsert | SqliteInsert:
+    return pg_insert(T) if dialect_name == "postgresql" else sqlite_insert(T)
+
+
+@lru_cache(maxsize=4)
+def acquire_statement(dialect_name: str) -> ReturningInsert[Any]:
+    """``INSERT ... ON CONFLICT DO UPDATE ... WHERE <acquirable> RETURNING attempt``.
+
+    The ``WHERE`` is the rule "missing, Failed, Expired or an expired lock",
+    so deciding and taking the lock are one atomic statement.
+    """
+    insert = _insert(dialect_name).values(
+        {
+            **{column.name: _param(column) for column in KEY_COLUMNS},
+            "scope_code": _param(T.c.scope_code),
+            "status": S.PROCESSING.value,
+            "attempt": 1,
+            "locked_until": _param(T.c.locked_until),
+            "data": None,
+            "error_detail": None,
+            "superseded": False,
+            "created_at": NOW,
+            "entity_execution_id": _param(T.c.entity_execution_id),
+            "source_app_id": _param(T.c.source_app_id),
+            "updated_at": NOW,
+            "retain_until": _param(T.c.retain_until),
+        }
+    )
+    return insert.on_conflict_do_update(
+        index_elements=_KEY_NAMES,
+        index_where=CURRENT_ROW,
+        set_={
+            "status": S.PROCESSING.value,
+            "attempt": T.c.attempt + 1,
+            "locked_until": insert.excluded.locked_until,
+            "error_detail": None,
+            "entity_execution_id": insert.excluded.entity_execution_id,
+            "source_app_id": insert.excluded.source_app_id,
+            "updated_at": insert.excluded.updated_at,
+            "retain_until": insert.excluded.retain_until,
+        },
+        where=effective_status_in(ACQUIRABLE & sources_of(S.PROCESSING), NOW),
+    ).returning(T.c.attempt)
+
+
+def acquire_params(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]:
+    return {
+        **key_params(ctx.record_key),
+        "p_scope_code": ctx.scope_code,
+        "p_locked_until": now + ctx.handler_config.lock_duration,
+        **_stamp_params(ctx, now),
+    }
+
+
+@lru_cache(maxsize=8)
+def fenced_statement(*, with_data: bool, with_error: bool) -> ReturningUpdate[Any]:
+    """``UPDATE ... WHERE key AND status = 'processing' AND attempt = :token RETURNING id``.
+
+    One statement per shape: a write without data keeps the stored data, and
+    only a release writes an error detail.
+    """
+    changes: dict[str, Any] = {
+        "status": bindparam("p_status", type_=T.c.status.type),
+        "locked_until": None,
+        "entity_execution_id": _param(T.c.entity_execution_id),
+        "source_app_id": _param(T.c.source_app_id),
+        "updated_at": NOW,
+        "retain_until": _param(T.c.retain_until),
+    }
+    if with_data:
+        changes["data"] = _param(T.c.data)
+    if with_error:
+        changes["error_detail"] = _param(T.c.error_detail)
+    return (
+        update(T)
+        .where(
+            KEY_MATCH,
+            T.c.status == S.PROCESSING.value,
+            T.c.attempt == bindparam("p_token", type_=T.c.attempt.type),
+        )
+        .values(changes)
+        .returning(T.c.id)
+    )
+
+
+def fenced_params(
+    ctx: StateHandlerContext,
+    now: dt.datetime,
+    target: IdempotencyStatus,
+    *,
+    data: str | None = None,
+    error_detail: str | None = None,
+) -> dict[str, Any]:
+    params = {
+        **key_params(ctx.record_key),
+        "p_token": ctx.lock_token,
+        "p_status": target.value,
+        **_stamp_params(ctx, now),
+    }
+    if data is not None:
+        params["p_data"] = data
+    if error_detail is not None:
+        params["p_error_detail"] = error_detail
+    return params
+
+
+#: Expired locks become Failed with the sweep's note: one statement, whatever their number.
+RESET_EXPIRED_LOCKS = (
+    update(T)
+    .where(T.c.status == S.PROCESSING.value, T.c.locked_until < NOW)
+    .values(
+        status=S.FAILED.value,
+        locked_until=None,
+        error_detail=SWEEP_ERROR_DETAIL,
+        updated_at=NOW,
+    )
+)
+
+#: Rows past retention become Expired (superseded history too); a live lock never does.
+EXPIRE_PAST_RETENTION = (
+    update(T)
+    .where(
+        T.c.retain_until < NOW,
+        T.c.status != S.EXPIRED.value,
+        or_(
+            T.c.status != S.PROCESSING.value,
+            T.c.locked_until.is_(None),
+            T.c.locked_until < NOW,
+        ),
+    )
+    .values(status=S.EXPIRED.value, locked_until=None, updated_at=NOW)
+)
