@@ -63,6 +63,7 @@ BACKENDS = [
     pytest.param("sqlite-file", id="sqlite-file"),
     pytest.param("sqlite-memory", id="sqlite-memory"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    pytest.param("postgres-core", id="postgres-core", marks=pytest.mark.postgres),
 ]
 
 
@@ -74,7 +75,15 @@ def build(request: pytest.FixtureRequest) -> Builder:
     if request.param == "sqlite-memory":
         return sqlite_memory_handler
     url: str = request.getfixturevalue("postgres_url")
+    if request.param == "postgres-core":
+        return lambda clock: without_fast_path(postgres_isolated_handler(url, clock))
     return lambda clock: postgres_isolated_handler(url, clock)
+
+
+def without_fast_path(handler: SqlStateHandler) -> SqlStateHandler:
+    """The same handler on SQLAlchemy's own execution path (the asyncpg fast path off)."""
+    handler.repository.fast_path = None
+    return handler
 
 
 def run_on(build: Builder, clock: Clock, body: Callable[[SqlStateHandler], Awaitable[R]]) -> R:
@@ -841,3 +850,35 @@ def test_sqlite_files_run_in_wal_mode_with_a_busy_timeout() -> None:
             await handler.close()
 
     assert asyncio.run(main()) == ["wal", 30000, 1, 1]
+
+
+@pytest.mark.postgres
+def test_fast_path_sends_the_statements_of_the_core_path(postgres_url: str) -> None:
+    """One source of truth: both PostgreSQL paths send the same SQL with the same parameters."""
+
+    def capture(handler: SqlStateHandler) -> list[tuple[str, object]]:
+        clock = ManualClock(START)
+        handler.clock = clock
+
+        async def body(h: SqlStateHandler) -> list[tuple[str, object]]:
+            ctx = base().for_item("same-sql")
+            with count_statements(h.engine) as log:
+                await h.exists(ctx)
+                token = await h.try_acquire_lock(ctx)
+                await h.set(dataclasses.replace(ctx, lock_token=token), S.PROCESSED, {"v": 1})
+                other = base().for_item("same-sql-2")
+                token = await h.try_acquire_lock(other)
+                await h.release_lock_as_failed(dataclasses.replace(other, lock_token=token), "x")
+            schema = h.schema_name or ""
+            return [
+                (" ".join(sql.replace(schema, "<schema>").split()), params)
+                for sql, params in zip(log.statements, log.parameters, strict=True)
+            ]
+
+        return run_on(lambda _clock: handler, clock, body)
+
+    fast = capture(postgres_isolated_handler(postgres_url, ManualClock(START)))
+    core = capture(without_fast_path(postgres_isolated_handler(postgres_url, ManualClock(START))))
+    assert len(fast) == 5
+    assert [sql for sql, _ in fast] == [sql for sql, _ in core]
+    assert [list(params) for _, params in fast] == [list(params) for _, params in core]
