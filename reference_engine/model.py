@@ -13,7 +13,7 @@ import datetime as dt
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (
@@ -36,6 +36,7 @@ __all__ = [
     "ModelRecord",
     "ReferenceModel",
     "effective_status",
+    "require_holder",
 ]
 
 S = IdempotencyStatus
@@ -89,6 +90,37 @@ def effective_status(
     if record.status is S.PROCESSING and not is_lock_live(record.status, record.locked_until, now):
         return S.FAILED
     return record.status
+
+
+class Fenced(Protocol):
+    """What fencing looks at in a stored record, whatever the store."""
+
+    @property
+    def status(self) -> IdempotencyStatus: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+
+FencedRecord = TypeVar("FencedRecord", bound=Fenced)
+
+
+def require_holder(ctx: StateHandlerContext, record: FencedRecord | None) -> FencedRecord:
+    """Fencing: a write is the holder's only if the record still carries its token.
+
+    Shared by the model and the stores that decide fencing in Python (the SQL
+    handler's error path), so the rule and its error are written once.
+    """
+    token = ctx.lock_token
+    assert token is not None
+    if record is None or record.status is not S.PROCESSING or record.attempt != token:
+        raise StaleLockError(
+            item_key=ctx.item_key,
+            token=token,
+            current_token=None if record is None else record.attempt,
+            status=S.NONE.label if record is None else record.status.label,
+        )
+    return record
 
 
 def _retain_until(ctx: StateHandlerContext, now: dt.datetime) -> dt.datetime | None:
@@ -149,7 +181,7 @@ class ReferenceModel:
         encoded = encode_data(data)
         record = self.current.get(ctx.record_key)
         if ctx.lock_token is not None:
-            held = self._require_holder(ctx, record)
+            held = require_holder(ctx, record)
             check_transition(S.PROCESSING, status, item_key=ctx.item_key)
             self._write(ctx, now, held, status=status, data=encoded, locked_until=None)
             return
@@ -172,7 +204,7 @@ class ReferenceModel:
     ) -> None:
         if ctx.lock_token is None:
             raise LockNotHeldError(item_key=ctx.item_key, operation="release_lock_as_failed")
-        held = self._require_holder(ctx, self.current.get(ctx.record_key))
+        held = require_holder(ctx, self.current.get(ctx.record_key))
         check_transition(S.PROCESSING, S.FAILED, item_key=ctx.item_key)
         self._write(ctx, now, held, status=S.FAILED, locked_until=None, error_detail=error_detail)
 
@@ -183,7 +215,7 @@ class ReferenceModel:
         key = ctx.record_key
         record = self.current.get(key)
         if ctx.lock_token is not None:
-            held = self._require_holder(ctx, record)
+            held = require_holder(ctx, record)
             check_transition(S.PROCESSING, S.PROCESSED, item_key=ctx.item_key)
             self._write(ctx, now, held, status=S.PROCESSED, data=encoded, locked_until=None)
             return
@@ -252,19 +284,6 @@ class ReferenceModel:
         return count
 
     # --- helpers -----------------------------------------------------------------------------
-
-    def _require_holder(self, ctx: StateHandlerContext, record: ModelRecord | None) -> ModelRecord:
-        """Fencing: the write is the holder's only if the record still carries its token."""
-        token = ctx.lock_token
-        assert token is not None
-        if record is None or record.status is not S.PROCESSING or record.attempt != token:
-            raise StaleLockError(
-                item_key=ctx.item_key,
-                token=token,
-                current_token=None if record is None else record.attempt,
-                status=S.NONE.label if record is None else record.status.label,
-            )
-        return record
 
     @staticmethod
     def _refuse_live_lock(

@@ -39,14 +39,13 @@ from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (
     LockHeldError,
     LockNotHeldError,
-    StaleLockError,
     StoreError,
 )
 from reference_engine.handlers.sql import prepared as P
 from reference_engine.handlers.sql.fastpath import PgFastPath
 from reference_engine.handlers.sql.prepared import effective_status_in, sources_of
 from reference_engine.handlers.sql.schema import CURRENT_ROW, KEY_COLUMNS, process_state_logs
-from reference_engine.model import NEEDS_LOCK, effective_status
+from reference_engine.model import NEEDS_LOCK, effective_status, require_holder
 from reference_engine.record import StateRecord, is_lock_live
 from reference_engine.status import (
     ACQUIRABLE,
@@ -256,26 +255,14 @@ class ProcessStateLogRepository:
         params = P.fenced_params(ctx, now, target, data=data, error_detail=error_detail)
         if not is_allowed(S.PROCESSING, target):
             # Fencing is checked before the table, as the reference model does.
-            self._require_holder(ctx, await self.get(key))
+            require_holder(ctx, await self.get(key))
             check_transition(S.PROCESSING, target, item_key=ctx.item_key)
         if await self._fetchval(statement, params, write=True) is not None:
             return
-        self._require_holder(ctx, await self.get(key))
+        require_holder(ctx, await self.get(key))
         # The row matched the token on the follow-up read but not on the write:
         # impossible, since tokens only grow; refuse rather than guess.
         raise StoreError(f"fenced write on item {ctx.item_key!r} neither matched nor went stale")
-
-    @staticmethod
-    def _require_holder(ctx: StateHandlerContext, record: StateRecord | None) -> None:
-        token = ctx.lock_token
-        assert token is not None
-        if record is None or record.status is not S.PROCESSING or record.attempt != token:
-            raise StaleLockError(
-                item_key=ctx.item_key,
-                token=token,
-                current_token=None if record is None else record.attempt,
-                status=S.NONE.label if record is None else record.status.label,
-            )
 
     # --- writes ------------------------------------------------------------------------------
 
