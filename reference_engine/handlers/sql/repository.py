@@ -93,6 +93,24 @@ def _stamp(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]:
     }
 
 
+def _completion_changes(insert: Any, status: IdempotencyStatus, data: str | None) -> dict[str, Any]:
+    """What an ``INSERT … ON CONFLICT DO UPDATE`` that ends in ``status`` takes from the new row.
+
+    ``data=None`` keeps the stored data, as everywhere else.
+    """
+    changes: dict[str, Any] = {
+        "status": status.value,
+        "locked_until": None,
+        "entity_execution_id": insert.excluded.entity_execution_id,
+        "source_app_id": insert.excluded.source_app_id,
+        "updated_at": insert.excluded.updated_at,
+        "retain_until": insert.excluded.retain_until,
+    }
+    if data is not None:
+        changes["data"] = insert.excluded.data
+    return changes
+
+
 def _new_row(
     ctx: StateHandlerContext,
     now: dt.datetime,
@@ -298,20 +316,10 @@ class ProcessStateLogRepository:
             insert = self._insert(
                 _new_row(ctx, now, status=status, attempt=0, locked_until=None, data=data)
             )
-            changes: dict[str, Any] = {
-                "status": status.value,
-                "locked_until": None,
-                "entity_execution_id": insert.excluded.entity_execution_id,
-                "source_app_id": insert.excluded.source_app_id,
-                "updated_at": insert.excluded.updated_at,
-                "retain_until": insert.excluded.retain_until,
-            }
-            if data is not None:
-                changes["data"] = insert.excluded.data
             statement = insert.on_conflict_do_update(
                 index_elements=_KEY_NAMES,
                 index_where=CURRENT_ROW,
-                set_=changes,
+                set_=_completion_changes(insert, status, data),
                 where=effective_status_in(sources, now),
             ).returning(T.c.id)
         else:
@@ -375,18 +383,11 @@ class ProcessStateLogRepository:
         insert = self._insert(
             _new_row(ctx, now, status=S.PROCESSED, attempt=1, locked_until=None, data=data)
         )
-        changes: dict[str, Any] = {
-            "status": S.PROCESSED.value,
+        changes = {
+            **_completion_changes(insert, S.PROCESSED, data),
             "attempt": T.c.attempt + 1,
-            "locked_until": None,
             "error_detail": None,
-            "entity_execution_id": insert.excluded.entity_execution_id,
-            "source_app_id": insert.excluded.source_app_id,
-            "updated_at": insert.excluded.updated_at,
-            "retain_until": insert.excluded.retain_until,
         }
-        if data is not None:
-            changes["data"] = insert.excluded.data
         compressed = insert.on_conflict_do_update(
             index_elements=_KEY_NAMES,
             index_where=CURRENT_ROW,
