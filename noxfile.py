@@ -40,7 +40,7 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
-@nox.parametrize("backend", ["memory", "sqlite", "postgresql"])
+@nox.parametrize("backend", ["memory", "sqlite", "postgresql", "redis"])
 def conformance(session: nox.Session, backend: str) -> None:
     """The conformance kit against each built-in handler."""
     _install(session)
@@ -48,6 +48,7 @@ def conformance(session: nox.Session, backend: str) -> None:
         "memory": "reference_engine.handlers.memory:in_memory_handler",
         "sqlite": "reference_engine.handlers.sql.factory:sqlite_memory_handler",
         "postgresql": "reference_engine.handlers.sql.factory:postgres_test_handler",
+        "redis": "reference_engine.handlers.redis_factory:redis_test_handler",
     }
     session.run("dsm", "verify", factories[backend], "--profile", "ci", env=_env())
 
