@@ -57,7 +57,7 @@ def execution_id(worker: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ItemRef:
-    """One item of the world: tenant, scope and item key.
+    """One item of the world: tenant, scope, entity, item entity key and item key.
 
     The repr is a Python expression, so Hypothesis' printed reproduction runs.
     """
@@ -65,14 +65,26 @@ class ItemRef:
     tenant: str
     scope: Scope
     item: str
+    entity: str = ENTITY_ID
+    entity_key: str = ""
 
     def __repr__(self) -> str:
-        return f"ItemRef({self.tenant!r}, {self.scope!r}, {self.item!r})"
+        extra = ""
+        if self.entity != ENTITY_ID:
+            extra += f", entity={self.entity!r}"
+        if self.entity_key:
+            extra += f", entity_key={self.entity_key!r}"
+        return f"ItemRef({self.tenant!r}, {self.scope!r}, {self.item!r}{extra})"
 
     @property
     def label(self) -> str:
         """How the item is named in plain-language reports."""
-        return f"{self.item} (tenant {self.tenant}, scope {self.scope.code})"
+        where = f"tenant {self.tenant}, scope {self.scope.code}"
+        if self.entity != ENTITY_ID:
+            where += f", entity {self.entity}"
+        if self.entity_key:
+            where += f", entity key {self.entity_key}"
+        return f"{self.item} ({where})"
 
     def context(
         self,
@@ -85,42 +97,49 @@ class ItemRef:
         base = StateHandlerContext(
             scope_id=int(self.scope),
             scope_code=self.scope.code,
-            entity_id=ENTITY_ID,
+            entity_id=self.entity,
             entity_execution_id=execution_id(worker),
             tenant_id=self.tenant,
             source_app_id=SOURCE_APP_ID,
             handler_config=config,
         )
-        return base.for_item(self.item, lock_token=lock_token)
+        return base.for_item(self.item, self.entity_key, lock_token=lock_token)
 
     @property
     def record_key(self) -> RecordKey:
         return RecordKey(
             tenant_id=self.tenant,
             scope_id=int(self.scope),
-            entity_id=ENTITY_ID,
-            item_entity_key="",
+            entity_id=self.entity,
+            item_entity_key=self.entity_key,
             item_key=self.item,
         )
 
     def sibling_of(self, other: ItemRef) -> str | None:
-        """``"tenant"``/``"scope"`` when ``other`` is this item in another tenant/scope."""
+        """``"tenant"``/``"scope"``/``"entity"`` when ``other`` is this item under another
+        tenant, scope, or entity (node or item entity key), all else equal."""
         if self.item != other.item:
             return None
-        if self.tenant != other.tenant and self.scope is other.scope:
+        same_entity = (self.entity, self.entity_key) == (other.entity, other.entity_key)
+        if self.tenant != other.tenant and self.scope is other.scope and same_entity:
             return "tenant"
-        if self.scope is not other.scope and self.tenant == other.tenant:
+        if self.scope is not other.scope and self.tenant == other.tenant and same_entity:
             return "scope"
+        if self.tenant == other.tenant and self.scope is other.scope and not same_entity:
+            return "entity"
         return None
 
 
-#: The items every worker may touch.  INV-1 exists in two tenants and two
-#: scopes, so isolation bugs collide; INV-2 is an unrelated neighbour.
+#: The items every worker may touch.  INV-1 exists in two tenants, two scopes,
+#: two entities and under an item entity key, so isolation bugs collide; INV-2
+#: is an unrelated neighbour.
 WORLD_ITEMS: tuple[ItemRef, ...] = (
     ItemRef("t1", Scope.ELEMENT, "INV-1"),
     ItemRef("t2", Scope.ELEMENT, "INV-1"),
     ItemRef("t1", Scope.WORKFLOW, "INV-1"),
     ItemRef("t1", Scope.ELEMENT, "INV-2"),
+    ItemRef("t1", Scope.ELEMENT, "INV-1", entity="flow-2"),
+    ItemRef("t1", Scope.ELEMENT, "INV-1", entity_key="line-2"),
 )
 
 

@@ -54,6 +54,7 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
             _spec("upsert_overwrites_in_place", _h.UpsertOverwritesInPlace, "upsert_keeps_history"),
             _spec("tenant_missing_from_key", _h.TenantMissingFromKey, "tenant_isolation"),
             _spec("scope_missing_from_key", _h.ScopeMissingFromKey, "scope_isolation"),
+            _spec("entity_missing_from_key", _h.EntityMissingFromKey, "entity_isolation"),
             _spec(
                 "lock_duration_in_milliseconds",
                 _h.LockDurationInMilliseconds,

@@ -26,6 +26,7 @@ from reference_engine.status import ACQUIRABLE, IdempotencyStatus
 __all__ = [
     "AcquireOverProcessed",
     "CheckThenInsertAcquire",
+    "EntityMissingFromKey",
     "ExistsTrueForFailed",
     "ExistsTrueForProcessing",
     "ExpiredNotRetryable",
@@ -169,7 +170,12 @@ class _KeyCollapsingHandler(InMemoryStateHandler):
     def _route(self, ctx: StateHandlerContext) -> StateHandlerContext:
         first = self._first.setdefault(self._collapse(ctx.record_key), ctx)
         return dataclasses.replace(
-            ctx, tenant_id=first.tenant_id, scope_id=first.scope_id, scope_code=first.scope_code
+            ctx,
+            tenant_id=first.tenant_id,
+            scope_id=first.scope_id,
+            scope_code=first.scope_code,
+            entity_id=first.entity_id,
+            item_entity_key=first.item_entity_key,
         )
 
     async def exists(self, ctx: StateHandlerContext) -> bool:
@@ -208,6 +214,13 @@ class ScopeMissingFromKey(_KeyCollapsingHandler):
 
     def _collapse(self, key: RecordKey) -> RecordKey:
         return dataclasses.replace(key, scope_id=0)
+
+
+class EntityMissingFromKey(_KeyCollapsingHandler):
+    """The key has tenant, scope and item but not the entity: every node shares one record."""
+
+    def _collapse(self, key: RecordKey) -> RecordKey:
+        return dataclasses.replace(key, entity_id="", item_entity_key="")
 
 
 class LockDurationInMilliseconds(InMemoryStateHandler):

@@ -228,8 +228,16 @@ def judge_record(
     if (problem := _naive_or_shifted(got)) is not None:
         return Finding("timestamps_in_utc", f"get({ref.label}): {problem}; store aware UTC")
     if got.key != want.key:
-        kind = "tenant" if got.key.tenant_id != want.key.tenant_id else "scope"
-        if got.key.tenant_id == want.key.tenant_id and got.key.scope_id == want.key.scope_id:
+        if got.key.tenant_id != want.key.tenant_id:
+            kind = "tenant"
+        elif got.key.scope_id != want.key.scope_id:
+            kind = "scope"
+        elif (got.key.entity_id, got.key.item_entity_key) != (
+            want.key.entity_id,
+            want.key.item_entity_key,
+        ):
+            kind = "entity"
+        else:
             kind = "record"
         return Finding(
             f"{kind}_isolation" if kind != "record" else "record_agrees_with_model",
@@ -334,7 +342,7 @@ def judge_isolation(
     handler_view: Mapping[ItemRef, StateRecord | None],
     model_view: Mapping[ItemRef, ModelRecord | None],
 ) -> Finding | None:
-    """Does ``ref``'s record look like a sibling's (same item, other tenant or scope)?"""
+    """Does ``ref``'s record look like a sibling's (same item, other tenant, scope or entity)?"""
     got = handler_view.get(ref)
     if got is None:
         return None

@@ -50,6 +50,10 @@ PROPERTIES: tuple[Property, ...] = (
     Property("retention_sweep_agrees_with_model", "the retention sweep expires what the spec says"),
     Property("tenant_isolation", "no tenant sees or blocks another tenant's records"),
     Property("scope_isolation", "no scope sees or blocks another scope's records"),
+    Property(
+        "entity_isolation",
+        "no entity (node) or item entity key sees or blocks another's records",
+    ),
     Property("closes_cleanly", "close() leaves no task running on the event loop"),
 )
 PROPERTY_NAMES: tuple[str, ...] = tuple(p.name for p in PROPERTIES)

@@ -61,6 +61,7 @@ CATCHES: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
 #: Bugs no scenario can see through the invoice node; left to the conformance kit.
 NOT_OBSERVABLE = frozenset(
     {
+        "entity_missing_from_key",
         "expired_not_retryable",
         "inclusive_lock_boundary",
         "local_time_not_utc",
