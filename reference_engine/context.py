@@ -82,6 +82,18 @@ class StateHandlerContext:
     item_entity_key: str = ""
     lock_token: int | None = None
 
+    def __post_init__(self) -> None:
+        # A base context is validated once, when it is built; per-call copies
+        # (which carry an item key) come from for_item, which checks the item
+        # fields, so the hot path does not pay for this again.
+        if not self.item_key:
+            validate_key(self.tenant_id, field_name="tenant_id")
+            validate_key(self.entity_id, field_name="entity_id")
+            validate_key(
+                self.entity_execution_id, field_name="entity_execution_id", allow_empty=True
+            )
+            validate_key(self.source_app_id, field_name="source_app_id", allow_empty=True)
+
     def for_item(
         self, item_key: str, item_entity_key: str = "", *, lock_token: int | None = None
     ) -> StateHandlerContext:

@@ -55,10 +55,11 @@ def check_settable(status: object) -> IdempotencyStatus:
 def clean_error_detail(detail: object) -> str:
     """Make an error detail storable anywhere: text, valid UTF-8, bounded.
 
-    A failure must always be recordable, so undecodable characters are
-    replaced rather than refused: refusing would leave the lock held.
+    A failure must always be recordable, so undecodable characters and NUL
+    (which PostgreSQL text cannot hold) are replaced rather than refused:
+    refusing would leave the lock held.
     """
-    text = str(detail).encode("utf-8", "replace").decode("utf-8")
+    text = str(detail).encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
     return text[:MAX_ERROR_DETAIL]
 
 

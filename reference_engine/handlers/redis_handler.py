@@ -39,11 +39,10 @@ from reference_engine.errors import (
     LockNotHeldError,
     StaleLockError,
     StoreError,
-    UnsupportedStatusError,
 )
 from reference_engine.handlers.redis_scripts import RegisteredScripts
-from reference_engine.model import NEEDS_LOCK, SETTABLE, SWEEP_ERROR_DETAIL
-from reference_engine.record import StateRecord, encode_data, is_lock_live
+from reference_engine.model import NEEDS_LOCK, SWEEP_ERROR_DETAIL
+from reference_engine.record import StateRecord, check_settable, encode_data, is_lock_live
 from reference_engine.status import (
     ACQUIRABLE,
     COMPLETED,
@@ -297,9 +296,7 @@ class RedisStateHandler:
         status: IdempotencyStatus,
         data: Mapping[str, Any] | None = None,
     ) -> None:
-        if status not in SETTABLE:
-            use = "upsert()" if status is S.SUPERSEDED else "try_acquire_lock()"
-            raise UnsupportedStatusError(status=status.label, use=use)
+        check_settable(status)
         encoded = encode_data(data)
         key = ctx.record_key
         args: list[str | int] = [

@@ -387,11 +387,12 @@ def test_a_status_of_the_wrong_type_is_refused(store: Store, status: object) -> 
     run(scenario)
 
 
-def test_an_unencodable_error_detail_still_records_the_failure(store: Store) -> None:
+@pytest.mark.parametrize("detail", ["card declined \udc80", "card declined \x00 twice"])
+def test_an_unencodable_error_detail_still_records_the_failure(store: Store, detail: str) -> None:
     async def scenario() -> None:
         async with node(store) as n:
             assert await n.machine.try_acquire_lock("inv-1")
-            await n.machine.release_lock_as_failed("inv-1", "card declined \udc80")
+            await n.machine.release_lock_as_failed("inv-1", detail)
             record = await n.machine.get("inv-1")
             assert record is not None
             assert record.status is S.FAILED

@@ -339,3 +339,28 @@ def test_quotes_and_sql_fragments_are_just_keys() -> None:
         assert not await a.exists("INV-1")
 
     run(flow())
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tenant_id", ""),
+        ("tenant_id", "t\x00"),
+        ("entity_id", ""),
+        ("source_app_id", "\udcff"),
+        ("entity_execution_id", "r" * 300),
+    ],
+)
+def test_base_context_refuses_ids_a_store_cannot_hold(field: str, value: str) -> None:
+    fields: dict[str, Any] = {
+        "scope_id": 4,
+        "scope_code": "Element",
+        "entity_id": "el-1",
+        "entity_execution_id": "run-1",
+        "tenant_id": "t1",
+        "source_app_id": "app",
+    }
+    fields[field] = value
+    with pytest.raises(InvalidItemError) as info:
+        StateHandlerContext(**fields)
+    assert info.value.field == field
