@@ -127,7 +127,7 @@ def _progress_bar(max_examples: int) -> tuple[Callable[[int, int], None], Callab
 
 
 def main(args: argparse.Namespace) -> int:
-    from dsm_sim.conformance.runner import profile_settings, verify
+    from dsm_sim.conformance.runner import ResultStatus, profile_settings, verify
     from reference_engine.clock import ManualClock
     from reference_engine.registry import load_factory
 
@@ -158,4 +158,15 @@ def main(args: argparse.Namespace) -> int:
         _render_rich(report, sys.stdout)
     else:
         render_plain(report, sys.stdout)
-    return EXIT_OK if report.passed else EXIT_VIOLATION
+    if not report.passed:
+        return EXIT_VIOLATION
+    unexercised = [r.name for r in report.results if r.status is ResultStatus.NOT_EXERCISED]
+    if unexercised and args.profile != "dev":
+        # A check that never ran is not a pass under ci or thorough.
+        print(
+            f"not exercised under profile {args.profile}: {', '.join(unexercised)}; "
+            "nothing was verified for these properties",
+            file=sys.stderr,
+        )
+        return EXIT_VIOLATION
+    return EXIT_OK
