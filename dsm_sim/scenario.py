@@ -28,6 +28,7 @@ __all__ = [
     "CrashFaults",
     "CrashPoint",
     "DuplicateFaults",
+    "EffectFaults",
     "Faults",
     "Latency",
     "Scenario",
@@ -123,6 +124,13 @@ class StoreFaults:
 
 
 @dataclass(frozen=True, slots=True)
+class EffectFaults:
+    """The business call (the charge) fails before anything is charged."""
+
+    rate: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class CatchupPause:
     at: float
     duration: float
@@ -136,6 +144,7 @@ class Faults:
     clock_jumps: tuple[ClockJump, ...] = ()
     skew: SkewFaults = field(default_factory=SkewFaults)
     store: StoreFaults = field(default_factory=StoreFaults)
+    effect: EffectFaults = field(default_factory=EffectFaults)
     catchup_pauses: tuple[CatchupPause, ...] = ()
     swarm: bool = False
 
@@ -287,6 +296,7 @@ _FAULTS = (
     "clock_jump",
     "clock_skew",
     "store_errors",
+    "effect_errors",
     "catchup_pause",
     "swarm",
 )
@@ -327,6 +337,7 @@ def _faults(path: str, raw: Mapping[str, Any]) -> Faults:
     store = _Reader(
         path, top.table_of("store_errors"), "faults.store_errors", ("rate", "after_fraction")
     )
+    effect = _Reader(path, top.table_of("effect_errors"), "faults.effect_errors", ("rate",))
     pause = _Reader(path, top.table_of("catchup_pause"), "faults.catchup_pause", ("schedule",))
     pauses = []
     for i, entry in enumerate(pause.list_of("schedule")):
@@ -356,6 +367,7 @@ def _faults(path: str, raw: Mapping[str, Any]) -> Faults:
             rate=store.number("rate", 0.0, 0.0, 0.5),
             after_fraction=store.number("after_fraction", 0.5, 0.0, 1.0),
         ),
+        effect=EffectFaults(rate=effect.number("rate", 0.0, 0.0, 1.0)),
         catchup_pauses=tuple(sorted(pauses, key=lambda p: p.at)),
         swarm=top.boolean("swarm", False),
     )

@@ -18,7 +18,7 @@ from dsm_sim.checker.leases import (
     sweeps_resetting,
 )
 from dsm_sim.checker.orders import Ordering
-from dsm_sim.history import EventKind, History
+from dsm_sim.history import EventKind, History, OpName
 
 __all__ = [
     "fencing_rejects_stale_writes",
@@ -221,7 +221,7 @@ def no_duplicate_side_effect(history: History) -> InvariantResult:
 def _lease_end_reason(history: History, earlier: Lease, later: Lease) -> str | None:
     if later.start_lo > earlier.expires_hi:
         return f"expired (locked until about {fmt(earlier.expires_hi)}, store clock)"
-    if earlier.ended_before(later.acquire):
+    if earlier.ended_before(later.acquire) and not _released_after_effect(earlier):
         assert earlier.end is not None
         return (
             f"was given up by its holder ({earlier.end.op.value} op #{earlier.end.index}, "
@@ -242,6 +242,16 @@ def _lease_end_reason(history: History, earlier: Lease, later: Lease) -> str | N
         # Whether that sweep was entitled to is sweep_spares_live_locks' question.
         return f"was reset by the sweep (op #{sweep.index})"
     return None
+
+
+def _released_after_effect(lease: Lease) -> bool:
+    """A lease whose holder released it as Failed after its side effect happened.
+
+    That hands a completed effect to the next delivery: the second effect is
+    the node giving up work it had done, not a lease the store ended, so it is
+    not excused.
+    """
+    return lease.end is not None and lease.end.op is OpName.RELEASE_LOCK_AS_FAILED
 
 
 def _stale_fate(history: History, lease: Lease) -> str:

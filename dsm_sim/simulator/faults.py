@@ -52,6 +52,8 @@ class ExecutionPlan:
 
     crash: CrashPoint | None = None
     slow: bool = False
+    #: The business call fails (nothing charged), so the node releases its lock.
+    effect_fails: bool = False
 
 
 def active_faults(scenario: Scenario, seed: int) -> Faults:
@@ -126,6 +128,7 @@ class FaultInjector:
         self._dup = stream(seed, "duplicates")
         self._store = stream(seed, "store")
         self._skew = stream(seed, "skew")
+        self._effect = stream(seed, "effects")
 
     @property
     def active(self) -> bool:
@@ -138,13 +141,19 @@ class FaultInjector:
             self._exec.random(),
             self._exec.random(),
         )
+        # A stream of its own, so scenarios without effect faults replay as before.
+        effect_draw = self._effect.random()
         if not self.active:
             return ExecutionPlan()
         crash_cfg = self.faults.crash
         crash = None
         if crash_cfg.points and crash_draw < crash_cfg.rate:
             crash = crash_cfg.points[int(point_draw * len(crash_cfg.points))]
-        return ExecutionPlan(crash=crash, slow=slow_draw < self.faults.slow.rate)
+        return ExecutionPlan(
+            crash=crash,
+            slow=slow_draw < self.faults.slow.rate,
+            effect_fails=effect_draw < self.faults.effect.rate,
+        )
 
     def apply_during_set(self) -> bool:
         """A crash during set: did the write reach the store before the worker died?"""

@@ -25,6 +25,7 @@ from reference_engine.engine.executor import (
     NodeExecutionResult,
     NodeOutcome,
 )
+from reference_engine.nodes.invoice import BillingError
 
 __all__ = ["Worker"]
 
@@ -86,6 +87,10 @@ class Worker:
                     self._crash(coro, message, execution, plan)
                     return Settlement.CRASH
                 request = step(coro, outcome.value, outcome.error)
+            elif plan.effect_fails:
+                yield self.world.env.timeout(self.world.latency(self.world.scenario.latency.effect))
+                error = BillingError(f"billing API refused the charge of {request.invoice_id}")
+                request = step(coro, None, error)
             else:
                 response = yield from self._charge(request, message, execution, plan)
                 effect_done = True

@@ -7,6 +7,7 @@ test can make, not a log line someone has to read.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -14,7 +15,7 @@ from typing import Any, Protocol
 from reference_engine.clock import Clock
 from reference_engine.engine.definitions import Element
 from reference_engine.engine.executor import BaseNodeExecutor, Message, NodeExecutionResult
-from reference_engine.errors import InvalidItemError, LockError
+from reference_engine.errors import InvalidItemError, StoreError
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.machine import DataStateMachine
 from reference_engine.status import IdempotencyStatus
@@ -31,6 +32,11 @@ __all__ = [
 
 #: The ``type`` of the invoice node in workflow definitions.
 NODE_TYPE = "invoice-dispatch"
+
+
+#: How many times the node tries to record a completed charge before leaving
+#: the lock to expire (a store that fails this often is down, not flaky).
+COMPLETE_ATTEMPTS = 3
 
 
 class BillingError(Exception):
@@ -109,6 +115,34 @@ class InvoiceDispatchExecutor(BaseNodeExecutor):
             )
         return invoice_id, amount
 
+    async def record_dispatch(
+        self, dsm: DataStateMachine, invoice_id: str, data: Mapping[str, Any]
+    ) -> None:
+        """``set(Processed)`` after the charge, retried on store errors.
+
+        A store error leaves the outcome unknown: the write may have landed.
+        Before retrying, read the record back; if it already holds this
+        dispatch, the work is done. A fenced write (``LockError``) is final.
+        """
+        expected = json.loads(json.dumps(data))
+        for attempt in range(1, COMPLETE_ATTEMPTS + 1):
+            try:
+                await dsm.set(invoice_id, IdempotencyStatus.PROCESSED, data)
+                return
+            except StoreError:
+                if attempt == COMPLETE_ATTEMPTS:
+                    raise
+            try:
+                record = await dsm.get(invoice_id)
+            except StoreError:
+                continue
+            if (
+                record is not None
+                and record.status is IdempotencyStatus.PROCESSED
+                and record.data == expected
+            ):
+                return
+
     async def execute(self, message: Message, dsm: DataStateMachine) -> NodeExecutionResult:
         invoice_id, amount = self.parse_payload(message.payload)
         if await dsm.exists(invoice_id):
@@ -119,16 +153,15 @@ class InvoiceDispatchExecutor(BaseNodeExecutor):
             )
         try:
             response = await self.billing.charge(invoice_id, amount)
-            await dsm.set(
-                invoice_id,
-                IdempotencyStatus.PROCESSED,
-                {"dispatchedAt": self.clock.now().isoformat(), "response": dict(response)},
-            )
-        except LockError:
-            raise  # fenced off: the lock is no longer ours to release
         except Exception as exc:
+            # Nothing was charged: give the item back so a redelivery can retry it.
             await dsm.release_lock_as_failed(invoice_id, f"{type(exc).__name__}: {exc}")
             raise
+        # The charge happened. From here on, releasing the lock would invite a
+        # second charge on redelivery, so a store error is retried with the
+        # token still held, and if it persists the lock is left to expire.
+        data = {"dispatchedAt": self.clock.now().isoformat(), "response": dict(response)}
+        await self.record_dispatch(dsm, invoice_id, data)
         return NodeExecutionResult.success({"invoiceId": invoice_id, "response": dict(response)})
 
 

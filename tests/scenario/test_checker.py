@@ -221,6 +221,19 @@ def test_duplicate_effect_after_expired_lease_is_excused_and_explained() -> None
     assert f"fencing rejected the stale set (op #{stale})" in result.notes[0]
 
 
+def test_duplicate_effect_after_releasing_a_completed_effect_is_a_violation() -> None:
+    """Releasing as Failed after the charge hands the charge to the next delivery."""
+    b = Builder()
+    b.acquire("w1", 0.0, 1)
+    first = b.effect("w1", 2.0, 1)
+    b.op("w1", OpName.RELEASE_LOCK_AS_FAILED, 3.0, token=1)
+    b.acquire("w2", 10.0, 2)
+    second = b.effect("w2", 12.0, 2)
+    result = checker.no_duplicate_side_effect(b.history())
+    assert not result.passed
+    assert result.violations[0].events == (first, second)
+
+
 def test_duplicate_effect_when_stale_holder_completed_is_a_violation() -> None:
     b = Builder()
     b.acquire("w1", 0.0, 1)

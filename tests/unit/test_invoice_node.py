@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -12,10 +12,12 @@ import pytest
 from reference_engine.clock import UTC, ManualClock
 from reference_engine.engine.definitions import Element, ExecutionThread
 from reference_engine.engine.executor import Message, NodeExecutionResult, NodeOutcome
+from reference_engine.errors import StoreError
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.handlers.memory import InMemoryStateHandler
 from reference_engine.model import SWEEP_ERROR_DETAIL
 from reference_engine.nodes.invoice import (
+    COMPLETE_ATTEMPTS,
     NODE_TYPE,
     BillingError,
     FakeBillingApi,
@@ -34,9 +36,11 @@ S = IdempotencyStatus
 
 
 class Rig:
-    def __init__(self) -> None:
+    def __init__(
+        self, make_handler: Callable[[ManualClock], InMemoryStateHandler] = InMemoryStateHandler
+    ) -> None:
         self.clock = ManualClock(START)
-        self.handler = InMemoryStateHandler(self.clock)
+        self.handler = make_handler(self.clock)
         registry = HandlerRegistry(self.clock)
         registry.register("built-in", lambda _clock: self.handler)
         self.factory = DataStateMachineFactory(registry)
@@ -224,3 +228,78 @@ def test_fake_billing_counts_charges_per_invoice_and_fails_on_request() -> None:
     asyncio.run(scenario())
     assert [c.charge_id for c in billing.charges_for("INV-1")] == ["ch_0001"]
     assert [c.charge_id for c in billing.charges_for("INV-2")] == ["ch_0002"]
+
+
+class FlakySetHandler(InMemoryStateHandler):
+    """set(Processed) raises StoreError for the first ``failures`` calls.
+
+    With ``landed`` the write is applied before the error, as when a
+    connection drops after the database committed.
+    """
+
+    def __init__(self, clock: ManualClock, failures: int, *, landed: bool) -> None:
+        super().__init__(clock)
+        self.failures = failures
+        self.landed = landed
+        self.releases = 0
+
+    async def set(
+        self,
+        ctx: Any,
+        status: IdempotencyStatus,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            if self.landed:
+                await super().set(ctx, status, data)
+            raise StoreError("connection lost after the request was sent")
+        await super().set(ctx, status, data)
+
+    async def release_lock_as_failed(self, ctx: Any, error_detail: str) -> None:
+        self.releases += 1
+        await super().release_lock_as_failed(ctx, error_detail)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["write-lost", "write-landed"])
+def test_a_store_error_after_the_charge_never_releases_the_lock(landed: bool) -> None:
+    flaky: list[FlakySetHandler] = []
+
+    def make(clock: ManualClock) -> FlakySetHandler:
+        flaky.append(FlakySetHandler(clock, failures=1, landed=landed))
+        return flaky[-1]
+
+    rig = Rig(make)
+
+    async def scenario() -> tuple[NodeExecutionResult, NodeExecutionResult, StateRecord | None]:
+        first = await rig.run()
+        second = await rig.run()  # a redelivery
+        return first, second, await rig.record()
+
+    first, second, record = asyncio.run(scenario())
+    assert first.outcome is NodeOutcome.SUCCESS
+    assert second.outcome is NodeOutcome.SKIP
+    assert record is not None
+    assert record.status is S.PROCESSED
+    assert len(rig.billing.charges) == 1
+    assert flaky[0].releases == 0
+
+
+def test_a_store_that_stays_down_leaves_the_lock_to_expire() -> None:
+    flaky: list[FlakySetHandler] = []
+
+    def make(clock: ManualClock) -> FlakySetHandler:
+        flaky.append(FlakySetHandler(clock, failures=COMPLETE_ATTEMPTS, landed=False))
+        return flaky[-1]
+
+    rig = Rig(make)
+
+    async def scenario() -> tuple[NodeExecutionResult, StateRecord | None]:
+        return await rig.run(), await rig.record()
+
+    result, record = asyncio.run(scenario())
+    assert result.outcome is NodeOutcome.FAILURE
+    assert "StoreError" in (result.error or "")
+    assert record is not None
+    assert record.status is S.PROCESSING  # not released: the charge happened
+    assert flaky[0].releases == 0
