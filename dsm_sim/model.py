@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from reference_engine.config import HandlerConfig
 from reference_engine.context import RecordKey, StateHandlerContext
@@ -22,6 +22,7 @@ from reference_engine.scope import Scope
 
 __all__ = [
     "ENTITY_ID",
+    "FOREVER_CONFIG",
     "SETTABLE",
     "SOURCE_APP_ID",
     "SWEEP_ERROR_DETAIL",
@@ -49,6 +50,10 @@ WORLD_START = dt.datetime(2026, 3, 2, 9, 0, tzinfo=dt.UTC)
 #: Lock and retention of the world: short enough for clock jumps to cross both.
 WORLD_CONFIG = HandlerConfig(lock_duration=dt.timedelta(minutes=30), retention=dt.timedelta(days=1))
 
+#: The same lock with ``retention=None``: such records are kept forever, so a
+#: retention sweep that treats "no ``retain_until``" as "past it" shows.
+FOREVER_CONFIG = HandlerConfig(lock_duration=WORLD_CONFIG.lock_duration, retention=None)
+
 
 def execution_id(worker: int) -> str:
     """The execution id a worker writes under; records show who wrote them."""
@@ -60,6 +65,8 @@ class ItemRef:
     """One item of the world: tenant, scope, entity, item entity key and item key.
 
     The repr is a Python expression, so Hypothesis' printed reproduction runs.
+    ``config`` is the handler config its node runs under: items of one world
+    may differ, as nodes of one workflow do.
     """
 
     tenant: str
@@ -67,6 +74,10 @@ class ItemRef:
     item: str
     entity: str = ENTITY_ID
     entity_key: str = ""
+    config: HandlerConfig = WORLD_CONFIG
+
+    #: Spelled this way in reprs, so a printed reproduction needs no extra import.
+    FOREVER: ClassVar[HandlerConfig] = FOREVER_CONFIG
 
     def __repr__(self) -> str:
         extra = ""
@@ -74,7 +85,15 @@ class ItemRef:
             extra += f", entity={self.entity!r}"
         if self.entity_key:
             extra += f", entity_key={self.entity_key!r}"
+        if self.config == FOREVER_CONFIG:
+            extra += ", config=ItemRef.FOREVER"
+        elif self.config != WORLD_CONFIG:
+            extra += f", config={self.config!r}"
         return f"ItemRef({self.tenant!r}, {self.scope!r}, {self.item!r}{extra})"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """Hypothesis prints dataclasses field by field; the short repr reads and runs."""
+        printer.text(repr(self))
 
     @property
     def label(self) -> str:
@@ -84,6 +103,8 @@ class ItemRef:
             where += f", entity {self.entity}"
         if self.entity_key:
             where += f", entity key {self.entity_key}"
+        if self.config.retention is None:
+            where += ", kept forever"
         return f"{self.item} ({where})"
 
     def context(
@@ -91,9 +112,12 @@ class ItemRef:
         worker: int,
         *,
         lock_token: int | None = None,
-        config: HandlerConfig = WORLD_CONFIG,
+        config: HandlerConfig | None = None,
     ) -> StateHandlerContext:
-        """The per-call context worker ``worker`` passes for this item."""
+        """The per-call context worker ``worker`` passes for this item.
+
+        ``config`` overrides the item's own, for callers that vary it per call.
+        """
         base = StateHandlerContext(
             scope_id=int(self.scope),
             scope_code=self.scope.code,
@@ -101,7 +125,7 @@ class ItemRef:
             entity_execution_id=execution_id(worker),
             tenant_id=self.tenant,
             source_app_id=SOURCE_APP_ID,
-            handler_config=config,
+            handler_config=self.config if config is None else config,
         )
         return base.for_item(self.item, self.entity_key, lock_token=lock_token)
 
@@ -132,12 +156,13 @@ class ItemRef:
 
 #: The items every worker may touch.  INV-1 exists in two tenants, two scopes,
 #: two entities and under an item entity key, so isolation bugs collide; INV-2
-#: is an unrelated neighbour.
+#: is an unrelated neighbour whose node keeps its records forever (retention
+#: ``None``), so the retention sweep meets a record it must never expire.
 WORLD_ITEMS: tuple[ItemRef, ...] = (
     ItemRef("t1", Scope.ELEMENT, "INV-1"),
     ItemRef("t2", Scope.ELEMENT, "INV-1"),
     ItemRef("t1", Scope.WORKFLOW, "INV-1"),
-    ItemRef("t1", Scope.ELEMENT, "INV-2"),
+    ItemRef("t1", Scope.ELEMENT, "INV-2", config=FOREVER_CONFIG),
     ItemRef("t1", Scope.ELEMENT, "INV-1", entity="flow-2"),
     ItemRef("t1", Scope.ELEMENT, "INV-1", entity_key="line-2"),
 )

@@ -45,6 +45,16 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
             _spec("acquire_over_processed", _h.AcquireOverProcessed, "allowed_transitions_only"),
             _spec("sweep_ignores_locked_until", _h.SweepIgnoresLockedUntil, "sweep_only_expired"),
             _spec("inclusive_lock_boundary", _h.InclusiveLockBoundary, "at_most_one_live_lock"),
+            _spec(
+                "inclusive_retention_boundary",
+                _h.InclusiveRetentionBoundary,
+                "retention_sweep_agrees_with_model",
+            ),
+            _spec(
+                "expires_without_retention",
+                _h.ExpiresWithoutRetention,
+                "retention_sweep_agrees_with_model",
+            ),
             _spec("set_keeps_lock", _h.SetKeepsLock, "completion_releases_lock"),
             _spec("release_keeps_lock", _h.ReleaseKeepsLock, "completion_releases_lock"),
             _spec("exists_true_for_failed", _h.ExistsTrueForFailed, "exists_agrees_with_model"),

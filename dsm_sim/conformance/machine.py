@@ -3,8 +3,9 @@
 :class:`~dsm_sim.conformance.operations.OperationRules` drives each operation
 and compares the world after every step; this module adds what makes stores
 fail in production: workers racing on one item, a worker crashing with its
-lock, a holder stalling past its expiry and waking with a stale token, and a
-second attempt landing exactly on a lock's expiry.  Rules cannot take pytest
+lock, a holder stalling past its expiry and waking with a stale token, a
+second attempt landing exactly on a lock's expiry, and a retention sweep
+landing exactly on a record's end of retention.  Rules cannot take pytest
 fixtures, so a machine class is built per handler factory with
 :func:`build_machine`; the program Hypothesis prints for a failure builds it
 the same way, and runs as pasted.
@@ -148,6 +149,24 @@ class ConformanceMachine(OperationRules):
         assert record.locked_until is not None
         self.clock.set(record.locked_until + dt.timedelta(seconds=offset))
         self._move(f"moves to {record.key.item_key}'s lock expiry {offset:+d}s")
+
+    @rule(pick=st.integers(0, 5), offset=st.sampled_from((0, -1, 1)))
+    def clock_to_retention_end(self, pick: int, offset: int) -> None:
+        """Land exactly on (or 1 µs either side of) a record's ``retain_until``, then sweep.
+
+        Retention is a day and ticks are at most fifteen minutes, so only a
+        landing on the instant tells ``retain_until < now`` from ``<=``.  A
+        record kept forever has no such instant: the sweep runs where the
+        clock stands, and must leave it alone.
+        """
+        records = list(self.model.current.values())
+        if self.diverged or not records:
+            return
+        record = records[pick % len(records)]
+        if record.retain_until is not None:
+            self.clock.set(record.retain_until + dt.timedelta(microseconds=offset))
+            self._move(f"moves to {record.key.item_key}'s retention end {offset:+d}µs")
+        self.expire_past_retention()
 
     @rule(first=W.WORKER, second=W.WORKER, ref=W.ITEMS, offset=st.sampled_from((0, -1, 1)))
     def contend_at_lock_expiry(self, first: int, second: int, ref: ItemRef, offset: int) -> None:

@@ -63,7 +63,9 @@ NOT_OBSERVABLE = frozenset(
     {
         "entity_missing_from_key",
         "expired_not_retryable",
+        "expires_without_retention",
         "inclusive_lock_boundary",
+        "inclusive_retention_boundary",
         "local_time_not_utc",
         "scope_missing_from_key",
         "set_keeps_lock",
