@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -269,11 +269,20 @@ class ReferenceModel:
         return count
 
     def expire_past_retention(self, now: dt.datetime) -> int:
+        return self.expire_where(
+            now, lambda record: record.retain_until is not None and record.retain_until < now
+        )
+
+    def expire_where(self, now: dt.datetime, past: Callable[[ModelRecord], bool]) -> int:
+        """Expire every record ``past`` selects, except Expired ones and live locks.
+
+        The retention sweep is this with ``retain_until < now``; the catalogue
+        of broken handlers passes its own wrong selections.
+        """
         count = 0
         for record in self.records():
             if (
-                record.retain_until is not None
-                and record.retain_until < now
+                past(record)
                 and record.status is not S.EXPIRED
                 and not is_lock_live(record.status, record.locked_until, now)
             ):

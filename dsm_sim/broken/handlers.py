@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from reference_engine.clock import Clock
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import StaleLockError
 from reference_engine.handlers.memory import InMemoryStateHandler
-from reference_engine.model import ModelRecord, ReferenceModel, effective_status
-from reference_engine.record import StateRecord, is_lock_live
+from reference_engine.model import ModelRecord, effective_status
+from reference_engine.record import StateRecord
 from reference_engine.status import ACQUIRABLE, IdempotencyStatus
 
 __all__ = [
@@ -100,38 +100,23 @@ class InclusiveLockBoundary(InMemoryStateHandler):
         return self.model.try_acquire_lock(ctx, now)
 
 
-def _expire_also(
-    model: ReferenceModel, now: dt.datetime, also: Callable[[ModelRecord], bool]
-) -> int:
-    """The correct sweep, plus the records ``also`` wrongly counts as past retention."""
-    count = model.expire_past_retention(now)
-    for record in model.records():
-        if (
-            also(record)
-            and record.status is not S.EXPIRED
-            and not is_lock_live(record.status, record.locked_until, now)
-        ):
-            record.status = S.EXPIRED
-            record.locked_until = None
-            record.updated_at = now
-            count += 1
-    return count
-
-
 class InclusiveRetentionBoundary(InMemoryStateHandler):
     """The retention sweep expires at ``retain_until <= now``: ``<=`` where ``<`` belongs."""
 
     async def expire_past_retention(self) -> int:
         now = self.clock.now()
-        return _expire_also(self.model, now, lambda record: record.retain_until == now)
+        return self.model.expire_where(
+            now, lambda record: record.retain_until is not None and record.retain_until <= now
+        )
 
 
 class ExpiresWithoutRetention(InMemoryStateHandler):
     """The retention sweep reads a NULL ``retain_until`` as past, expiring records kept forever."""
 
     async def expire_past_retention(self) -> int:
-        return _expire_also(
-            self.model, self.clock.now(), lambda record: record.retain_until is None
+        now = self.clock.now()
+        return self.model.expire_where(
+            now, lambda record: record.retain_until is None or record.retain_until < now
         )
 
 
