@@ -771,6 +771,46 @@ def test_unreachable_postgres_is_a_store_error() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.postgres
+def test_a_server_refusing_the_connection_is_a_store_error_on_every_operation(
+    postgres_url: str,
+) -> None:
+    """A server that answers but refuses (restarting, or no such database) is a StoreError.
+
+    The refusal comes back as the dialect's DBAPI error from the pool's connect,
+    which is what the fast path meets while PostgreSQL restarts
+    (``CannotConnectNowError``): it must not escape as a bare driver error.
+    """
+    url = make_url_database(postgres_url, "dsm_no_such_database")
+    handler = sql_handler(url, ManualClock(START))
+    ctx = base().for_item("x")
+    held = ctx.for_item("x", lock_token=1)
+
+    async def main() -> None:
+        try:
+            for call in (
+                lambda: handler.exists(ctx),
+                lambda: handler.try_acquire_lock(ctx),
+                lambda: handler.set(held, S.PROCESSED, {"a": 1}),
+                lambda: handler.release_lock_as_failed(held, "boom"),
+                lambda: handler.get(ctx),
+                lambda: handler.upsert(ctx, {"a": 2}),
+                handler.reset_expired_locks,
+            ):
+                with pytest.raises(StoreError, match="dsm_no_such_database") as caught:
+                    await call()
+                assert caught.value.__cause__ is not None
+                assert not isinstance(caught.value.__cause__, DsmError)
+        finally:
+            await handler.close()
+
+    asyncio.run(main())
+
+
+def make_url_database(url: str, database: str) -> str:
+    return normalize_url(url).set(database=database).render_as_string(hide_password=False)
+
+
 # --- URLs and factories ---------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ import pytest
 from dsm_sim.conformance import cli
 from dsm_sim.conformance.clocks import ClockMode
 from dsm_sim.conformance.properties import PROPERTY_NAMES
-from dsm_sim.conformance.runner import ResultStatus, verify
+from dsm_sim.conformance.runner import TOP_UP_RUNS, ResultStatus, verify
 from dsm_sim.conformance.suite import ConformanceSuite
 from reference_engine.clock import Clock, SystemClock
 from reference_engine.handler import HandlerFactory
@@ -138,3 +138,19 @@ def test_every_property_is_reported_once() -> None:
     assert all(
         r.status in (ResultStatus.PASSED, ResultStatus.NOT_EXERCISED) for r in report.results
     )
+
+
+def test_a_run_that_misses_a_property_is_topped_up_before_it_is_called_unexercised() -> None:
+    # One step per test case reaches almost nothing: the clean run is followed by
+    # the top-up runs, and what none of them reached is reported as not exercised.
+    starved = verify(in_memory_handler, "ci", seed=5, max_examples=2, step_count=1)
+    assert starved.passed
+    assert starved.runs == 1 + TOP_UP_RUNS
+    unreached = [r for r in starved.results if r.status is ResultStatus.NOT_EXERCISED]
+    assert unreached and all(r.checks == 0 for r in unreached)
+    # Under dev a miss is only a skip, and the quick look stays one run.
+    assert verify(in_memory_handler, "dev", seed=5, max_examples=2, step_count=1).runs == 1
+    # A budget that reaches every property needs no top-up.
+    full = verify(in_memory_handler, "ci", seed=5)
+    assert full.passed and full.runs == 1
+    assert all(r.status is ResultStatus.PASSED for r in full.results)

@@ -34,8 +34,9 @@ S = IdempotencyStatus
 #: Run on open (before the table is created) and on close (after disposal).
 Hook = Callable[[AsyncEngine], Awaitable[None]]
 #: Errors from the driver and the network that mean "outcome unknown".  The asyncpg
-#: classes reach here unwrapped from the PostgreSQL fast path (``fastpath.py``).
-_STORE_FAILURES = (
+#: classes reach here unwrapped from the PostgreSQL fast path (``fastpath.py``); the
+#: dialect's PEP 249 ``Error`` base joins them per engine (see ``store_failures``).
+_STORE_FAILURES: tuple[type[BaseException], ...] = (
     SQLAlchemyError,
     OSError,
     asyncpg.PostgresError,
@@ -44,6 +45,20 @@ _STORE_FAILURES = (
 )
 #: Context fields stored as text besides the item keys (which the context validates).
 _TEXT_FIELDS = ("tenant_id", "entity_id", "entity_execution_id", "source_app_id", "scope_code")
+
+
+def store_failures(engine: AsyncEngine) -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "the store failed, outcome unknown" for ``engine``.
+
+    Besides the driver's own classes this includes the DBAPI module's ``Error``:
+    the fast path checks connections out of the pool directly, and a connect that
+    fails there (the server restarting, ``CannotConnectNowError``) raises the
+    dialect's adapted DBAPI error, which SQLAlchemy wraps only on its own path.
+    """
+    dbapi_error = getattr(engine.dialect.loaded_dbapi, "Error", None)
+    if isinstance(dbapi_error, type) and issubclass(dbapi_error, BaseException):
+        return (*_STORE_FAILURES, dbapi_error)
+    return _STORE_FAILURES
 
 
 def _check_text(value: object, field: str) -> None:
@@ -97,6 +112,7 @@ class SqlStateHandler:
         self.clock = clock
         single_connection = isinstance(engine.sync_engine.pool, StaticPool)
         self.repository = ProcessStateLogRepository(engine, serialize=single_connection)
+        self._failures = store_failures(engine)
         self._on_open = on_open
         self._on_close = on_close
         self._closed = False
@@ -124,7 +140,7 @@ class SqlStateHandler:
             yield
         except DsmError:
             raise
-        except _STORE_FAILURES as exc:
+        except self._failures as exc:
             raise self._store_error(operation, exc) from exc
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -152,7 +168,7 @@ class SqlStateHandler:
         key = _storable(ctx).record_key
         try:
             return await self.repository.exists(key, self.clock.now())
-        except _STORE_FAILURES as exc:
+        except self._failures as exc:
             raise self._store_error("exists", exc) from exc
 
     async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
@@ -164,7 +180,7 @@ class SqlStateHandler:
         _storable(ctx)
         try:
             return await self.repository.try_acquire_lock(ctx, self.clock.now())
-        except _STORE_FAILURES as exc:
+        except self._failures as exc:
             raise self._store_error("try_acquire_lock", exc) from exc
 
     async def set(
@@ -181,7 +197,7 @@ class SqlStateHandler:
         _storable(ctx)
         try:
             await self.repository.set(ctx, status, encoded, self.clock.now())
-        except _STORE_FAILURES as exc:
+        except self._failures as exc:
             raise self._store_error(f"set({status.label})", exc) from exc
 
     async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
@@ -189,7 +205,7 @@ class SqlStateHandler:
         _storable(ctx)
         try:
             await self.repository.release_lock_as_failed(ctx, error_detail, self.clock.now())
-        except _STORE_FAILURES as exc:
+        except self._failures as exc:
             raise self._store_error("release_lock_as_failed", exc) from exc
 
     async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
