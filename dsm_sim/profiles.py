@@ -2,49 +2,64 @@
 
 Chosen with ``HYPOTHESIS_PROFILE`` or ``dsm verify --profile``.  Deadlines are
 off because handlers do real I/O whose latency is not what is under test.
-Hypothesis is imported only when the profiles are registered, so the ``dsm``
-command can list the profile names without paying for it.
+Hypothesis ships a ``ci`` profile of its own (derandomized, 50 steps), so the
+kit builds its profiles from the table below rather than looking them up by
+name: ``dsm verify --profile ci`` and a test suite that registered the kit's
+profiles then run the same settings.  Hypothesis is imported only when a
+profile is built, so the ``dsm`` command can list the names without paying
+for it.
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-__all__ = ["PROFILES", "active_profile", "register_profiles"]
+if TYPE_CHECKING:
+    from hypothesis import settings as Settings
+
+__all__ = ["PROFILES", "active_profile", "profile_settings", "register_profiles"]
 
 PROFILES = ("dev", "ci", "thorough")
+
+#: What sets the profiles apart; everything else is common to all three.
+_BUDGETS: dict[str, tuple[int, int]] = {
+    # name: (max_examples, stateful_step_count)
+    "dev": (30, 25),
+    "ci": (100, 40),
+    "thorough": (1000, 80),
+}
+
+
+def profile_settings(name: str) -> Settings:
+    """The kit's settings for the profile ``name`` (one of :data:`PROFILES`)."""
+    from hypothesis import HealthCheck, settings
+
+    if name not in _BUDGETS:
+        raise ValueError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}")
+    max_examples, step_count = _BUDGETS[name]
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=step_count,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+        ],
+        print_blob=True,
+        # A fresh seed per run: CI keeps looking at new interleavings.  The run
+        # prints the seed (``dsm verify --seed``) and the failing program.
+        derandomize=False,
+    )
 
 
 def register_profiles() -> None:
     """Register the three profiles and load the one ``HYPOTHESIS_PROFILE`` names (default dev)."""
-    from hypothesis import HealthCheck, settings
+    from hypothesis import settings
 
-    suppressed = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-    settings.register_profile(
-        "dev",
-        max_examples=30,
-        stateful_step_count=25,
-        deadline=None,
-        suppress_health_check=suppressed,
-        print_blob=True,
-    )
-    settings.register_profile(
-        "ci",
-        max_examples=100,
-        stateful_step_count=40,
-        deadline=None,
-        suppress_health_check=suppressed,
-        print_blob=True,
-        derandomize=False,
-    )
-    settings.register_profile(
-        "thorough",
-        max_examples=1000,
-        stateful_step_count=80,
-        deadline=None,
-        suppress_health_check=suppressed,
-        print_blob=True,
-    )
+    for name in PROFILES:
+        settings.register_profile(name, profile_settings(name))
     settings.load_profile(active_profile())
 
 

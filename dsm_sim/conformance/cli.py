@@ -11,12 +11,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from dsm_sim.profiles import PROFILES
 from reference_engine.errors import ConfigurationError
 
-__all__ = ["configure", "main", "render_plain"]
+if TYPE_CHECKING:
+    from dsm_sim.conformance.runner import VerificationReport
+
+__all__ = ["configure", "main", "render_plain", "replay_command"]
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
@@ -113,6 +116,16 @@ def _render_rich(report: object, out: TextIO) -> None:
     _write_details(report, out)
 
 
+def replay_command(report: VerificationReport) -> str:
+    """The ``dsm verify`` command that runs the same test cases again."""
+    from dsm_sim.conformance.clocks import ClockMode
+
+    command = f"dsm verify {report.factory} --profile {report.profile} --seed {report.seed}"
+    if report.clock_mode is not ClockMode.INJECTED:
+        command += f" --clock {report.clock_mode.value}"
+    return command
+
+
 def _progress_bar(max_examples: int) -> tuple[Callable[[int, int], None], Callable[[], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -159,6 +172,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         render_plain(report, sys.stdout)
     if not report.passed:
+        print(f"replay this run: {replay_command(report)}", file=sys.stderr)
         return EXIT_VIOLATION
     unexercised = [r.name for r in report.results if r.status is ResultStatus.NOT_EXERCISED]
     if unexercised and args.profile != "dev":

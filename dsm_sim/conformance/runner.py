@@ -12,6 +12,7 @@ under ``dev``), so "not exercised" means "not reached in three runs", not
 from __future__ import annotations
 
 import enum
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import seed as hypothesis_seed
-from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
 from dsm_sim import profiles
@@ -92,7 +92,8 @@ class VerificationReport:
 
     factory: str
     profile: str
-    seed: int | None
+    #: The seed of the first run (drawn when none was given): ``--seed`` replays it.
+    seed: int
     clock_mode: ClockMode
     results: tuple[PropertyResult, ...]
     test_cases: int
@@ -128,11 +129,9 @@ def profile_settings(profile: str) -> settings:
         raise ConfigurationError(
             f"unknown profile {profile!r}; choose one of {', '.join(profiles.PROFILES)}"
         )
-    try:
-        base = settings.get_profile(profile)
-    except InvalidArgument:
-        profiles.register_profiles()
-        base = settings.get_profile(profile)
+    # Built from the kit's table, never looked up by name: Hypothesis' own
+    # ``ci`` profile would otherwise stand in for the kit's.
+    base = profiles.profile_settings(profile)
     return settings(
         base,
         database=None,
@@ -170,7 +169,13 @@ def verify(
     progress: Progress | None = None,
     name: str = "HandlerConformance",
 ) -> VerificationReport:
-    """Run the conformance state machine against ``factory``; never raises on a violation."""
+    """Run the conformance state machine against ``factory``; never raises on a violation.
+
+    Without ``seed`` one is drawn at random and kept in the report, so any run,
+    passing or failing, can be replayed with ``seed=report.seed``.
+    """
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
     mode = parse_clock_mode(clock_mode)
     chosen = profile_settings(profile)
     if max_examples is not None or step_count is not None:
@@ -193,8 +198,7 @@ def verify(
         on_case = None if progress is None else (lambda n: progress(n, chosen.max_examples))
         stats = RunStats(frozenset(found), on_case)
         machine = build_machine(factory, clock_mode=mode, stats=stats, name=name)
-        if seed is not None:
-            machine = hypothesis_seed(seed + top_ups)(machine)
+        machine = hypothesis_seed(seed + top_ups)(machine)
         run_started = time.perf_counter()
         try:
             run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call,unused-ignore]

@@ -84,6 +84,23 @@ def test_cli_reports_a_violation_with_story_and_program(
     assert "state.teardown()" in out
 
 
+def test_an_unseeded_violation_prints_the_command_that_replays_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    broken = "dsm_sim.broken.handlers:NoFencing"
+    code, out, err = _run_cli(capsys, broken, "--profile", "dev", "--stop-on-first")
+    assert code == 1
+    found = re.search(rf"replay this run: (dsm verify {broken} --profile dev --seed (\d+))$", err)
+    assert found, err
+    program = out[out.index("Minimal reproduction") :]
+    # The printed seed replays the same test cases: the same violation, shrunk the same.
+    again, out_again, _ = _run_cli(
+        capsys, broken, "--profile", "dev", "--seed", found[2], "--stop-on-first"
+    )
+    assert again == 1
+    assert out_again[out_again.index("Minimal reproduction") :] == program
+
+
 @pytest.mark.parametrize(
     "path", ["no_colon_here", "no.such.module:factory", "reference_engine.handlers.memory:nope"]
 )
