@@ -122,6 +122,17 @@ def test_bad_settings_are_refused_before_anything_runs(field: str, value: object
         StressSettings(db_url="sqlite+aiosqlite:///unused.db", **{field: value})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("run_id", ["2228450155", "abc123", "a"])
+def test_run_ids_of_digits_and_lower_case_letters_are_accepted(run_id: str) -> None:
+    assert StressSettings(db_url="sqlite+aiosqlite:///unused.db", run_id=run_id).run_id == run_id
+
+
+@pytest.mark.parametrize("run_id", ["", "ABC", "a-b", "a b", "é1", "x;drop"])
+def test_run_ids_that_cannot_name_a_schema_are_refused(run_id: str) -> None:
+    with pytest.raises(InvalidOptionError, match="run_id"):
+        StressSettings(db_url="sqlite+aiosqlite:///unused.db", run_id=run_id)
+
+
 def test_in_memory_sqlite_and_unknown_schemes_are_refused() -> None:
     with pytest.raises(InvalidOptionError, match="in-memory"):
         StressSettings(db_url="sqlite+aiosqlite:///:memory:")
