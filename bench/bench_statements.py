@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,7 +19,12 @@ from common import BenchSkipped, Table, postgres_url
 from reference_engine.clock import UTC, ManualClock
 from reference_engine.config import HandlerConfig
 from reference_engine.context import StateHandlerContext
-from reference_engine.handlers.sql.factory import postgres_isolated_handler, sqlite_memory_handler
+from reference_engine.handlers.sql.factory import (
+    MARIADB_TEST_URL_ENV,
+    mariadb_isolated_handler,
+    postgres_isolated_handler,
+    sqlite_memory_handler,
+)
 from reference_engine.handlers.sql.handler import SqlStateHandler
 from reference_engine.handlers.sql.statements import count_statements
 from reference_engine.scope import Scope
@@ -118,6 +124,12 @@ async def _run(short: bool) -> Table:
         builders.append(("postgresql", lambda clock: postgres_isolated_handler(url, clock)))
     except BenchSkipped as exc:
         note = f"postgresql skipped: {exc}"
+    maria = os.environ.get(MARIADB_TEST_URL_ENV, "").strip()
+    if maria:
+        builders.append(("mariadb", lambda clock: mariadb_isolated_handler(maria, clock)))
+    else:
+        note = f"{note}; " if note else ""
+        note += f"mariadb skipped: set {MARIADB_TEST_URL_ENV}"
     for backend, build in builders:
         clock = ManualClock(dt.datetime(2026, 1, 1, 9, 0, tzinfo=UTC))
         handler = build(clock)

@@ -26,6 +26,7 @@ BENCHMARKS = {
     "statements": "bench_statements",
     "throughput": "bench_throughput",
     "simulator": "bench_simulator",
+    "jobs": "bench_jobs",
     "catalogue": "bench_catalogue",
 }
 

@@ -46,9 +46,11 @@ __all__ = [
     "FinalState",
     "History",
     "HistoryRecorder",
+    "KeyInfo",
     "Op",
     "OpName",
     "Outcome",
+    "RecordView",
     "Scalar",
     "key_of",
 ]
@@ -115,6 +117,107 @@ class EventKind(enum.Enum):
     CATCHUP_PAUSE = "catchup_pause"
     CATCHUP_RESUME = "catchup_resume"
     FAULTS_STOP = "faults_stop"
+    #: The broker gave up on a message after its last delivery failed; ``detail`` is the reason.
+    DEAD_LETTER = "dead_letter"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordView:
+    """A record as the store returned it, reduced to what the checker compares.
+
+    Instants are store-clock seconds since the epoch; ``utc`` is False when any
+    stored instant was naive or not at offset zero.  ``data`` is a digest of the
+    canonical JSON of the payload, so histories stay small whatever the data.
+    ``key`` is the history key of the record the store returned, which differs
+    from the key asked for when the store confuses two keys.
+    """
+
+    key: str
+    status: str
+    attempt: int
+    locked_until: float | None
+    created_at: float
+    updated_at: float
+    retain_until: float | None
+    data: str | None
+    utc: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "status": self.status,
+            "attempt": self.attempt,
+            "locked_until": _t(self.locked_until),
+            "created_at": _t(self.created_at),
+            "updated_at": _t(self.updated_at),
+            "retain_until": _t(self.retain_until),
+            "data": self.data,
+            "utc": self.utc,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> RecordView:
+        return cls(
+            key=str(raw["key"]),
+            status=str(raw["status"]),
+            attempt=int(raw["attempt"]),
+            locked_until=_opt(raw.get("locked_until")),
+            created_at=float(raw["created_at"]),
+            updated_at=float(raw["updated_at"]),
+            retain_until=_opt(raw.get("retain_until")),
+            data=raw.get("data"),
+            utc=bool(raw.get("utc", True)),
+        )
+
+
+def _opt(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _view(raw: object) -> RecordView | None:
+    return None if raw is None else RecordView.from_json(raw)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """What a history key stands for: whose record it is and the options it was written with.
+
+    ``retention`` is seconds, ``None`` for records kept forever.
+    """
+
+    node: str
+    tenant: str
+    scope: int
+    entity: str
+    item_entity_key: str
+    item: str
+    lock_duration: float
+    retention: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "tenant": self.tenant,
+            "scope": self.scope,
+            "entity": self.entity,
+            "item_entity_key": self.item_entity_key,
+            "item": self.item,
+            "lock_duration": _t(self.lock_duration),
+            "retention": _t(self.retention),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> KeyInfo:
+        return cls(
+            node=str(raw["node"]),
+            tenant=str(raw["tenant"]),
+            scope=int(raw["scope"]),
+            entity=str(raw["entity"]),
+            item_entity_key=str(raw["item_entity_key"]),
+            item=str(raw["item"]),
+            lock_duration=float(raw["lock_duration"]),
+            retention=_opt(raw.get("retention")),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +228,14 @@ class Op:
     the one it returned (an ``ok`` try_acquire_lock).  ``status`` is the target
     status of a ``set``.  ``error`` is the exception class name of a ``fail`` or
     ``info``.  ``keys`` lists, for a sweep, the keys it is known to have reset
-    (empty when the recorder could not tell).
+    (empty when the recorder could not tell); for a sweep, ``candidates`` lists
+    the keys that were due (an expired lock, a record past retention) when it ran.
+
+    ``probed`` says the recorder read the key right before and right after the
+    store executed the call (outside the history, at the same instant):
+    ``before``/``after`` are those reads (``None``: no record).  It is set even
+    on an ``info`` call whose write landed, because the recorder knows.
+    ``data`` is the digest of the payload a write carried.
     """
 
     index: int
@@ -142,6 +252,15 @@ class Op:
     store_time: float | None = None
     execution: str = ""
     keys: tuple[str, ...] = ()
+    candidates: tuple[str, ...] = ()
+    data: str | None = None
+    probed: bool = False
+    before: RecordView | None = None
+    after: RecordView | None = None
+    #: The order in which the store executed the call, among calls of this run
+    #: (recorders that know it: the simulator).  Calls that reach the store at
+    #: the same instant are ordered by it, not by when they were invoked.
+    seq: int | None = None
 
     @property
     def earliest(self) -> float:
@@ -181,7 +300,7 @@ class Op:
         return self.outcome in (Outcome.OK, Outcome.INFO)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "index": self.index,
             "process": self.process,
             "op": self.op.value,
@@ -197,6 +316,17 @@ class Op:
             "execution": self.execution,
             "keys": list(self.keys),
         }
+        if self.candidates:
+            out["candidates"] = list(self.candidates)
+        if self.data is not None:
+            out["data"] = self.data
+        if self.probed:
+            out["probed"] = True
+            out["before"] = None if self.before is None else self.before.to_json()
+            out["after"] = None if self.after is None else self.after.to_json()
+        if self.seq is not None:
+            out["seq"] = self.seq
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Op:
@@ -215,6 +345,12 @@ class Op:
             store_time=None if raw.get("store_time") is None else float(raw["store_time"]),
             execution=str(raw.get("execution", "")),
             keys=tuple(raw.get("keys", ())),
+            candidates=tuple(raw.get("candidates", ())),
+            data=raw.get("data"),
+            probed=bool(raw.get("probed", False)),
+            seq=None if raw.get("seq") is None else int(raw["seq"]),
+            before=_view(raw.get("before")),
+            after=_view(raw.get("after")),
         )
 
 
@@ -231,9 +367,11 @@ class Event:
     execution: str = ""
     detail: str = ""
     value: float | None = None
+    #: The node whose effect this is (side effects): duplicates are counted per key and node.
+    node: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "index": self.index,
             "time": _t(self.time),
             "kind": self.kind.value,
@@ -244,6 +382,9 @@ class Event:
             "detail": self.detail,
             "value": _t(self.value),
         }
+        if self.node:
+            out["node"] = self.node
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Event:
@@ -257,6 +398,7 @@ class Event:
             execution=str(raw.get("execution", "")),
             detail=str(raw.get("detail", "")),
             value=None if raw.get("value") is None else float(raw["value"]),
+            node=str(raw.get("node", "")),
         )
 
 
@@ -307,6 +449,17 @@ class History:
     events: tuple[Event, ...] = ()
     final: tuple[FinalState, ...] = ()
     meta: Mapping[str, Scalar] = field(default_factory=dict)
+    #: What each key stands for, when the recorder knows (the simulator does).
+    keys: Mapping[str, KeyInfo] = field(default_factory=dict)
+
+    def lock_duration_for(self, key: str) -> float:
+        """The lock duration the key's node was configured with (the run's default otherwise)."""
+        info = self.keys.get(key)
+        return self.lock_duration if info is None else info.lock_duration
+
+    @property
+    def longest_lock(self) -> float:
+        return max([self.lock_duration, *(k.lock_duration for k in self.keys.values())])
 
     def item_keys(self) -> list[str]:
         """Every item key mentioned, sorted."""
@@ -326,7 +479,7 @@ class History:
         return self.epoch + dt.timedelta(seconds=seconds)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "epoch": self.epoch.isoformat(),
             "lock_duration": _t(self.lock_duration),
             "sweep_interval": _t(self.sweep_interval),
@@ -336,6 +489,9 @@ class History:
             "events": [ev.to_json() for ev in self.events],
             "final": [f.to_json() for f in self.final],
         }
+        if self.keys:
+            out["keys"] = {k: self.keys[k].to_json() for k in sorted(self.keys)}
+        return out
 
     def dumps(self) -> str:
         """Canonical JSON text: the same history always gives the same bytes."""
@@ -354,6 +510,7 @@ class History:
             events=tuple(Event.from_json(e) for e in raw.get("events", ())),
             final=tuple(FinalState.from_json(f) for f in raw.get("final", ())),
             meta=dict(raw.get("meta", {})),
+            keys={k: KeyInfo.from_json(v) for k, v in raw.get("keys", {}).items()},
         )
 
     @classmethod
@@ -376,8 +533,13 @@ class HistoryRecorder:
         lock_duration: float,
         sweep_interval: float | None = None,
         meta: Mapping[str, Scalar] | None = None,
+        store_order: bool = False,
     ) -> None:
         self.epoch = ensure_utc(epoch or dt.datetime(2026, 1, 1, 9, 0, tzinfo=UTC))
+        # A recorder whose completions are called in the order the store ran
+        # the calls (the simulator) numbers them, so ties in time keep that order.
+        self._store_order = store_order
+        self._completed = 0
         self.lock_duration = lock_duration
         self.sweep_interval = sweep_interval
         self.faults_stop: float | None = None
@@ -385,6 +547,11 @@ class HistoryRecorder:
         self._ops: list[Op] = []
         self._events: list[Event] = []
         self._final: list[FinalState] = []
+        self._keys: dict[str, KeyInfo] = {}
+
+    def key_info(self, key: str, info: KeyInfo) -> None:
+        """Say what ``key`` stands for (first word wins: a key means one thing)."""
+        self._keys.setdefault(key, info)
 
     def seconds(self, instant: dt.datetime) -> float:
         """An aware datetime as seconds since the epoch (for wall-clock recorders)."""
@@ -427,6 +594,7 @@ class HistoryRecorder:
         store_time: float | None = None,
         token: int | None = None,
         keys: Iterable[str] = (),
+        candidates: Iterable[str] = (),
     ) -> Op:
         current = self._ops[index]
         done = replace(
@@ -438,9 +606,20 @@ class HistoryRecorder:
             store_time=store_time,
             token=current.token if token is None else token,
             keys=tuple(sorted(keys)),
+            candidates=tuple(sorted(candidates)),
+            seq=self._completed if self._store_order else None,
         )
+        self._completed += 1
         self._ops[index] = done
         return done
+
+    def observe(
+        self, index: int, before: RecordView | None, after: RecordView | None, data: str | None
+    ) -> None:
+        """Attach the reads taken around a call the store executed (see :class:`Op`)."""
+        self._ops[index] = replace(
+            self._ops[index], probed=True, before=before, after=after, data=data
+        )
 
     def event(
         self,
@@ -453,6 +632,7 @@ class HistoryRecorder:
         execution: str = "",
         detail: str = "",
         value: float | None = None,
+        node: str = "",
     ) -> Event:
         ev = Event(
             index=len(self._events),
@@ -464,6 +644,7 @@ class HistoryRecorder:
             execution=execution,
             detail=detail,
             value=value,
+            node=node,
         )
         self._events.append(ev)
         return ev
@@ -497,4 +678,5 @@ class HistoryRecorder:
             events=tuple(self._events),
             final=tuple(sorted(self._final, key=lambda f: f.key)),
             meta=dict(self.meta),
+            keys=dict(self._keys),
         )

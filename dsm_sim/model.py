@@ -10,8 +10,10 @@ and how one call's outcome (a value or an error) is recorded and compared.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from reference_engine.config import HandlerConfig
@@ -27,15 +29,19 @@ __all__ = [
     "SOURCE_APP_ID",
     "SWEEP_ERROR_DETAIL",
     "WORLD_CONFIG",
+    "WORLD_CONFIGS",
     "WORLD_ITEMS",
     "WORLD_START",
     "ItemRef",
     "ModelRecord",
     "Outcome",
     "ReferenceModel",
+    "config_name",
+    "describe_config",
     "effective_status",
     "execution_id",
     "outcome_of",
+    "shown",
 ]
 
 #: The workflow and its only node share this id, so records of the Workflow and
@@ -54,10 +60,72 @@ WORLD_CONFIG = HandlerConfig(lock_duration=dt.timedelta(minutes=30), retention=d
 #: retention sweep that treats "no ``retain_until``" as "past it" shows.
 FOREVER_CONFIG = HandlerConfig(lock_duration=WORLD_CONFIG.lock_duration, retention=None)
 
+#: The node configurations one world mixes, as nodes of one workflow do.  A
+#: handler that ignores the configured lock duration, measures expiry from
+#: another column, or reads one node's options for another only shows when
+#: items of one world differ: seconds-long locks, the real defaults, long
+#: locks, retention just past the lock, retention none.
+WORLD_CONFIGS: Mapping[str, HandlerConfig] = MappingProxyType(
+    {
+        "standard": WORLD_CONFIG,
+        "short": HandlerConfig(
+            lock_duration=dt.timedelta(seconds=5), retention=dt.timedelta(minutes=2)
+        ),
+        "seconds": HandlerConfig(
+            lock_duration=dt.timedelta(seconds=90), retention=dt.timedelta(hours=1)
+        ),
+        "default": HandlerConfig(),
+        "long": HandlerConfig(lock_duration=dt.timedelta(hours=4), retention=dt.timedelta(days=2)),
+        "tight": HandlerConfig(
+            lock_duration=dt.timedelta(minutes=30), retention=dt.timedelta(minutes=31)
+        ),
+        "forever": FOREVER_CONFIG,
+    }
+)
 
-def execution_id(worker: int) -> str:
-    """The execution id a worker writes under; records show who wrote them."""
-    return f"run-{worker}"
+
+def config_name(config: HandlerConfig) -> str | None:
+    """The world's name for ``config``, if it is one of :data:`WORLD_CONFIGS`."""
+    for name, known in WORLD_CONFIGS.items():
+        if known == config:
+            return name
+    return None
+
+
+def describe_config(config: HandlerConfig) -> str:
+    """``lock 5s, kept 2m`` — how an item's node options read in a story."""
+    kept = "forever" if config.retention is None else _span(config.retention)
+    return f"lock {_span(config.lock_duration)}, kept {kept}"
+
+
+def _span(delta: dt.timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{delta.total_seconds():g}s"
+
+
+def shown(text: str) -> str:
+    """A key as a story shows it: bare when plain, quoted (escapes visible) otherwise.
+
+    Keys that differ by a space, a case or a combining mark must read
+    differently, and a 256-character key must not fill the screen.
+    """
+    if len(text) > 40:
+        return f"{text[:12]!a}…{text[-6:]!a} ({len(text)} characters)"
+    if text.isascii() and text.replace("-", "").isalnum():
+        return text
+    return ascii(text)
+
+
+def execution_id(worker: int, delivery: int = 0) -> str:
+    """The execution id a worker writes under; records show who wrote them.
+
+    ``delivery`` counts the fresh executions the worker started since its
+    first (a redelivered message is a new execution of the node).
+    """
+    return f"run-{worker}" if delivery == 0 else f"run-{worker}.{delivery}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +146,7 @@ class ItemRef:
 
     #: Spelled this way in reprs, so a printed reproduction needs no extra import.
     FOREVER: ClassVar[HandlerConfig] = FOREVER_CONFIG
+    CONFIGS: ClassVar[Mapping[str, HandlerConfig]] = WORLD_CONFIGS
 
     def __repr__(self) -> str:
         extra = ""
@@ -87,6 +156,8 @@ class ItemRef:
             extra += f", entity_key={self.entity_key!r}"
         if self.config == FOREVER_CONFIG:
             extra += ", config=ItemRef.FOREVER"
+        elif (name := config_name(self.config)) is not None and name != "standard":
+            extra += f", config=ItemRef.CONFIGS[{name!r}]"
         elif self.config != WORLD_CONFIG:
             extra += f", config={self.config!r}"
         return f"ItemRef({self.tenant!r}, {self.scope!r}, {self.item!r}{extra})"
@@ -96,16 +167,23 @@ class ItemRef:
         printer.text(repr(self))
 
     @property
+    def name(self) -> str:
+        """The item key as a story shows it: quoted when it is not plain text."""
+        return shown(self.item)
+
+    @property
     def label(self) -> str:
         """How the item is named in plain-language reports."""
-        where = f"tenant {self.tenant}, scope {self.scope.code}"
+        where = f"tenant {shown(self.tenant)}, scope {self.scope.code}"
         if self.entity != ENTITY_ID:
-            where += f", entity {self.entity}"
+            where += f", entity {shown(self.entity)}"
         if self.entity_key:
-            where += f", entity key {self.entity_key}"
+            where += f", entity key {shown(self.entity_key)}"
         if self.config.retention is None:
             where += ", kept forever"
-        return f"{self.item} ({where})"
+        elif self.config != WORLD_CONFIG:
+            where += f", {describe_config(self.config)}"
+        return f"{self.name} ({where})"
 
     def context(
         self,
@@ -113,16 +191,18 @@ class ItemRef:
         *,
         lock_token: int | None = None,
         config: HandlerConfig | None = None,
+        execution: str | None = None,
     ) -> StateHandlerContext:
         """The per-call context worker ``worker`` passes for this item.
 
-        ``config`` overrides the item's own, for callers that vary it per call.
+        ``config`` overrides the item's own, for callers that vary it per call;
+        ``execution`` the worker's execution id (its first by default).
         """
         base = StateHandlerContext(
             scope_id=int(self.scope),
             scope_code=self.scope.code,
             entity_id=self.entity,
-            entity_execution_id=execution_id(worker),
+            entity_execution_id=execution_id(worker) if execution is None else execution,
             tenant_id=self.tenant,
             source_app_id=SOURCE_APP_ID,
             handler_config=self.config if config is None else config,
@@ -131,27 +211,51 @@ class ItemRef:
 
     @property
     def record_key(self) -> RecordKey:
-        return RecordKey(
-            tenant_id=self.tenant,
-            scope_id=int(self.scope),
-            entity_id=self.entity,
-            item_entity_key=self.entity_key,
-            item_key=self.item,
-        )
+        return _record_key(self)
 
     def sibling_of(self, other: ItemRef) -> str | None:
-        """``"tenant"``/``"scope"``/``"entity"`` when ``other`` is this item under another
-        tenant, scope, or entity (node or item entity key), all else equal."""
-        if self.item != other.item:
+        return _sibling_kind(self, other)
+
+    def _sibling_of(self, other: ItemRef) -> str | None:
+        """How ``other`` differs from this item, when a store could mix the two up.
+
+        ``"tenant"``/``"scope"``/``"entity"``: the same item under another
+        tenant, scope, or entity (node or item entity key), all else equal;
+        ``"key"``: another item key in the same tenant and scope (a near
+        spelling, a neighbour, the same text split differently between entity
+        key and item key).  ``None`` for the item itself and for items that
+        differ in more than one of those ways.
+        """
+        if self.record_key == other.record_key:
             return None
         same_entity = (self.entity, self.entity_key) == (other.entity, other.entity_key)
-        if self.tenant != other.tenant and self.scope is other.scope and same_entity:
-            return "tenant"
-        if self.scope is not other.scope and self.tenant == other.tenant and same_entity:
-            return "scope"
-        if self.tenant == other.tenant and self.scope is other.scope and not same_entity:
-            return "entity"
-        return None
+        same_place = self.tenant == other.tenant and self.scope is other.scope
+        if self.item == other.item:
+            if self.tenant != other.tenant and self.scope is other.scope and same_entity:
+                return "tenant"
+            if self.scope is not other.scope and self.tenant == other.tenant and same_entity:
+                return "scope"
+            if same_place and not same_entity:
+                return "entity"
+            return None
+        return "key" if same_place else None
+
+
+@functools.lru_cache(maxsize=8192)
+def _record_key(ref: ItemRef) -> RecordKey:
+    """Judges ask for an item's key thousands of times a run; items are frozen."""
+    return RecordKey(
+        tenant_id=ref.tenant,
+        scope_id=int(ref.scope),
+        entity_id=ref.entity,
+        item_entity_key=ref.entity_key,
+        item_key=ref.item,
+    )
+
+
+@functools.lru_cache(maxsize=65536)
+def _sibling_kind(ref: ItemRef, other: ItemRef) -> str | None:
+    return ref._sibling_of(other)
 
 
 #: The items every worker may touch.  INV-1 exists in two tenants, two scopes,
@@ -185,6 +289,12 @@ class Outcome:
         if self.error is not None:
             return type(self.error).__name__
         return repr(self.value)
+
+    def describe_grant(self) -> str:
+        """An acquisition's outcome: ``token 3``, ``None (refused)`` or the error's class."""
+        if self.error is not None:
+            return type(self.error).__name__
+        return "None (refused)" if self.value is None else f"token {self.value}"
 
 
 def outcome_of(call: Callable[[], Any]) -> Outcome:

@@ -8,38 +8,74 @@ name: ``dsm verify --profile ci`` and a test suite that registered the kit's
 profiles then run the same settings.  Hypothesis is imported only when a
 profile is built, so the ``dsm`` command can list the names without paying
 for it.
+
+A profile's budget is split over several seeds: Hypothesis starts every run
+with small, simple test cases and grows them, so a few short runs from
+different seeds meet more distinct interleavings than one long run of the
+same number of test cases (see ``docs/conformance.md`` for the figures).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hypothesis import settings as Settings
 
-__all__ = ["PROFILES", "active_profile", "profile_settings", "register_profiles"]
+__all__ = [
+    "PROFILES",
+    "Budget",
+    "active_profile",
+    "budget",
+    "profile_settings",
+    "register_profiles",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """How hard a profile searches: ``seeds`` runs of ``max_examples`` test cases each."""
+
+    max_examples: int
+    stateful_step_count: int
+    seeds: int = 1
+
+    @property
+    def test_cases(self) -> int:
+        return self.max_examples * self.seeds
+
 
 #: What sets the profiles apart; everything else is common to all three.
-_BUDGETS: dict[str, tuple[int, int]] = {
-    # name: (max_examples, stateful_step_count)
-    "dev": (30, 25),
-    "ci": (100, 40),
-    "thorough": (1000, 80),
+_BUDGETS: dict[str, Budget] = {
+    "dev": Budget(max_examples=30, stateful_step_count=25),
+    "ci": Budget(max_examples=25, stateful_step_count=60, seeds=4),
+    "thorough": Budget(max_examples=250, stateful_step_count=80, seeds=4),
 }
 PROFILES = tuple(_BUDGETS)
 
 
-def profile_settings(name: str) -> Settings:
-    """The kit's settings for the profile ``name`` (one of :data:`PROFILES`)."""
-    from hypothesis import HealthCheck, settings
-
+def budget(name: str) -> Budget:
+    """The budget of the profile ``name`` (one of :data:`PROFILES`)."""
     if name not in _BUDGETS:
         raise ValueError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}")
-    max_examples, step_count = _BUDGETS[name]
+    return _BUDGETS[name]
+
+
+def profile_settings(name: str) -> Settings:
+    """The settings of the profile ``name`` for a test suite's own ``@given`` tests.
+
+    Such a test runs once, so it gets the profile's whole budget of test cases
+    (``seeds x max_examples``); the kit's runner splits that budget over its
+    seeds itself.
+    """
+    from hypothesis import HealthCheck, settings
+
+    chosen = budget(name)
     return settings(
-        max_examples=max_examples,
-        stateful_step_count=step_count,
+        max_examples=chosen.test_cases,
+        stateful_step_count=chosen.stateful_step_count,
         deadline=None,
         suppress_health_check=[
             HealthCheck.too_slow,

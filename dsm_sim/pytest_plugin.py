@@ -17,6 +17,7 @@ __all__ = [
     "dsm_handler_factory",
     "dsm_profile",
     "dsm_seed",
+    "dsm_time_zone",
     "pytest_addoption",
 ]
 
@@ -29,6 +30,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="MODULE:FACTORY",
         help="handler factory to verify, e.g. mypackage.store:make_handler",
+    )
+    group.addoption(
+        "--dsm-exec",
+        action="store",
+        default=None,
+        metavar="COMMAND",
+        help="verify a handler in another process over the handler protocol "
+        "(docs/protocol.md), e.g. --dsm-exec='node handlers/node/memory.js'",
     )
     group.addoption(
         "--dsm-profile",
@@ -47,15 +56,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("injected", "system"),
         help="'system' freezes the wall clock (freezegun) for handlers that read it",
     )
+    group.addoption(
+        "--dsm-tz",
+        action="store",
+        default=None,
+        metavar="ZONE",
+        help="run every conformance test case in this POSIX time zone (default: each "
+        "test case draws its own)",
+    )
 
 
 @pytest.fixture
 def dsm_handler_factory(request: pytest.FixtureRequest) -> Any:
-    """The factory under test: ``--dsm-handler``, or override this fixture."""
+    """The factory under test: ``--dsm-handler``, ``--dsm-exec``, or override this fixture."""
     spec = request.config.getoption("--dsm-handler")
+    command = request.config.getoption("--dsm-exec")
+    if spec and command:
+        pytest.fail("give --dsm-handler or --dsm-exec, not both", pytrace=False)
+    if command:
+        from dsm_sim.protocol.client import exec_factory
+        from reference_engine.errors import ConfigurationError
+
+        try:
+            return exec_factory(command)
+        except ConfigurationError as exc:
+            pytest.fail(f"--dsm-exec: {exc}", pytrace=False)
     if not spec:
         pytest.fail(
-            "no handler to verify: pass --dsm-handler=package.module:factory, or define a "
+            "no handler to verify: pass --dsm-handler=package.module:factory (or "
+            "--dsm-exec='COMMAND' for a handler in another process), or define a "
             "fixture named 'dsm_handler_factory' returning your factory (a callable taking "
             "a Clock and returning a StateHandler)",
             pytrace=False,
@@ -86,3 +115,9 @@ def dsm_clock_mode(request: pytest.FixtureRequest) -> Any:
     from dsm_sim.conformance.clocks import parse_clock_mode
 
     return parse_clock_mode(request.config.getoption("--dsm-clock"))
+
+
+@pytest.fixture
+def dsm_time_zone(request: pytest.FixtureRequest) -> str | None:
+    zone = request.config.getoption("--dsm-tz")
+    return None if zone is None else str(zone)

@@ -13,14 +13,16 @@ Durations are seconds (a number) or strings such as ``"250ms"``, ``"90s"``,
 from __future__ import annotations
 
 import enum
+import math
 import re
 import tomllib
+import zoneinfo
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reference_engine.errors import ConfigurationError
+from reference_engine.errors import ConfigurationError, echo
 
 __all__ = [
     "CatchupPause",
@@ -30,7 +32,12 @@ __all__ = [
     "DuplicateFaults",
     "EffectFaults",
     "Faults",
+    "KeyStyle",
     "Latency",
+    "LostReplyFaults",
+    "NodeKind",
+    "NodeSpec",
+    "PayloadStyle",
     "Scenario",
     "ScenarioError",
     "SkewFaults",
@@ -41,7 +48,8 @@ __all__ = [
     "parse_scenario",
 ]
 
-_DURATION = re.compile(r"^\s*([+-]?)(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+# ASCII digits only: ``\d`` would also take full-width and other Unicode digits.
+_DURATION = re.compile(r"^\s*([+-]?)(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$", re.ASCII)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -67,6 +75,68 @@ class CrashPoint(enum.Enum):
     DURING_SET = "during_set"
 
 
+class NodeKind(enum.Enum):
+    """The nodes a scenario's workflow can hold (``reference_engine/nodes/``)."""
+
+    #: exists -> acquire -> charge -> set(Processed)
+    INVOICE = "invoice"
+    #: per revision: acquire -> notice -> set(Processed); then upsert of the invoice's totals
+    CORRECTION = "correction"
+    #: per line: set(Skipped) by rule, or acquire -> validate (release on failure) -> screen -> set
+    SCREENING = "screening"
+
+
+class KeyStyle(enum.Enum):
+    """How item keys look: plain numbers, or keys that differ only in ways stores get wrong."""
+
+    PLAIN = "plain"
+    VARIED = "varied"
+
+
+class PayloadStyle(enum.Enum):
+    """What messages carry into the stored data: a small object, or the whole JSON domain."""
+
+    PLAIN = "plain"
+    VARIED = "varied"
+
+
+#: The scopes a node may be configured with (the engine's scope table).
+SCOPES = ("Tenant", "Application", "Workflow", "Element", "Thread")
+#: The engine's bounds on the node options, repeated so a scenario fails at load time.
+MAX_NODE_LOCK = 86400.0
+MAX_NODE_RETENTION = 36500 * 86400.0
+#: Upper bound of every other duration (latencies, windows, delays, sweeps): a larger one
+#: either never ends in simulated time or leaves nothing to observe.
+MAX_DURATION = 86400.0
+#: A clock jump may reach past the longest retention, but not past what a datetime holds.
+MAX_JUMP = 36600 * 86400.0
+#: Most copies one duplicate-delivery fault may publish of a message.
+MAX_COPIES = 20
+#: Smallest non-zero time grid; a finer one only multiplies rounding.
+MIN_GRID = 0.001
+#: Most catch-up sweeps one run may need (its longest possible simulated span over the
+#: sweep interval): the bound on how long a scenario can make a run take.
+MAX_SWEEPS = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One node of the scenario's workflow and its ``dataStateMachine`` options.
+
+    ``retention`` is seconds, ``None`` to keep records forever.  ``revisions``
+    is how many corrections each invoice gets (correction nodes), ``lines`` how
+    many lines each screening message carries.
+    """
+
+    id: str
+    kind: NodeKind
+    scope: str = "Element"
+    lock_duration: float = 60.0
+    retention: float | None = 30 * 86400.0
+    revisions: int = 2
+    lines: int = 3
+
+
 @dataclass(frozen=True, slots=True)
 class Latency:
     """Mean latencies (seconds); each call samples uniformly within ``mean * (1 +- jitter)``."""
@@ -74,6 +144,9 @@ class Latency:
     store: float = 0.05
     effect: float = 2.0
     jitter: float = 0.5
+    #: When positive, every latency, arrival and delay is a whole multiple of it, so
+    #: calls land exactly on lock and retention boundaries (0: continuous time).
+    grid: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +204,15 @@ class EffectFaults:
 
 
 @dataclass(frozen=True, slots=True)
+class LostReplyFaults:
+    """Buggify: on in a run with probability ``enabled``; then ``rate`` of the writes land
+    and the worker sees a ``StoreError`` anyway (the reply was lost)."""
+
+    enabled: float = 0.0
+    rate: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class CatchupPause:
     at: float
     duration: float
@@ -145,6 +227,7 @@ class Faults:
     skew: SkewFaults = field(default_factory=SkewFaults)
     store: StoreFaults = field(default_factory=StoreFaults)
     effect: EffectFaults = field(default_factory=EffectFaults)
+    lost_reply: LostReplyFaults = field(default_factory=LostReplyFaults)
     catchup_pauses: tuple[CatchupPause, ...] = ()
     swarm: bool = False
 
@@ -168,6 +251,18 @@ class Scenario:
     seeds: int = 3
     latency: Latency = field(default_factory=Latency)
     faults: Faults = field(default_factory=Faults)
+    #: The workflow's nodes; a file without ``[[nodes]]`` runs one invoice node.
+    nodes: tuple[NodeSpec, ...] = ()
+    keys: KeyStyle = KeyStyle.PLAIN
+    payloads: PayloadStyle = PayloadStyle.PLAIN
+    #: The simulated host's local time zone ("" leaves the process' own): a store
+    #: that slips local time into its instants shows it only off UTC.
+    host_timezone: str = ""
+
+    @property
+    def longest_lock(self) -> float:
+        """The longest lock any node takes: what liveness deadlines wait for."""
+        return max([self.lock_duration, *(n.lock_duration for n in self.nodes)])
 
 
 # --- field readers ---------------------------------------------------------------------------
@@ -221,9 +316,16 @@ class _Reader:
         return value
 
     def duration(
-        self, key: str, default: float, *, signed: bool = False, zero: bool = False
+        self,
+        key: str,
+        default: float,
+        *,
+        signed: bool = False,
+        zero: bool = False,
+        high: float = MAX_DURATION,
     ) -> float:
-        return _duration(self, key, self.table.get(key, default), signed=signed, zero=zero)
+        value = self.table.get(key, default)
+        return _duration(self, key, value, signed=signed, zero=zero, high=high)
 
     def table_of(self, key: str) -> Mapping[str, Any]:
         value = self.table.get(key, {})
@@ -241,7 +343,23 @@ class _Reader:
 _DURATION_HELP = "seconds as a number, or a string like '250ms', '90s', '5m', '2h'"
 
 
-def _duration(reader: _Reader, key: str, value: object, *, signed: bool, zero: bool) -> float:
+def _span(seconds: float) -> str:
+    if seconds < 86400:
+        return f"{seconds:g}s"
+    days = seconds / 86400
+    return f"{days:g} day" + ("" if days == 1 else "s")
+
+
+def _duration(
+    reader: _Reader,
+    key: str,
+    value: object,
+    *,
+    signed: bool,
+    zero: bool,
+    high: float = MAX_DURATION,
+) -> float:
+    """Seconds, refusing what would make a run endless or meaningless (nan, inf, 1e12)."""
     seconds: float | None = None
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
@@ -252,6 +370,11 @@ def _duration(reader: _Reader, key: str, value: object, *, signed: bool, zero: b
     allowed = ("a signed duration: " if signed else "") + _DURATION_HELP
     if seconds is None:
         raise reader.error(key, f"got {value!r}", allowed)
+    if not math.isfinite(seconds) or abs(seconds) > high:
+        bound = f"-{_span(high)} to {_span(high)}" if signed else f"at most {_span(high)}"
+        raise reader.error(
+            key, f"got {echo(value)}", f"a finite duration, {bound}: " + _DURATION_HELP
+        )
     if not signed and (seconds < 0 or (seconds == 0 and not zero)):
         raise reader.error(key, f"got {value!r}", "a positive duration: " + _DURATION_HELP)
     return seconds
@@ -266,8 +389,10 @@ def _pair(reader: _Reader, key: str, default: tuple[Any, Any], kind: str) -> tup
         low = _duration(reader, key, value[0], signed=False, zero=True)
         high = _duration(reader, key, value[1], signed=False, zero=True)
     else:
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
-            raise reader.error(key, f"got {value!r}", allowed)
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_COPIES for v in value
+        ):
+            raise reader.error(key, f"got {echo(value)}", allowed)
         low, high = value
     if low > high:
         raise reader.error(key, f"got {value!r}", allowed)
@@ -276,7 +401,8 @@ def _pair(reader: _Reader, key: str, default: tuple[Any, Any], kind: str) -> tup
 
 # --- sections --------------------------------------------------------------------------------
 
-_TOP = ("name", "description", "run", "latency", "faults")
+_TOP = ("name", "description", "run", "latency", "faults", "nodes")
+_NODE = ("id", "kind", "scope", "lock_duration", "retention", "revisions", "lines")
 _RUN = (
     "items",
     "tenants",
@@ -288,6 +414,9 @@ _RUN = (
     "max_deliveries",
     "redelivery_delay",
     "seeds",
+    "keys",
+    "payloads",
+    "host_timezone",
 )
 _FAULTS = (
     "duplicate_delivery",
@@ -297,6 +426,7 @@ _FAULTS = (
     "clock_skew",
     "store_errors",
     "effect_errors",
+    "lost_reply",
     "catchup_pause",
     "swarm",
 )
@@ -331,13 +461,17 @@ def _faults(path: str, raw: Mapping[str, Any]) -> Faults:
             )
         item = _Reader(path, entry, f"faults.clock_jump.schedule[{i}]", ("at", "by"))
         jumps.append(
-            ClockJump(item.duration("at", 0.0, zero=True), item.duration("by", 0.0, signed=True))
+            ClockJump(
+                item.duration("at", 0.0, zero=True),
+                item.duration("by", 0.0, signed=True, high=MAX_JUMP),
+            )
         )
     skew = _Reader(path, top.table_of("clock_skew"), "faults.clock_skew", ("max",))
     store = _Reader(
         path, top.table_of("store_errors"), "faults.store_errors", ("rate", "after_fraction")
     )
     effect = _Reader(path, top.table_of("effect_errors"), "faults.effect_errors", ("rate",))
+    lost = _Reader(path, top.table_of("lost_reply"), "faults.lost_reply", ("enabled", "rate"))
     pause = _Reader(path, top.table_of("catchup_pause"), "faults.catchup_pause", ("schedule",))
     pauses = []
     for i, entry in enumerate(pause.list_of("schedule")):
@@ -350,7 +484,7 @@ def _faults(path: str, raw: Mapping[str, Any]) -> Faults:
     return Faults(
         duplicate=DuplicateFaults(
             rate=dup.number("rate", 0.0, 0.0, 1.0),
-            copies=_pair(dup, "copies", (1, 3), "integers >= 1"),
+            copies=_pair(dup, "copies", (1, 3), f"integers from 1 to {MAX_COPIES}"),
             delay=_pair(dup, "delay", (0.0, 30.0), "durations"),
         ),
         crash=CrashFaults(
@@ -368,9 +502,86 @@ def _faults(path: str, raw: Mapping[str, Any]) -> Faults:
             after_fraction=store.number("after_fraction", 0.5, 0.0, 1.0),
         ),
         effect=EffectFaults(rate=effect.number("rate", 0.0, 0.0, 1.0)),
+        lost_reply=LostReplyFaults(
+            enabled=lost.number("enabled", 1.0 if "lost_reply" in raw else 0.0, 0.0, 1.0),
+            rate=lost.number("rate", 0.0, 0.0, 0.5),
+        ),
         catchup_pauses=tuple(sorted(pauses, key=lambda p: p.at)),
         swarm=top.boolean("swarm", False),
     )
+
+
+def _choice(reader: _Reader, key: str, kind: type[enum.Enum], default: enum.Enum) -> Any:
+    value = reader.table.get(key, default.value)
+    try:
+        return kind(value)
+    except ValueError:
+        names = ", ".join(str(k.value) for k in kind)
+        raise reader.error(key, f"got {value!r}", names) from None
+
+
+def _timezone(reader: _Reader) -> str:
+    name = reader.text("host_timezone", "")
+    if not name:
+        return ""
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise reader.error(
+            "host_timezone", f"got {name!r}", "an IANA time zone name such as 'Asia/Kolkata'"
+        ) from None
+    return name
+
+
+def _nodes(path: str, raw: object, lock_default: float) -> tuple[NodeSpec, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise ScenarioError(
+            path, "nodes", f"got {raw!r}", "a non-empty array of tables ([[nodes]] blocks)"
+        )
+    nodes: list[NodeSpec] = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            raise ScenarioError(path, f"nodes[{i}]", f"got {entry!r}", "a table ([[nodes]])")
+        node = _Reader(path, entry, f"nodes[{i}]", _NODE)
+        kind = _choice(node, "kind", NodeKind, NodeKind.INVOICE)
+        node_id = node.text("id", f"{kind.value}-{i + 1}")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", node_id):
+            raise node.error("id", f"got {node_id!r}", "lower-case letters, digits and '-'")
+        if any(n.id == node_id for n in nodes):
+            raise node.error("id", f"{node_id!r} is already the id of another node", "unique ids")
+        scope = node.text("scope", "Element")
+        if scope not in SCOPES:
+            raise node.error("scope", f"got {scope!r}", ", ".join(SCOPES))
+        lock = node.duration("lock_duration", lock_default, high=MAX_NODE_LOCK)
+        if lock > MAX_NODE_LOCK:
+            raise node.error("lock_duration", f"got {lock:g}s", "at most 1 day")
+        retention: float | None
+        if entry.get("retention") == "forever":
+            retention = None
+        else:
+            retention = node.duration("retention", 30 * 86400.0, high=MAX_NODE_RETENTION)
+            if retention <= lock:
+                raise node.error(
+                    "retention",
+                    f"{retention:g}s is not longer than the lock duration ({lock:g}s)",
+                    "a duration longer than lock_duration, or 'forever'",
+                )
+            if retention > MAX_NODE_RETENTION:
+                raise node.error("retention", f"got {retention:g}s", "at most 36500 days")
+        nodes.append(
+            NodeSpec(
+                id=node_id,
+                kind=kind,
+                scope=scope,
+                lock_duration=lock,
+                retention=retention,
+                revisions=node.integer("revisions", 2, 1, 10),
+                lines=node.integer("lines", 3, 1, 10),
+            )
+        )
+    return tuple(nodes)
 
 
 def parse_scenario(raw: Mapping[str, Any], path: str) -> Scenario:
@@ -380,7 +591,9 @@ def parse_scenario(raw: Mapping[str, Any], path: str) -> Scenario:
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
         raise top.error("name", f"got {name!r}", "lower-case letters, digits and '-'")
     run = _Reader(path, top.table_of("run"), "run", _RUN)
-    latency = _Reader(path, top.table_of("latency"), "latency", ("store", "effect", "jitter"))
+    latency = _Reader(
+        path, top.table_of("latency"), "latency", ("store", "effect", "jitter", "grid")
+    )
     scenario = Scenario(
         name=name,
         description=top.text("description", ""),
@@ -399,9 +612,31 @@ def parse_scenario(raw: Mapping[str, Any], path: str) -> Scenario:
             store=latency.duration("store", 0.05),
             effect=latency.duration("effect", 2.0),
             jitter=latency.number("jitter", 0.5, 0.0, 0.95),
+            grid=latency.duration("grid", 0.0, zero=True),
         ),
         faults=_faults(path, top.table_of("faults")),
+        keys=_choice(run, "keys", KeyStyle, KeyStyle.PLAIN),
+        payloads=_choice(run, "payloads", PayloadStyle, PayloadStyle.PLAIN),
+        host_timezone=_timezone(run),
     )
+    lock = scenario.lock_duration
+    scenario = replace(scenario, nodes=_nodes(path, raw.get("nodes"), lock))
+    if 0 < scenario.latency.grid < MIN_GRID:
+        raise latency.error(
+            "grid", f"got {scenario.latency.grid:g}s", f"0 (no grid) or at least {MIN_GRID:g}s"
+        )
+    span = scenario.faults_until + 20 * (
+        scenario.longest_lock + scenario.sweep_interval + scenario.redelivery_delay
+    )
+    if span / scenario.sweep_interval > MAX_SWEEPS:
+        raise run.error(
+            "sweep_interval",
+            f"{scenario.sweep_interval:g}s would need up to {span / scenario.sweep_interval:.0f} "
+            f"sweeps over the run's span of {span:g}s (faults_until + 20 x (longest lock + "
+            "sweep_interval + redelivery_delay))",
+            f"a sweep interval of at least {span / MAX_SWEEPS:g}s for this scenario "
+            f"(at most {MAX_SWEEPS} sweeps)",
+        )
     if scenario.arrival_window > scenario.faults_until:
         raise run.error(
             "arrival_window",

@@ -2,13 +2,16 @@
 
 Each sub-command lives in its own module exposing ``configure(parser)`` and
 ``main(args) -> int``; this module only dispatches, so ``dsm demo`` does not
-pay for importing the simulator.
+pay for importing the simulator.  The current directory goes on the import
+path first, as pytest does for its rootdir: ``--handler mymodule:factory``
+then loads ``mymodule.py`` from where the command was run.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,7 +21,7 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
         "reference_engine.demo",
-        "narrated walk-through of the lifecycle on a fresh SQLite file",
+        "narrated walk-through of the lifecycle on a fresh SQLite file or your own handler",
     ),
     "verify": ("dsm_sim.conformance.cli", "run the conformance kit against a handler factory"),
     "run": ("dsm_sim.simulator.cli", "run chaos scenarios in the SimPy simulator"),
@@ -27,16 +30,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "reference_engine.diagram",
         "print the state diagram generated from the transition table",
     ),
+    "serve": (
+        "dsm_sim.protocol.server",
+        "serve a Python handler factory over the handler protocol on stdin/stdout",
+    ),
+    "replay": (
+        "dsm_sim.protocol.replay",
+        "send the requests of a replay file to a handler process and print its answers",
+    ),
 }
+#: Commands started once per test case by the harness itself: their start-up must
+#: not pay for importing every other command.
+QUICK_COMMANDS = frozenset({"serve"})
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsm",
         description="DataStateMachine: reference engine, conformance kit and chaos simulator.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -50,8 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words and words[0] in QUICK_COMMANDS else None)
+    args = parser.parse_args(words)
     code: int = args._module.main(args)
     return code
 

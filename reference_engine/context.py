@@ -13,9 +13,32 @@ from dataclasses import dataclass, field
 from reference_engine.config import HandlerConfig
 from reference_engine.errors import InvalidItemError
 
-__all__ = ["MAX_KEY_LENGTH", "RecordKey", "StateHandlerContext", "validate_key"]
+__all__ = ["MAX_KEY_LENGTH", "RecordKey", "StateHandlerContext", "plain_text", "validate_key"]
 
 MAX_KEY_LENGTH = 256
+#: The text fields of a context: each becomes a key part or a stamp in a record.
+_TEXT_FIELDS = (
+    "scope_code",
+    "entity_id",
+    "entity_execution_id",
+    "tenant_id",
+    "source_app_id",
+    "item_key",
+    "item_entity_key",
+)
+
+
+def plain_text(value: object) -> object:
+    """The plain ``str`` of a ``str`` subclass (a ``(str, Enum)`` member, a ``StrEnum``...).
+
+    Such a value equals its text, yet formats differently (``f"{Channel.EMAIL}"``
+    is ``"Channel.EMAIL"``), so a store that builds keys from text would keep
+    two records for one item.  Anything that is not a string is returned as is,
+    for the validation that refuses it.
+    """
+    if isinstance(value, str) and type(value) is not str:
+        return str.__str__(value)
+    return value
 
 
 def validate_key(value: object, *, field_name: str, allow_empty: bool = False) -> str:
@@ -25,7 +48,9 @@ def validate_key(value: object, *, field_name: str, allow_empty: bool = False) -
     refused is what would be silently changed or truncated: non-strings, empty
     item keys, NUL characters, text that is not encodable as UTF-8 (lone
     surrogates), and keys longer than :data:`MAX_KEY_LENGTH` characters.
+    The key returned is always a plain ``str`` (see :func:`plain_text`).
     """
+    value = plain_text(value)
     if not isinstance(value, str):
         raise InvalidItemError(
             f"{field_name} must be a string, got {type(value).__name__}", field=field_name
@@ -83,6 +108,12 @@ class StateHandlerContext:
     lock_token: int | None = None
 
     def __post_init__(self) -> None:
+        # Every text field becomes a plain str here, once, whoever builds the
+        # context: no handler can then tell an enum member from its text.
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if type(value) is not str:
+                object.__setattr__(self, name, plain_text(value))
         # A base context is validated once, when it is built; per-call copies
         # (which carry an item key) come from for_item, which checks the item
         # fields, so the hot path does not pay for this again.

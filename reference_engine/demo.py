@@ -1,11 +1,14 @@
-"""``dsm demo invoice``: the annotated invoice walk-through, on a real SQL store.
+"""``dsm demo invoice``: the annotated invoice walk-through, on a real store.
 
 It runs the workflow engine with the invoice node against the built-in SQL
-handler (a fresh SQLite file unless ``--db`` names another database) and
-narrates each step: configuration, initialisation, a first charge, a
-duplicate, a crash that leaves a lock behind, a duplicate meeting the live
-lock, the catch-up sweep, the retry and a fenced-off stale writer.  After each
-step it prints the real ``process_state_logs`` rows.
+handler (a fresh SQLite file unless ``--db`` names another database), or
+against the handler a ``--handler MODULE:FACTORY`` builds, and narrates each
+step: configuration, initialisation, a first charge, a duplicate, a crash that
+leaves a lock behind, a duplicate meeting the live lock, the catch-up sweep,
+the retry and a fenced-off stale writer.  After each step it prints the real
+``process_state_logs`` rows, or, for a handler of unknown layout, the records
+its own ``get`` returns: the protocol is the only view of a store the demo may
+assume.
 
 The clock is a :class:`~reference_engine.clock.ManualClock` and execution ids
 come from the engine's counter, so two runs print the same bytes; the demo
@@ -24,16 +27,17 @@ import shutil
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import delete, select
 
 from reference_engine.catchup import CatchupWorkerService
-from reference_engine.clock import UTC, ManualClock
+from reference_engine.clock import UTC, Clock, ManualClock
 from reference_engine.config import DataStateMachineConfig
+from reference_engine.context import StateHandlerContext
 from reference_engine.demo_render import (
     LogRow,
     Narrator,
@@ -47,14 +51,16 @@ from reference_engine.demo_render import (
 from reference_engine.engine.definitions import ExecutionThread
 from reference_engine.engine.executor import Message, NodeExecutionResult, NodeOutcome
 from reference_engine.engine.workflow import EventLog, NodeAborted, NodeTypeRegistry, WorkflowEngine
-from reference_engine.errors import DsmError, StaleLockError
+from reference_engine.errors import ConfigurationError, DsmError, StaleLockError
+from reference_engine.handler import HandlerFactory, StateHandler
 from reference_engine.handlers.sql.engine import normalize_url
 from reference_engine.handlers.sql.factory import sql_handler
 from reference_engine.handlers.sql.handler import SqlStateHandler
 from reference_engine.handlers.sql.schema import process_state_logs
 from reference_engine.model import SWEEP_ERROR_DETAIL
 from reference_engine.nodes.invoice import NODE_TYPE, FakeBillingApi, invoice_node
-from reference_engine.registry import HandlerRegistry
+from reference_engine.record import StateRecord, encode_data
+from reference_engine.registry import HandlerRegistry, load_factory
 from reference_engine.status import IdempotencyStatus
 
 __all__ = [
@@ -63,6 +69,7 @@ __all__ = [
     "DEMO_WORKFLOW",
     "DemoOutcome",
     "configure",
+    "demo_workflow",
     "main",
     "run_demo",
 ]
@@ -72,27 +79,39 @@ DEMO_TENANT = "demo-tenant"
 DEMO_APP = "billing-app"
 NODE_ID = "dispatch-invoice"
 HANDLER_KEY = "built-in"
+#: The key a ``--handler`` factory is registered under: a name of the user's
+#: own, as a deployment would register it, so the output never claims the
+#: built-in store is in use.
+CUSTOM_HANDLER_KEY = "my-store"
 SCENARIOS = ("invoice",)
+#: Every item the walk-through touches, in the order it first touches them.
+DEMO_INVOICES = ("INV-1001", "INV-1002")
+
+
+def demo_workflow(handler_key: str) -> Mapping[str, Any]:
+    """The demo's workflow with its node's handler key; only the key differs between stores."""
+    return {
+        "id": "invoice-workflow",
+        "name": "Dispatch invoices exactly once",
+        "nodes": [
+            {
+                "id": NODE_ID,
+                "type": NODE_TYPE,
+                "name": "Charge the customer for the invoice",
+                "settings": {
+                    "dataStateMachine": {
+                        "handler": handler_key,
+                        "scope": "Element",
+                        "options": {"lockDuration": "30m", "retention": "30d"},
+                    }
+                },
+            }
+        ],
+    }
+
 
 #: The workflow the demo runs; ``examples/invoice_workflow.json`` holds the same definition.
-DEMO_WORKFLOW: Mapping[str, Any] = {
-    "id": "invoice-workflow",
-    "name": "Dispatch invoices exactly once",
-    "nodes": [
-        {
-            "id": NODE_ID,
-            "type": NODE_TYPE,
-            "name": "Charge the customer for the invoice",
-            "settings": {
-                "dataStateMachine": {
-                    "handler": HANDLER_KEY,
-                    "scope": "Element",
-                    "options": {"lockDuration": "30m", "retention": "30d"},
-                }
-            },
-        }
-    ],
-}
+DEMO_WORKFLOW: Mapping[str, Any] = demo_workflow(HANDLER_KEY)
 
 S = IdempotencyStatus
 
@@ -165,20 +184,92 @@ async def clear_demo_rows(handler: SqlStateHandler) -> None:
         )
 
 
+def record_row(record: StateRecord) -> LogRow:
+    """A record as the table shows it, its data in the JSON text the SQL store would hold."""
+    return LogRow(
+        record.key.item_key,
+        record.status.value,
+        record.attempt,
+        record.locked_until,
+        record.updated_at,
+        record.entity_execution_id,
+        record.error_detail,
+        encode_data(record.data),
+    )
+
+
+class RecordView(Protocol):
+    """How the demo reads back what the store holds, to print it and to check its claims."""
+
+    title: str
+
+    async def rows(self, ctx: StateHandlerContext) -> list[LogRow]: ...
+
+
+class SqlTableView:
+    """The built-in store's table itself, superseded history rows included."""
+
+    title = "process_state_logs"
+
+    def __init__(self, handler: SqlStateHandler) -> None:
+        self.handler = handler
+
+    async def rows(self, ctx: StateHandlerContext) -> list[LogRow]:
+        return await fetch_rows(self.handler)
+
+
+class HandlerGetView:
+    """Any handler, through its own ``get``: a store's layout is its own business.
+
+    Only current records are shown, which is all there is: the walk-through
+    never upserts, so no history is written.
+    """
+
+    title = "records, read back with get()"
+
+    def __init__(self, handler: StateHandler, items: Sequence[str]) -> None:
+        self.handler = handler
+        self.items = tuple(items)
+
+    async def rows(self, ctx: StateHandlerContext) -> list[LogRow]:
+        rows = []
+        for item in self.items:
+            record = await self.handler.get(ctx.for_item(item))
+            if record is not None:
+                rows.append(record_row(record))
+        return rows
+
+
 class InvoiceDemo:
     """The walk-through's state: clock, store, engine, billing API, and the narration."""
 
-    def __init__(self, handler: SqlStateHandler, clock: ManualClock, say: Narrator) -> None:
+    def __init__(
+        self,
+        handler: StateHandler,
+        clock: ManualClock,
+        say: Narrator,
+        *,
+        handlers: HandlerRegistry | None = None,
+        handler_key: str = HANDLER_KEY,
+        view: RecordView | None = None,
+    ) -> None:
         self.handler = handler
         self.clock = clock
         self.n = say
         self.billing = DemoBilling(clock)
-        self.handlers = HandlerRegistry(clock)
-        self.handlers.register(HANDLER_KEY, lambda _clock: handler)
+        if handlers is None:
+            handlers = HandlerRegistry(clock)
+            handlers.register(handler_key, lambda _clock: handler)
+        self.handlers = handlers
+        self.view: RecordView = view or HandlerGetView(handler, DEMO_INVOICES)
         node_types = NodeTypeRegistry()
         node_types.register(NODE_TYPE, invoice_node(self.billing, clock))
         self.engine = WorkflowEngine.from_json(
-            json.dumps(DEMO_WORKFLOW), node_types, self.handlers, clock, id_prefix="invoices"
+            json.dumps(demo_workflow(handler_key)),
+            node_types,
+            self.handlers,
+            clock,
+            id_prefix="invoices",
         )
         self.events = EventLog()
         self.engine.add_listener(self.events)
@@ -186,13 +277,20 @@ class InvoiceDemo:
         config = self.engine.executors[0].dsm_config
         assert config is not None, "the demo workflow's node has a dataStateMachine block"
         self.config: DataStateMachineConfig = config
+        reader = ExecutionThread(
+            execution_id="demo-reader", tenant_id=DEMO_TENANT, source_app_id=DEMO_APP
+        )
+        self.read_ctx = self.engine.factory.base_context(self.element, reader, self.config)
+
+    async def fetch(self) -> list[LogRow]:
+        return await self.view.rows(self.read_ctx)
 
     async def table(self) -> None:
-        self.n.say("", "  process_state_logs:")
-        self.n.block(indent(render_rows(await fetch_rows(self.handler)), "    "))
+        self.n.say("", f"  {self.view.title}:")
+        self.n.block(indent(render_rows(await self.fetch()), "    "))
 
     async def row(self, invoice_id: str) -> LogRow | None:
-        rows = [r for r in await fetch_rows(self.handler) if r.item_key == invoice_id]
+        rows = [r for r in await self.fetch() if r.item_key == invoice_id]
         return rows[-1] if rows else None
 
     async def record(self, invoice_id: str) -> tuple[S, int] | None:
@@ -235,10 +333,12 @@ class InvoiceDemo:
             source_app_id=DEMO_APP,
         )
         ctx = self.engine.factory.base_context(self.element, preview, self.config)
+        store = type(resolved).__name__
+        if isinstance(self.handler, SqlStateHandler):
+            store += f" on {self.handler.engine.dialect.name}"
         n.say(
             "Before each execution the node's pre-process step asks the factory for its machine:",
-            f"  handler key {self.config.handler!r} -> {type(resolved).__name__} on "
-            f"{self.handler.engine.dialect.name}",
+            f"  handler key {self.config.handler!r} -> {store}",
             f"  scope {ctx.scope_code} -> scope_id {ctx.scope_id}; records are keyed by the "
             f"node id, entity_id {ctx.entity_id!r}",
             "  StateHandlerContext (base; item_key and the fencing token are added per call):",
@@ -406,9 +506,27 @@ async def run_demo(
     *,
     schema: str | None = None,
     keep: bool = False,
+    handler: str | HandlerFactory | None = None,
     write: Callable[[str], None] = print,
+    observe: Callable[[StateHandler, Clock], None] | None = None,
 ) -> DemoOutcome:
-    """Run the walk-through; ``db_url`` None means a fresh SQLite file in a temporary directory."""
+    """Run the walk-through; ``db_url`` None means a fresh SQLite file in a temporary directory.
+
+    ``handler`` (a ``module:factory`` spec, loaded as ``dsm verify`` loads it,
+    or the factory itself) replaces the built-in store.  The demo cannot clear
+    a store it does not know, so, as for the conformance kit, the factory must
+    give it an empty one; leftover records show up as claims that did not hold.
+    ``observe`` is shown the handler and the clock before the first step (the
+    ``--html`` page records the calls through it).
+    """
+    if handler is not None:
+        if db_url is not None or schema is not None or keep:
+            raise ConfigurationError(
+                "--db, --schema and --keep choose the built-in SQL store, and --handler "
+                "brings its own store: give one or the other"
+            )
+        factory = load_factory(handler) if isinstance(handler, str) else handler
+        return await _run_on_factory(factory, _factory_name(handler), write, observe)
     if db_url is not None:
         normalize_url(db_url)  # a bad URL fails before anything is created
     directory: Path | None = None
@@ -419,37 +537,88 @@ async def run_demo(
         url = db_url
     clock = ManualClock(DEMO_START)
     narrator = Narrator(write)
-    handler: SqlStateHandler | None = None
+    sql: SqlStateHandler | None = None
     try:
-        handler = sql_handler(url, clock, schema=schema)
-        await handler.open()
-        await clear_demo_rows(handler)
+        sql = sql_handler(url, clock, schema=schema)
+        await sql.open()
+        await clear_demo_rows(sql)
+        if observe is not None:
+            observe(sql, clock)
         shown = "a fresh SQLite file (temporary)" if directory else _display_url(db_url, schema)
         narrator.say(
             "DataStateMachine walk-through: dispatching invoices exactly once",
             f"Store: {shown}; table process_state_logs, tenant {DEMO_TENANT!r}",
             f"Clock: a ManualClock on {DEMO_START:%Y-%m-%d}; all times are UTC",
         )
-        demo = InvoiceDemo(handler, clock, narrator)
-        await demo.configuration()
-        await demo.initialisation()
-        await demo.first_run()
-        await demo.duplicate()
-        crashed = await demo.crash()
-        await demo.concurrent_duplicate()
-        await demo.sweep()
-        await demo.retry(crashed)
-        charges = await demo.summary()
+        charges = await _walk_through(InvoiceDemo(sql, clock, narrator, view=SqlTableView(sql)))
         if db_url is not None and not keep:
-            await clear_demo_rows(handler)
+            await clear_demo_rows(sql)
     finally:
-        if handler is not None:
-            await handler.close()
+        if sql is not None:
+            await sql.close()
         if directory is not None:
             if keep:
                 print(f"dsm demo: database kept at {directory / 'demo.db'}", file=sys.stderr)
             else:
                 shutil.rmtree(directory, ignore_errors=True)
+    return _outcome(narrator, charges)
+
+
+async def _run_on_factory(
+    factory: HandlerFactory,
+    name: str,
+    write: Callable[[str], None],
+    observe: Callable[[StateHandler, Clock], None] | None = None,
+) -> DemoOutcome:
+    """The walk-through on a factory's handler, built and opened by the engine's own registry.
+
+    Going through :class:`HandlerRegistry` gives the demo exactly the checks a
+    deployment gets: an object that is not a ``StateHandler`` is refused by
+    name before anything is narrated.
+    """
+    clock = ManualClock(DEMO_START)
+    narrator = Narrator(write)
+    handlers = HandlerRegistry(clock)
+    handlers.register(CUSTOM_HANDLER_KEY, factory)
+    try:
+        built = await handlers.resolve(CUSTOM_HANDLER_KEY)
+        if observe is not None:
+            observe(built, clock)
+        narrator.say(
+            "DataStateMachine walk-through: dispatching invoices exactly once",
+            f"Store: {type(built).__name__}, built by {name}; tenant {DEMO_TENANT!r}",
+            f"Clock: a ManualClock on {DEMO_START:%Y-%m-%d}; all times are UTC",
+        )
+        demo = InvoiceDemo(
+            built, clock, narrator, handlers=handlers, handler_key=CUSTOM_HANDLER_KEY
+        )
+        charges = await _walk_through(demo)
+    finally:
+        await handlers.close()
+    return _outcome(narrator, charges)
+
+
+def _factory_name(handler: str | HandlerFactory) -> str:
+    if isinstance(handler, str):
+        return handler
+    module = getattr(handler, "__module__", None) or "?"
+    return f"{module}:{getattr(handler, '__qualname__', type(handler).__name__)}"
+
+
+async def _walk_through(demo: InvoiceDemo) -> dict[str, int]:
+    """Every step, in order; the charges per invoice are what the summary counted."""
+    await demo.configuration()
+    await demo.initialisation()
+    await demo.first_run()
+    await demo.duplicate()
+    crashed = await demo.crash()
+    await demo.concurrent_duplicate()
+    await demo.sweep()
+    await demo.retry(crashed)
+    return await demo.summary()
+
+
+def _outcome(narrator: Narrator, charges: Mapping[str, int]) -> DemoOutcome:
     verdict = (
         "All narrated claims held."
         if not narrator.problems
@@ -486,13 +655,47 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the database (and the demo's rows) after the run",
     )
+    parser.add_argument(
+        "--handler",
+        metavar="MODULE:FACTORY",
+        default=None,
+        help="run on your own handler instead: a factory taking (clock) and returning a "
+        "handler over an empty store, as dsm verify takes it; MODULE is imported from the "
+        "current directory first. Not combined with --db, --schema or --keep",
+    )
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="also write the walk-through as a self-contained explorer page (time scrubber, "
+        "records, state diagram, every handler call) to FILE",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     """Exit 0 when every narrated claim held, 1 when the store contradicted one, 2 on bad input."""
+    handler: str | None = getattr(args, "handler", None)
+    html: Path | None = getattr(args, "html", None)
     try:
-        outcome = asyncio.run(run_demo(args.db, schema=args.schema, keep=args.keep))
+        if html is not None:
+            from dsm_sim.reports.explorer.demo_page import record_demo, write_demo_html
+
+            tape, outcome = asyncio.run(
+                record_demo(args.db, schema=args.schema, keep=args.keep, handler=handler)
+            )
+            write_demo_html(html, tape, outcome)
+        else:
+            outcome = asyncio.run(
+                run_demo(args.db, schema=args.schema, keep=args.keep, handler=handler)
+            )
     except DsmError as exc:
-        print(f"dsm demo: {type(exc).__name__}: {exc}", file=sys.stderr)
+        hint = ""
+        if handler is not None and "cannot import" in str(exc):
+            hint = (
+                "; run dsm from the folder that holds the module (or its package), "
+                "or add that folder to PYTHONPATH"
+            )
+        print(f"dsm demo: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
         return 2
     return 0 if outcome.ok else 1

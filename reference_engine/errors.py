@@ -8,10 +8,12 @@ authors and handler authors looking at a CI log, not at our source.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "ConfigurationError",
     "DsmError",
+    "DuplicateElementError",
     "ForbiddenTransitionError",
     "InvalidItemError",
     "InvalidOptionError",
@@ -19,21 +21,56 @@ __all__ = [
     "LockError",
     "LockHeldError",
     "LockNotHeldError",
+    "MissingDataStateMachineError",
     "PayloadTooLargeError",
     "StaleLockError",
     "StoreError",
+    "StoreLostError",
     "UnknownHandlerError",
     "UnknownScopeError",
     "UnsupportedStatusError",
+    "echo",
 ]
 
 
+#: How much of a bad value a message repeats: enough to recognise it, not a megabyte of it.
+MAX_ECHO = 80
+
+
+def echo(value: object, limit: int = MAX_ECHO) -> str:
+    """``repr(value)`` cut to ``limit`` characters, saying how long the whole was."""
+    try:
+        text = repr(value)
+    except Exception:  # a user's __repr__ must not replace the error being reported
+        return f"<{type(value).__name__}>"
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _listing(values: Sequence[str]) -> str:
-    return ", ".join(repr(v) for v in values) if values else "(none)"
+    return ", ".join(echo(v) for v in values) if values else "(none)"
+
+
+def _rebuild(cls: type[DsmError], args: tuple[Any, ...], state: dict[str, Any]) -> DsmError:
+    """Recreate an error from its message and fields without calling its ``__init__``."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class DsmError(Exception):
-    """Root of every error raised by the DataStateMachine and its harness."""
+    """Root of every error raised by the DataStateMachine and its harness.
+
+    The errors take keyword-only fields, which the default exception pickling
+    (``cls(*args)``) cannot call; an error raised in a worker process would
+    then break the pool instead of reaching the parent with its evidence.
+    Pickling and copying therefore restore message and fields directly.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -61,7 +98,7 @@ class UnknownHandlerError(ConfigurationError):
         self.key = key
         self.registered = tuple(registered)
         super().__init__(
-            f"unknown DataStateMachine handler {key!r}; registered handlers: "
+            f"unknown DataStateMachine handler {echo(key)}; registered handlers: "
             f"{_listing(self.registered)}. Register it with HandlerRegistry.register(key, factory) "
             "or fix the 'handler' field of the node's dataStateMachine block."
         )
@@ -74,7 +111,7 @@ class UnknownScopeError(ConfigurationError):
         self.name = name
         self.allowed = tuple(allowed)
         super().__init__(
-            f"unknown DataStateMachine scope {name!r}; allowed scopes: {_listing(self.allowed)}"
+            f"unknown DataStateMachine scope {echo(name)}; allowed scopes: {_listing(self.allowed)}"
         )
 
 
@@ -86,7 +123,43 @@ class InvalidOptionError(ConfigurationError):
         self.problem = problem
         self.allowed = tuple(allowed)
         hint = f"; allowed options: {_listing(self.allowed)}" if self.allowed else ""
-        super().__init__(f"invalid DataStateMachine option {option!r}: {problem}{hint}")
+        super().__init__(f"invalid DataStateMachine option {echo(option)}: {problem}{hint}")
+
+
+class DuplicateElementError(ConfigurationError):
+    """Two workflows sharing handlers use one node id with Element scope.
+
+    Element-scope records are keyed by the node id alone, so the second
+    workflow's node would skip the first one's items and supersede its results.
+    """
+
+    def __init__(self, *, element_id: str, workflow_id: str, other_workflow_id: str) -> None:
+        self.element_id = element_id
+        self.workflow_id = workflow_id
+        self.other_workflow_id = other_workflow_id
+        super().__init__(
+            f"node id {element_id!r} of workflow {workflow_id!r} is already used with Element "
+            f"scope by workflow {other_workflow_id!r}; Element-scope records are keyed by the "
+            "node id alone, so the two nodes would share their records. Element ids must be "
+            "unique across the workflows that share a handler registry: rename one of the nodes"
+        )
+
+
+class MissingDataStateMachineError(ConfigurationError):
+    """A node type that must not run unguarded was configured without a ``dataStateMachine`` block.
+
+    Without the block the node gets the null machine: every redelivery would
+    repeat its side effect.
+    """
+
+    def __init__(self, *, node_type: str, node_id: str) -> None:
+        self.node_type = node_type
+        self.node_id = node_id
+        super().__init__(
+            f"node {node_id!r} of type {node_type!r} needs a 'dataStateMachine' block in its "
+            "settings (its side effect must not repeat); add e.g. "
+            '{"dataStateMachine": {"handler": "built-in", "scope": "Element"}}'
+        )
 
 
 # --- the lifecycle ----------------------------------------------------------------------------
@@ -152,10 +225,13 @@ class LockNotHeldError(LockError):
 
 
 class StaleLockError(LockError):
-    """Fencing: the caller's lock was swept or taken over; its write is rejected.
+    """Fencing: the caller's token no longer holds the record; its write is rejected.
 
     The caller's business side effect may already have happened; the error is
     what lets operators see the lease violation instead of a silent overwrite.
+    The message says what the fields show, and offers both readings where the
+    fields cannot tell them apart (a sweep and a retried write both leave the
+    record finished with the caller's own token).
     """
 
     def __init__(
@@ -165,11 +241,33 @@ class StaleLockError(LockError):
         self.status = status
         super().__init__(
             f"stale lock on item {item_key!r}: this execution holds fencing token {token}, "
-            f"but the record is now {status} with token {current_token}; the lock expired and "
-            "was swept or taken over, so this write is rejected",
+            f"but {_what_happened(token, current_token, status)}; this write is rejected",
             item_key=item_key,
             token=token,
         )
+
+
+def _what_happened(token: int, current_token: int | None, status: str) -> str:
+    """The account a :class:`StaleLockError` gives, from its fields alone."""
+    if current_token is None:
+        return "the record no longer exists (it expired and was removed, or was deleted)"
+    if current_token != token:
+        return (
+            f"the record is now {status} with token {current_token}: the lock was taken "
+            f"over by attempt {current_token}"
+        )
+    if status == "Failed":
+        return (
+            "this token's lock already ended: the record is Failed with this token, "
+            "so either the lock expired and was swept, or this is a retry of a release "
+            "that already landed"
+        )
+    if status == "Processing":
+        return "the record is Processing with this token, yet the store refused the write"
+    return (
+        f"this token's lock already ended: the record is {status} with this token "
+        "(a retry of a write that already landed?)"
+    )
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -205,3 +303,24 @@ class StoreError(DsmError):
     The operation's outcome is unknown to the caller; retrying is safe because
     every operation is idempotent or fenced.
     """
+
+
+class StoreLostError(StoreError):
+    """The store is no longer the one the handler opened: its data was lost or replaced.
+
+    Redis flushed, the SQLite file deleted or swapped under open connections:
+    every record written so far is gone, so answering from the store would say
+    "not done" for finished work and charge it again.  The handler refuses
+    instead, on every write, until it is rebuilt on a store someone has
+    restored or knowingly started afresh.  Nothing is written by the call that
+    raises it.
+    """
+
+    def __init__(self, *, store: str, reason: str) -> None:
+        self.store = store
+        self.reason = reason
+        super().__init__(
+            f"the {store} is not the store this handler opened: {reason}. Its records were "
+            "lost or replaced, so finished work would look undone and be repeated; nothing "
+            "was written. Restore the store (or accept the loss) and restart the handler"
+        )

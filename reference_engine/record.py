@@ -14,7 +14,9 @@ from reference_engine.status import IdempotencyStatus
 
 __all__ = [
     "MAX_DATA_BYTES",
+    "MAX_DATA_DEPTH",
     "MAX_ERROR_DETAIL",
+    "MAX_INT_DIGITS",
     "SETTABLE",
     "StateRecord",
     "check_settable",
@@ -25,6 +27,12 @@ __all__ = [
 
 #: Results larger than this belong in a blob store, with a reference here.
 MAX_DATA_BYTES = 256 * 1024
+#: How deeply objects and lists may nest in a payload.  Every store's JSON
+#: reader handles far more; the margin keeps a stored payload always readable.
+MAX_DATA_DEPTH = 64
+#: Digits an integer in a payload may have; larger numbers belong in strings.
+MAX_INT_DIGITS = 100
+_INT_BOUND = 10**MAX_INT_DIGITS
 #: Error details are for people reading a record, not for stack dumps.
 MAX_ERROR_DETAIL = 4000
 #: Statuses ``set`` may write; Processing is written by acquire, Superseded by upsert.
@@ -56,10 +64,17 @@ def clean_error_detail(detail: object) -> str:
     """Make an error detail storable anywhere: text, valid UTF-8, bounded.
 
     A failure must always be recordable, so undecodable characters and NUL
-    (which PostgreSQL text cannot hold) are replaced rather than refused:
-    refusing would leave the lock held.
+    (which PostgreSQL text cannot hold) are replaced rather than refused, and
+    a detail whose ``str()`` raises is recorded by its type: refusing would
+    leave the lock held.
     """
-    text = str(detail).encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
+    try:
+        text = str(detail)
+    except Exception as exc:  # any failure of a user's __str__: the failure is still recorded
+        text = f"<{type(detail).__name__} error detail; str() raised {type(exc).__name__}>"
+    if not isinstance(text, str):
+        text = f"<{type(detail).__name__} error detail>"
+    text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
     return text[:MAX_ERROR_DETAIL]
 
 
@@ -71,33 +86,62 @@ def encode_data(data: Mapping[str, Any] | None) -> str | None:
         raise InvalidItemError(
             f"data must be a JSON object, got {type(data).__name__}", field="data"
         )
-    _check_keys(data)
+    _check_structure(data)
     try:
         text = json.dumps(
             data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
         size = len(text.encode("utf-8"))
-    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError) as exc:
         raise InvalidItemError(f"data is not JSON-serialisable: {exc}", field="data") from exc
     if size > MAX_DATA_BYTES:
         raise PayloadTooLargeError(size=size, limit=MAX_DATA_BYTES)
     return text
 
 
-def _check_keys(value: object) -> None:
-    """JSON objects have string keys; anything else would not read back as written."""
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
+def _check_structure(data: Mapping[str, Any]) -> None:
+    """String keys, bounded depth and bounded integers, checked without recursion.
+
+    JSON objects have string keys, or the payload would not read back as
+    written.  The walk is iterative so no payload, however deep or circular,
+    can exhaust the interpreter's stack: nesting past :data:`MAX_DATA_DEPTH`
+    (which a cycle always reaches) is refused by name.
+    """
+    pending: list[tuple[object, int]] = [(data, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, Mapping | list | tuple):
+            if depth > MAX_DATA_DEPTH:
                 raise InvalidItemError(
-                    "data is not JSON-serialisable as given: object keys must be strings, "
-                    f"got {type(key).__name__} key {key!r}",
+                    f"data nests objects and lists deeper than {MAX_DATA_DEPTH} levels "
+                    "(or refers to itself); flatten it or store a reference",
                     field="data",
                 )
-            _check_keys(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _check_keys(item)
+            if isinstance(value, Mapping):
+                for key, item in value.items():
+                    if not isinstance(key, str):
+                        raise InvalidItemError(
+                            "data is not JSON-serialisable as given: object keys must be "
+                            f"strings, got {type(key).__name__} key {_short_repr(key)}",
+                            field="data",
+                        )
+                    pending.append((item, depth + 1))
+            else:
+                pending.extend((item, depth + 1) for item in value)
+        elif isinstance(value, int) and not -_INT_BOUND < value < _INT_BOUND:
+            raise InvalidItemError(
+                f"data holds an integer of more than {MAX_INT_DIGITS} digits; "
+                "store such a number as a string",
+                field="data",
+            )
+
+
+def _short_repr(value: object, limit: int = 80) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a user's __repr__ must not hide the real problem
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def is_lock_live(

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from reference_engine.clock import Clock, SystemClock
-from reference_engine.errors import ConfigurationError, UnknownHandlerError
+from reference_engine.errors import (
+    ConfigurationError,
+    DuplicateElementError,
+    UnknownHandlerError,
+)
 from reference_engine.handler import HandlerFactory, StateHandler
 
 __all__ = ["HandlerRegistry", "load_callable", "load_factory"]
@@ -63,6 +67,7 @@ class HandlerRegistry:
         self._factories: dict[str, HandlerFactory | str] = {}
         self._instances: dict[str, StateHandler] = {}
         self._opening: dict[str, asyncio.Lock] = {}
+        self._element_owners: dict[str, str] = {}
 
     def register(self, key: str, factory: HandlerFactory | str) -> None:
         """Register a factory (or its dotted path); re-registering replaces it."""
@@ -77,6 +82,24 @@ class HandlerRegistry:
 
     def __contains__(self, key: object) -> bool:
         return key in self._factories
+
+    def claim_elements(self, workflow_id: str, element_ids: Iterable[str]) -> None:
+        """Reserve Element-scope node ids for ``workflow_id``, or refuse them all.
+
+        Element-scope records are keyed by node id, not by workflow, so the
+        stored keys stay what they are; the price is that a node id may serve
+        only one workflow among those sharing these handlers.  The same
+        workflow may claim its ids again (several engines, one definition).
+        """
+        wanted = tuple(dict.fromkeys(element_ids))
+        for element_id in wanted:
+            owner = self._element_owners.get(element_id, workflow_id)
+            if owner != workflow_id:
+                raise DuplicateElementError(
+                    element_id=element_id, workflow_id=workflow_id, other_workflow_id=owner
+                )
+        for element_id in wanted:
+            self._element_owners[element_id] = workflow_id
 
     async def resolve(self, key: str) -> StateHandler:
         """The handler for ``key``, opened on first use.

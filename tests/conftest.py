@@ -12,6 +12,8 @@ profiles.register_profiles()
 
 POSTGRES_ENV = "DSM_TEST_POSTGRES_URL"
 REDIS_ENV = "DSM_TEST_REDIS_URL"
+AMQP_ENV = "DSM_TEST_AMQP_URL"
+MARIADB_ENV = "DSM_TEST_MARIADB_URL"
 
 
 def service_url(env_var: str, what: str) -> str:
@@ -35,3 +37,15 @@ def postgres_url() -> str:
 def redis_url() -> str:
     """URL of the test Redis, e.g. redis://127.0.0.1:6379/0."""
     return service_url(REDIS_ENV, "Redis")
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> str:
+    """SQLAlchemy URL of the test MariaDB, e.g. mariadb+asyncmy://root@127.0.0.1:3306/test."""
+    return service_url(MARIADB_ENV, "MariaDB")
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    """URL of the test RabbitMQ, e.g. amqp://guest:guest@127.0.0.1:5672/."""
+    return service_url(AMQP_ENV, "RabbitMQ")

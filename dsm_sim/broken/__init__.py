@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from dsm_sim.broken import handlers as _h
+from dsm_sim.broken import keys as _k
+from dsm_sim.broken import payloads as _p
+from dsm_sim.broken import timing as _t
+from dsm_sim.broken import writes as _w
 from reference_engine.handler import HandlerFactory
 from reference_engine.handlers.memory import InMemoryStateHandler
 
@@ -71,7 +75,7 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 "lock_duration_honoured",
             ),
             _spec("local_time_not_utc", _h.LocalTimeNotUtc, "timestamps_in_utc"),
-            _spec("no_fencing", _h.NoFencing, "stale_write_rejected"),
+            _spec("no_fencing", _h.NoFencing, "stale_write_rejected", "spent_token_rejected"),
             _spec("expired_not_retryable", _h.ExpiredNotRetryable, "acquire_agrees_with_model"),
             _spec("set_without_data_clears_data", _h.SetWithoutDataClearsData, "data_round_trip"),
             _spec(
@@ -79,6 +83,110 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 _h.TokenNotIncremented,
                 "acquire_agrees_with_model",
                 "stale_write_rejected",
+            ),
+            # Keys a store changes on the way.
+            _spec("strips_keys", _k.StripsKeys, "key_identity"),
+            _spec("case_insensitive_keys", _k.CaseInsensitiveKeys, "key_identity"),
+            _spec("normalises_unicode_keys", _k.NormalisesUnicodeKeys, "key_identity"),
+            _spec("truncates_long_keys", _k.TruncatesLongKeys, "key_identity"),
+            _spec("joins_key_parts_with_colon", _k.JoinsKeyPartsWithColon, "key_identity"),
+            _spec("tenant_case_folded", _k.TenantCaseFolded, "tenant_isolation"),
+            # Durations, boundaries and time zones.
+            _spec(
+                "ignores_configured_lock_duration",
+                _t.IgnoresConfiguredLockDuration,
+                "lock_duration_honoured",
+            ),
+            _spec(
+                "first_node_options_for_all",
+                _t.FirstNodeOptionsForAll,
+                "lock_duration_honoured",
+                "record_agrees_with_model",
+            ),
+            _spec(
+                "sweeps_on_updated_at",
+                _t.SweepsOnUpdatedAt,
+                "sweep_resets_expired",
+                "sweep_only_expired",
+            ),
+            _spec(
+                "retention_from_created_at",
+                _t.RetentionFromCreatedAt,
+                "record_agrees_with_model",
+                "retention_sweep_agrees_with_model",
+            ),
+            _spec(
+                "naive_local_expiry",
+                _t.NaiveLocalExpiry,
+                "timestamps_in_utc",
+                "lock_duration_honoured",
+            ),
+            _spec(
+                "acquire_rereads_clock",
+                _t.AcquireRereadsClock,
+                "acquire_agrees_with_model",
+                "at_most_one_live_lock",
+                "lock_duration_honoured",
+            ),
+            # Fencing under spent tokens and executions; check and write apart.
+            _spec(
+                "fencing_ignores_status",
+                _w.FencingIgnoresStatus,
+                "spent_token_rejected",
+                "stale_write_rejected",
+                # A stale write that lands also leaves the record off the model.
+                "record_agrees_with_model",
+            ),
+            _spec(
+                "fencing_by_execution_id",
+                _w.FencingByExecutionId,
+                "stale_write_rejected",
+                "spent_token_rejected",
+                # A stale write that lands also leaves the record off the model.
+                "record_agrees_with_model",
+            ),
+            _spec(
+                "completion_reads_then_writes",
+                _w.CompletionReadsThenWrites,
+                "stale_write_rejected",
+                # A stale write that lands also leaves the record off the model.
+                "record_agrees_with_model",
+            ),
+            _spec(
+                "release_reads_then_writes",
+                _w.ReleaseReadsThenWrites,
+                "stale_write_rejected",
+                "at_most_one_live_lock",
+                # A stale write that lands also leaves the record off the model.
+                "record_agrees_with_model",
+            ),
+            _spec(
+                "retention_sweep_selects_then_updates",
+                _w.RetentionSweepSelectsThenUpdates,
+                "retention_sweep_agrees_with_model",
+                "allowed_transitions_only",
+                "record_agrees_with_model",
+            ),
+            _spec(
+                "upsert_checks_then_writes",
+                _w.UpsertChecksThenWrites,
+                "errors_agree_with_model",
+                "at_most_one_live_lock",
+                "acquire_agrees_with_model",
+            ),
+            # Payloads and details outside the tiny domain.
+            _spec("numbers_as_doubles", _p.NumbersAsDoubles, "data_round_trip"),
+            _spec(
+                "floats_to_fifteen_digits",
+                _p.FloatsToFifteenDigits,
+                "data_round_trip",
+                "errors_agree_with_model",
+            ),
+            _spec("jsonb_refuses_nul", _p.JsonbRefusesNul, "errors_agree_with_model"),
+            _spec(
+                "error_detail_truncated_in_bytes",
+                _p.ErrorDetailTruncatedInBytes,
+                "record_agrees_with_model",
             ),
         ]
     )

@@ -198,6 +198,7 @@ class _KeyCollapsingHandler(InMemoryStateHandler):
             scope_code=first.scope_code,
             entity_id=first.entity_id,
             item_entity_key=first.item_entity_key,
+            item_key=first.item_key,
         )
 
     async def exists(self, ctx: StateHandlerContext) -> bool:

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from dsm_sim.checker.leases import InvariantResult, Lease, Violation, leases_for
+from dsm_sim.checker.liveness import every_delivery_settles
+from dsm_sim.checker.model_judge import JUDGED, model_agreement
 from dsm_sim.checker.orders import MAX_CONCURRENT, UNPROVEN, is_wall_clock
 from dsm_sim.checker.safety import (
     fencing_rejects_stale_writes,
@@ -42,6 +44,7 @@ from dsm_sim.history import History
 
 __all__ = [
     "INVARIANTS",
+    "JUDGED",
     "MAX_CONCURRENT",
     "UNPROVEN",
     "InvariantResult",
@@ -49,10 +52,12 @@ __all__ = [
     "Violation",
     "all_passed",
     "check_history",
+    "every_delivery_settles",
     "exists_agrees_with_writes",
     "fencing_rejects_stale_writes",
     "is_wall_clock",
     "leases_for",
+    "model_agreement",
     "no_duplicate_side_effect",
     "no_record_lost",
     "only_allowed_transitions",
@@ -71,12 +76,17 @@ INVARIANTS: tuple[Callable[[History], InvariantResult], ...] = (
     sweep_spares_live_locks,
     terminal_within_deadline,
     no_record_lost,
+    every_delivery_settles,
 )
 
 
 def check_history(history: History) -> list[InvariantResult]:
-    """Run every invariant; pure, so the same history always gives the same verdicts."""
-    return [check(history) for check in INVARIANTS]
+    """Run every invariant; pure, so the same history always gives the same verdicts.
+
+    A history whose calls were read around (the simulator's) is also judged
+    call by call against the reference model, one result per kit property.
+    """
+    return [check(history) for check in INVARIANTS] + model_agreement(history)
 
 
 def all_passed(results: Iterable[InvariantResult]) -> bool:

@@ -95,8 +95,13 @@ class Lease:
 
 
 def order(op: Op) -> tuple[float, int]:
+    """Completion time, then the store's own order when the recorder knows it.
+
+    Two calls completing at one instant (an upsert invoked earlier, a sweep
+    invoked then) are ordered as the store ran them, not as they were invoked.
+    """
     done = op.complete if op.complete is not None else math.inf
-    return (done, op.index)
+    return (done, op.index if op.seq is None else op.seq)
 
 
 def acquired(op: Op) -> bool:
@@ -115,7 +120,7 @@ def fmt(value: float) -> str:
 
 def leases_for(history: History, key: str) -> list[Lease]:
     """The key's ok acquisitions in timeline order, each with its holder's ending write."""
-    duration = history.lock_duration
+    duration = history.lock_duration_for(key)
     ops = sorted(history.ops_for(key), key=order)
     leases = []
     for op in ops:

@@ -18,9 +18,11 @@ from dsm_sim.checker.leases import (
     sweeps_resetting,
 )
 from dsm_sim.checker.orders import Ordering
-from dsm_sim.history import EventKind, History, OpName
+from dsm_sim.history import Event, EventKind, History, OpName
 
 __all__ = [
+    "duplicate_effects",
+    "effect_ledger",
     "fencing_rejects_stale_writes",
     "no_duplicate_side_effect",
     "single_live_lock",
@@ -150,8 +152,8 @@ def no_duplicate_side_effect(history: History) -> InvariantResult:
     """
     violations = []
     notes = []
-    for key in history.item_keys():
-        effects = history.events_for(key, EventKind.SIDE_EFFECT)
+    ledger = effect_ledger(history)
+    for (key, _node), effects in sorted(ledger.items()):
         if len(effects) <= 1:
             continue
         leases = {lease.token: lease for lease in leases_for(history, key)}
@@ -190,6 +192,14 @@ def no_duplicate_side_effect(history: History) -> InvariantResult:
                 )
                 continue
             reason = _lease_end_reason(history, earlier, later)
+            window = _window_closed(history, earlier, later)
+            if window is not None:
+                notes.append(
+                    f"key {key}: effect repeated after the idempotency window closed -- "
+                    f"lease {earlier_t} completed, {window}; token {later_t} acquired by "
+                    f"{later.acquire.process} (op #{later.acquire.index})"
+                )
+                continue
             if reason is None or earlier.completed:
                 violations.append(
                     Violation(
@@ -242,6 +252,43 @@ def _lease_end_reason(history: History, earlier: Lease, later: Lease) -> str | N
         # Whether that sweep was entitled to is sweep_spares_live_locks' question.
         return f"was reset by the sweep (op #{sweep.index})"
     return None
+
+
+def effect_ledger(history: History) -> dict[tuple[str, str], list[Event]]:
+    """The business oracle: every side effect, by (item key, node)."""
+    ledger: dict[tuple[str, str], list[Event]] = {}
+    for ev in history.events:
+        if ev.kind is EventKind.SIDE_EFFECT and ev.key:
+            ledger.setdefault((ev.key, ev.node), []).append(ev)
+    return ledger
+
+
+def duplicate_effects(history: History) -> int:
+    """Effects beyond the first per (item key, node), excused or not."""
+    return sum(len(effects) - 1 for effects in effect_ledger(history).values())
+
+
+def _window_closed(history: History, earlier: Lease, later: Lease) -> str | None:
+    """A retention sweep expired the key after ``earlier`` ended and before ``later`` began.
+
+    An Expired item is no longer done: processing it again is what retention means.
+    """
+    end = earlier.end
+    if end is None or not end.maybe:
+        return None
+    timeline = Ordering.of(history)
+    sweep = next(
+        (
+            s
+            for s in history.ops
+            if s.op is OpName.EXPIRE_PAST_RETENTION
+            and s.maybe
+            and earlier.key in s.keys
+            and timeline.between(end, s, later.acquire)
+        ),
+        None,
+    )
+    return None if sweep is None else f"the retention sweep expired it (op #{sweep.index})"
 
 
 def _released_after_effect(lease: Lease) -> bool:

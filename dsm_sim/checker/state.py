@@ -69,7 +69,12 @@ def only_allowed_transitions(history: History) -> InvariantResult:
             and (op.op is not OpName.TRY_ACQUIRE_LOCK or not op.ok or acquired(op))
         ]
         steps += sweeps_resetting(history, key)
-        step = _transition_step(key, history.lock_duration)
+        steps += [
+            op
+            for op in history.ops
+            if op.op is OpName.EXPIRE_PAST_RETENTION and op.maybe and key in op.keys
+        ]
+        step = _transition_step(key, history.lock_duration_for(key))
         found = []
         state = _Replayed()
         for op in sorted(steps, key=order):
@@ -103,6 +108,9 @@ def _transition_step(
         target: S
         if op.op is OpName.RESET_EXPIRED_LOCKS:
             target = S.FAILED
+            source = raw
+        elif op.op is OpName.EXPIRE_PAST_RETENTION:
+            target = S.EXPIRED
             source = raw
         elif op.op is OpName.TRY_ACQUIRE_LOCK:
             target = S.PROCESSING
@@ -174,10 +182,10 @@ def exists_agrees_with_writes(history: History) -> InvariantResult:
     """
     violations: list[Violation] = []
     notes: list[str] = []
-    duration = history.lock_duration
     retention = retention_sweeps(history)
     wall = is_wall_clock(history)
     for key in history.item_keys():
+        duration = history.lock_duration_for(key)
         own = history.ops_for(key)
         writes = [op for op in own if op.op.is_write and op.maybe]
         steps = sorted(own + sweeps_resetting(history, key) + retention, key=order)
@@ -302,7 +310,7 @@ def terminal_within_deadline(history: History) -> InvariantResult:
     ]
     finite = [t for t in starts if math.isfinite(t)]
     base = max(finite) if finite else stop
-    deadline = base + history.lock_duration + (history.sweep_interval or 0.0)
+    deadline = base + history.longest_lock + (history.sweep_interval or 0.0)
     violations = []
     for final in history.final:
         seen_at = final.store_time if final.store_time is not None else final.time

@@ -1,25 +1,51 @@
 """``dsm verify package.module:factory``: the conformance kit from the command line.
 
 Prints a per-property table (rich on a terminal, plain lines otherwise), then
-every violation as a sentence, the story of the shrunk run and the program
-that reproduces it.  Exit status: 0 all properties hold, 1 a violation (or a
-run that crashed), 2 a usage error such as a factory path that does not load.
+every violation, in the order found, as a sentence, the story of the shrunk
+run and the program that reproduces it, and the command that replays the
+run.  Exit status: 0 all properties hold, 1 a violation (or a run that
+crashed), 2 a usage error such as a factory path that does not load.
+
+A handler in another process (``--exec COMMAND``, ``--exec-tcp HOST:PORT``)
+is verified over the protocol of ``docs/protocol.md``; each violation it
+shows also leaves the request lines of its shrunk counterexample in a replay
+file (``--replay-dir``, default the cache directory's ``replays/``), so the
+handler's authors can send them again with ``dsm replay``.
+
+The current directory is put on the import path first, as pytest does for
+its rootdir, so ``dsm verify mymodule:factory`` works from the folder that
+holds ``mymodule.py``.  Hypothesis keeps its files in a cache directory
+(:mod:`dsm_sim.conformance.cache`), never in the working directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+import shlex
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from dsm_sim.conformance.cache import CACHE_DIR_ENV
+from dsm_sim.options import positive_seconds
 from dsm_sim.profiles import PROFILES
 from reference_engine.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from dsm_sim.conformance.runner import VerificationReport
+    from dsm_sim.conformance.runner import PropertyResult, VerificationReport
+    from reference_engine.handler import HandlerFactory
 
-__all__ = ["configure", "main", "render_plain", "replay_command"]
+__all__ = [
+    "configure",
+    "import_path_hint",
+    "main",
+    "put_cwd_on_path",
+    "render_plain",
+    "replay_command",
+]
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
@@ -28,8 +54,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "factory",
         metavar="MODULE:FACTORY",
+        nargs="?",
+        default=None,
         help="handler factory to verify: a callable taking a Clock and returning a handler, "
         "e.g. reference_engine.handlers.memory:in_memory_handler",
+    )
+    parser.add_argument(
+        "--exec",
+        dest="exec_command",
+        metavar="COMMAND",
+        default=None,
+        help="verify a handler in another process, in any language, over the handler "
+        "protocol (docs/protocol.md), e.g. --exec 'node handlers/node/memory.js'",
+    )
+    parser.add_argument(
+        "--exec-tcp",
+        metavar="HOST:PORT",
+        default=None,
+        help="verify a handler that is a server: one TCP connection per test case, same "
+        "framing as --exec, e.g. --exec-tcp 127.0.0.1:7411",
+    )
+    parser.add_argument(
+        "--replay-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where an --exec or --exec-tcp run writes the protocol requests of each shrunk "
+        "counterexample (.jsonl, for dsm replay; default: the cache directory's replays/)",
+    )
+    parser.add_argument(
+        "--exec-timeout",
+        type=positive_seconds(3600.0),
+        default=None,
+        metavar="SECONDS",
+        help="how long an --exec handler may take to answer one request (default: "
+        "$DSM_EXEC_TIMEOUT, else 10)",
     )
     parser.add_argument(
         "--profile",
@@ -46,9 +105,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "the clock they are given",
     )
     parser.add_argument(
+        "--tz",
+        metavar="ZONE",
+        default=None,
+        help="run every test case in this POSIX time zone (e.g. Europe/Paris); by default "
+        "each test case draws its own",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"where Hypothesis keeps its files (default: ${CACHE_DIR_ENV}, else "
+        "$XDG_CACHE_HOME/dsm or ~/.cache/dsm); never the working directory",
+    )
+    parser.add_argument(
         "--stop-on-first",
         action="store_true",
         help="stop at the first violation instead of settling every property",
+    )
+
+
+def _header(report: VerificationReport) -> str:
+    zone = report.time_zone or "drawn per test case"
+    return (
+        f"profile {report.profile}, seed {report.seed}, clock {report.clock_mode.value}, "
+        f"time zone {zone}"
     )
 
 
@@ -57,17 +139,27 @@ def render_plain(report: object, out: TextIO) -> None:
     from dsm_sim.conformance.runner import VerificationReport
 
     assert isinstance(report, VerificationReport)
-    out.write(
-        f"dsm verify {report.factory} (profile {report.profile}, seed {report.seed}, "
-        f"clock {report.clock_mode.value}): {report.test_cases} test cases in "
-        f"{report.runs} run(s), {report.seconds:.1f}s\n"
-    )
+    out.write(f"dsm verify {report.factory} ({_header(report)})\n")
+    out.write(f"explored: {report.explored()}\n")
     width = max(len(r.name) for r in report.results)
     for result in report.results:
+        stopped = f"  {result.stopped} later test cases stopped here" if result.stopped else ""
         out.write(
-            f"  {result.name:<{width}}  {result.status.value.upper():<13} {result.checks:>6} checks\n"
+            f"  {result.name:<{width}}  {result.status.value.upper():<13} "
+            f"{result.checks:>6} checks{stopped}\n"
         )
     _write_details(report, out)
+
+
+def _conditional_note(report: VerificationReport) -> str:
+    if not report.stopped:
+        return ""
+    where = ", ".join(f"{r.name}: {r.stopped}" for r in report.results if r.stopped)
+    return (
+        f"\nPasses are conditional: {report.stopped} test case(s) were stopped at a violation "
+        f"already found ({where}); what they would have done next was not checked. "
+        "Fix the violations and run again.\n"
+    )
 
 
 def _write_details(report: object, out: TextIO) -> None:
@@ -78,8 +170,21 @@ def _write_details(report: object, out: TextIO) -> None:
         out.write("\n" + result.render() + "\n")
     if report.error:
         out.write(f"\nThe run did not complete: {report.error}\n")
-    verdict = "PASSED" if report.passed else f"FAILED ({len(report.violations)} violated)"
-    out.write(f"\n{verdict}\n")
+    out.write(_conditional_note(report))
+    out.write(f"\n{verdict(report)}\n")
+
+
+def verdict(report: VerificationReport) -> str:
+    """One line a CI log ends with; never a bare count with nothing to act on."""
+    if report.passed:
+        return "PASSED"
+    violations = report.violations
+    if not violations:
+        return "FAILED (the run did not complete; see above)"
+    flaky = sum(1 for v in violations if v.flaky)
+    names = ", ".join(v.name for v in violations)
+    extra = f", {flaky} of them flaky" if flaky else ""
+    return f"FAILED ({len(violations)} violated{extra}: {names})"
 
 
 def _render_rich(report: object, out: TextIO) -> None:
@@ -92,16 +197,17 @@ def _render_rich(report: object, out: TextIO) -> None:
     console = Console(file=out)
     table = Table(
         title=f"dsm verify {report.factory}",
-        caption=f"profile {report.profile}, seed {report.seed}, clock {report.clock_mode.value}: "
-        f"{report.test_cases} test cases, {report.runs} run(s), {report.seconds:.1f}s",
+        caption=f"{_header(report)}: {report.explored()}",
     )
     table.add_column("property")
     table.add_column("result")
     table.add_column("checks", justify="right")
+    table.add_column("stopped", justify="right")
     table.add_column("guarantee")
     style = {
         ResultStatus.PASSED: "green",
         ResultStatus.FAILED: "bold red",
+        ResultStatus.FLAKY: "bold magenta",
         ResultStatus.NOT_EXERCISED: "yellow",
         ResultStatus.UNSETTLED: "dim",
     }
@@ -110,6 +216,7 @@ def _render_rich(report: object, out: TextIO) -> None:
             result.name,
             f"[{style[result.status]}]{result.status.value}[/]",
             str(result.checks),
+            str(result.stopped) if result.stopped else "",
             result.summary,
         )
     console.print(table)
@@ -118,44 +225,133 @@ def _render_rich(report: object, out: TextIO) -> None:
 
 def replay_command(report: VerificationReport) -> str:
     """The ``dsm verify`` command that runs the same test cases again."""
-    from dsm_sim.conformance.clocks import ClockMode
-
-    command = f"dsm verify {report.factory} --profile {report.profile} --seed {report.seed}"
-    if report.clock_mode is not ClockMode.INJECTED:
-        command += f" --clock {report.clock_mode.value}"
-    return command
+    return report.replay_command()
 
 
-def _progress_bar(max_examples: int) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+def _write_protocol_failures(factory: object, out: TextIO) -> None:
+    """Quote the handler process's failures in full: the story names only their class."""
+    failures = getattr(factory, "failures", [])
+    if not failures:
+        return
+    out.write(f"\nThe handler process failed {len(failures)} time(s); the first:\n")
+    first = failures[0]
+    out.write(f"  {type(first).__name__}: {first}\n")
+
+
+def _write_replays(
+    replays: list[tuple[PropertyResult, list[bytes]]], factory: object, directory: Path
+) -> None:
+    """One replay file per violation, each named next to the command that sends it."""
+    from dsm_sim.protocol.client import ExecFactory
+    from dsm_sim.protocol.replay import replay_command, replay_name, write_replay
+
+    assert isinstance(factory, ExecFactory)
+    for result, lines in replays:
+        name = replay_name(result.name, result.found_seed or 0)
+        try:
+            path = write_replay(lines, directory, name)
+        except OSError as exc:
+            print(f"cannot write the replay file {directory / name}: {exc}", file=sys.stderr)
+            continue
+        print(
+            f"protocol requests of {result.name} ({len(lines)} lines): {path}\n"
+            f"  send them again: {replay_command(path, factory)}",
+            file=sys.stderr,
+        )
+
+
+def put_cwd_on_path() -> None:
+    """Import modules from the current directory first, as pytest does for its rootdir."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def import_path_hint(spec: str) -> str:
+    """What to do when the module of ``spec`` cannot be imported from here."""
+    module = spec.partition(":")[0]
+    top = module.split(".")[0] or module
+    return (
+        f"run dsm from the folder that holds {top}.py (or the {top}/ package), "
+        "or add that folder to PYTHONPATH"
+    )
+
+
+def _progress_bar(total: int) -> tuple[Callable[[int, int], None], Callable[[], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     bar = Progress(TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), transient=True)
-    task = bar.add_task("verify", total=max_examples)
+    task = bar.add_task("verify", total=total)
     bar.start()
 
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=min(done, total), total=total)
+    def update(done: int, planned: int) -> None:
+        bar.update(task, completed=min(done, planned), total=planned)
 
     return update, bar.stop
 
 
 def main(args: argparse.Namespace) -> int:
-    from dsm_sim.conformance.runner import ResultStatus, profile_settings, verify
+    from dsm_sim.conformance.cache import cache_dir, use_cache_dir
+    from dsm_sim.conformance.runner import ResultStatus, verify
+    from dsm_sim.profiles import budget
     from reference_engine.clock import ManualClock
     from reference_engine.registry import load_factory
 
+    put_cwd_on_path()
+    use_cache_dir(cache_dir(args.cache_dir))
+    exec_command = getattr(args, "exec_command", None)
+    exec_tcp = getattr(args, "exec_tcp", None)
+    given = [x for x in (args.factory, exec_command, exec_tcp) if x is not None]
+    if len(given) != 1:
+        sys.stderr.write(
+            "dsm verify: give one of MODULE:FACTORY, --exec COMMAND or --exec-tcp HOST:PORT\n"
+        )
+        return EXIT_USAGE
+    out_of_process = exec_command is not None or exec_tcp is not None
+    factory: HandlerFactory
     try:
-        factory = load_factory(args.factory)
-        max_examples = profile_settings(args.profile).max_examples
+        if exec_command is not None:
+            from dsm_sim.protocol.client import exec_factory
+
+            factory = exec_factory(exec_command, timeout=args.exec_timeout)
+        elif exec_tcp is not None:
+            from dsm_sim.protocol.client import tcp_factory
+
+            factory = tcp_factory(exec_tcp, timeout=args.exec_timeout)
+        else:
+            factory = load_factory(args.factory)
+    except ConfigurationError as exc:
+        hint = f"; {import_path_hint(args.factory)}" if "cannot import" in str(exc) else ""
+        sys.stderr.write(f"dsm verify: {exc}{hint}\n")
+        return EXIT_USAGE
+    try:
         factory(ManualClock())  # a factory that cannot build (missing URL, ...) is a usage error
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")
         return EXIT_USAGE
+    replays: list[tuple[PropertyResult, list[bytes]]] = []
+    on_violation: Callable[[PropertyResult], None] | None = None
+    if out_of_process:
+        from dsm_sim.protocol.client import ExecFactory, preflight
+
+        assert isinstance(factory, ExecFactory)
+        exec_handlers = factory
+        problem = preflight(factory)
+        if problem is not None:
+            what = "command does not start" if exec_tcp is None else "server does not answer"
+            sys.stderr.write(f"dsm verify: the handler {what}: {problem}\n")
+            return EXIT_USAGE
+
+        def on_violation(result: PropertyResult) -> None:
+            # The handler built last ran the shrunk counterexample (a flaky one was not replayed).
+            if not result.flaky:
+                replays.append((result, list(exec_handlers.last_transcript)))
+
     tty = sys.stdout.isatty()
     update: Callable[[int, int], None] | None = None
     stop: Callable[[], None] = lambda: None  # noqa: E731
     if tty:
-        update, stop = _progress_bar(max_examples)
+        update, stop = _progress_bar(budget(args.profile).test_cases)
     try:
         report = verify(
             factory,
@@ -163,16 +359,32 @@ def main(args: argparse.Namespace) -> int:
             seed=args.seed,
             clock_mode=args.clock,
             stop_on_first=args.stop_on_first,
+            time_zone=args.tz,
             progress=update,
+            on_violation=on_violation,
         )
+    except ConfigurationError as exc:
+        sys.stderr.write(f"dsm verify: {exc}\n")
+        return EXIT_USAGE
     finally:
         stop()
+    if exec_command is not None:
+        # Name the run by the command, so the header and the replay line can be pasted.
+        report = dataclasses.replace(report, factory=f"--exec {shlex.quote(exec_command)}")
+    elif exec_tcp is not None:
+        report = dataclasses.replace(report, factory=f"--exec-tcp {shlex.quote(exec_tcp)}")
     if tty:
         _render_rich(report, sys.stdout)
     else:
         render_plain(report, sys.stdout)
+    if out_of_process:
+        _write_protocol_failures(factory, sys.stdout)
     if not report.passed:
-        print(f"replay this run: {replay_command(report)}", file=sys.stderr)
+        print(f"replay this run: {report.replay_command()}", file=sys.stderr)
+        if replays:
+            _write_replays(
+                replays, factory, args.replay_dir or cache_dir(args.cache_dir) / "replays"
+            )
         return EXIT_VIOLATION
     unexercised = [r.name for r in report.results if r.status is ResultStatus.NOT_EXERCISED]
     if unexercised and args.profile != "dev":

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from dsm_sim.model import WORLD_START
 
-__all__ = ["Step", "at", "render_reproduction", "render_steps"]
+__all__ = ["Step", "at", "offset", "render_reproduction", "render_steps"]
 
 
 def at(instant: dt.datetime | None) -> str:
@@ -26,6 +26,24 @@ def at(instant: dt.datetime | None) -> str:
     utc = instant.astimezone(dt.UTC)
     text = f"{utc:%H:%M:%S}" if utc.date() == WORLD_START.date() else f"{utc:%Y-%m-%d %H:%M:%S}"
     return text + (f".{utc.microsecond:06d}" if utc.microsecond else "")
+
+
+def offset(delta: dt.timedelta) -> str:
+    """A signed difference as people write zone offsets: ``-5:00``, ``+0:00:01``, ``+5:30``.
+
+    ``str(timedelta)`` writes minus five hours as ``-1 day, 19:00:00``.
+    """
+    sign = "-" if delta < dt.timedelta(0) else "+"
+    micros = abs(delta) // dt.timedelta(microseconds=1)
+    seconds, micro = divmod(micros, 1_000_000)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{sign}{hours}:{minutes:02d}"
+    if secs or micro:
+        text += f":{secs:02d}"
+    if micro:
+        text += f".{micro:06d}"
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +73,9 @@ def render_reproduction(notes: Sequence[str], factory_path: str) -> str:
 
     The program Hypothesis prints starts with ``state = <MachineName>()``; the
     prefix defines that name from the factory, so the snippet runs as pasted.
+    The steps run inside ``try`` with ``state.teardown()`` in ``finally``: the
+    violation raised half-way must still close the handler, or a store that
+    made a schema or key prefix for the run keeps it.
     """
     lines = [line for note in notes for line in str(note).splitlines()]
     starts = [i for i, line in enumerate(lines) if line.startswith("state = ")]
@@ -65,11 +86,17 @@ def render_reproduction(notes: Sequence[str], factory_path: str) -> str:
         program.append(line)
         if line.startswith("state.teardown()"):
             break
-    first = program[0]
+    first, steps = program[0], program[1:]
+    teardown = [line for line in steps if line.startswith("state.teardown()")]
+    steps = [line for line in steps if not line.startswith("state.teardown()")]
     name = first.split("=", 1)[1].strip().removesuffix("()") if "=" in first else "Machine"
     module, _, attr = factory_path.partition(":")
     header = [
         "from dsm_sim.conformance.machine import build_machine",
+        "from dsm_sim.conformance.races import ClockMove, Instant, RaceOp",
+        "from dsm_sim.conformance.replies import LandedWrite",
+        "from dsm_sim.conformance.spellings import NodeCall, RefusedKey",
+        "from dsm_sim.conformance.worlds import Role, World",
         "from dsm_sim.model import ItemRef",
         "from reference_engine.scope import Scope",
         "from reference_engine.status import IdempotencyStatus",
@@ -79,4 +106,6 @@ def render_reproduction(notes: Sequence[str], factory_path: str) -> str:
         header.append(f"{name} = build_machine({attr}, name={name!r})")
     else:
         header.append(f"{name} = build_machine(your_factory, name={name!r})")
-    return "\n".join([*header, *program])
+    body = [f"    {line}" for line in steps] or ["    pass"]
+    closing = [f"    {line}" for line in teardown] or ["    state.teardown()"]
+    return "\n".join([*header, first, "try:", *body, "finally:", *closing])

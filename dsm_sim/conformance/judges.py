@@ -13,12 +13,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 
-from dsm_sim.conformance.explain import at
-from dsm_sim.conformance.properties import Finding
-from dsm_sim.model import ItemRef, ModelRecord, Outcome, effective_status
+from dsm_sim.conformance.explain import at, offset
+from dsm_sim.conformance.payloads import data_difference
+from dsm_sim.conformance.properties import ISOLATION, Finding
+from dsm_sim.model import ItemRef, ModelRecord, Outcome, describe_config, effective_status
 from reference_engine.errors import DsmError, StaleLockError
 from reference_engine.record import StateRecord
-from reference_engine.status import COMPLETED, IdempotencyStatus, is_allowed
+from reference_engine.status import COMPLETED, TRANSITIONS, IdempotencyStatus, is_allowed
 
 __all__ = [
     "judge_acquire",
@@ -30,9 +31,30 @@ __all__ = [
     "judge_sweep",
     "judge_transition",
     "record_checks",
+    "short_data",
 ]
 
 S = IdempotencyStatus
+
+
+def short_data(value: object) -> str:
+    """A payload or error detail as a story shows it: escapes visible, long ones cut."""
+    text = ascii(value)
+    return text if len(text) <= 60 else f"{text[:40]}… ({len(text)} characters)"
+
+
+def _length(text: str | None) -> str:
+    return "" if text is None or len(text) < 60 else f" ({len(text)} characters)"
+
+
+def _early(locked_until: dt.datetime | None, now: dt.datetime) -> str:
+    """How early a take-over came: the size of the deviation, not only its sign."""
+    if locked_until is None:
+        return ""
+    early = locked_until - now
+    if early == dt.timedelta(0):
+        return " (taken over on the expiry instant itself, where the lock is still live)"
+    return f" (taken over {offset(early).lstrip('+')} early)"
 
 
 def _who(worker: int | None) -> str:
@@ -80,15 +102,16 @@ def judge_acquire(
         return Finding(
             "errors_agree_with_model",
             f"worker {worker}'s try_acquire_lock({ref.label}) raised {got.describe()}: "
-            f"{got.error}; it must return {want.describe()} (item is {source.label})",
+            f"{got.error}; it must return {want.describe_grant()} (item is {source.label})",
         )
     if got.value is not None and want.value is None:
         if _live(record, now):
             assert record is not None
             return Finding(
                 "at_most_one_live_lock",
-                f"worker {worker} acquired {ref.item} at {at(now)} while {_who(holder)}'s "
-                f"lock was still live until {at(record.locked_until)}",
+                f"worker {worker} acquired {ref.name} at {at(now)} while {_who(holder)}'s "
+                f"lock was still live until {at(record.locked_until)}"
+                f"{_early(record.locked_until, now)}",
             )
         if source in COMPLETED or source is S.SUPERSEDED:
             return Finding(
@@ -105,8 +128,8 @@ def judge_acquire(
         )
     return Finding(
         "acquire_agrees_with_model",
-        f"worker {worker}'s try_acquire_lock({ref.label}) returned {got.describe()} at "
-        f"{at(now)}; expected {want.describe()} (a new record gets token 1, a retry the "
+        f"worker {worker}'s try_acquire_lock({ref.label}) returned {got.describe_grant()} at "
+        f"{at(now)}; expected {want.describe_grant()} (a new record gets token 1, a retry the "
         "previous attempt + 1)",
     )
 
@@ -161,10 +184,35 @@ def judge_write(
     want: Outcome,
     record: ModelRecord | None,
     now: dt.datetime,
+    *,
+    spent_by: str | None = None,
 ) -> Finding | None:
-    """A set/release/upsert: the handler must accept or refuse it exactly as the model does."""
+    """A set/release/upsert: the handler must accept or refuse it exactly as the model does.
+
+    ``spent_by`` names the caller's own earlier write that landed with this
+    token while its reply was lost: the token is spent, not stale.
+    """
     if got.agrees_with(want):
         return None
+    if (
+        spent_by is not None
+        and isinstance(want.error, StaleLockError)
+        and not isinstance(got.error, StaleLockError)
+    ):
+        fate = "accepted" if got.error is None else f"refused with {got.describe()}"
+        status = "gone" if record is None else record.status.label
+        harm = (
+            ": Processed -> Failed hands finished work to the next delivery, a second charge"
+            if record is not None and record.status is S.PROCESSED and "release" in operation
+            else ""
+        )
+        return Finding(
+            "spent_token_rejected",
+            f"worker {worker}'s {operation} on {ref.name} at {at(now)} with token {token} was "
+            f"{fate}, but its own {spent_by} with that token had already landed (the reply "
+            f"was lost) and the record is {status}: a spent token must raise StaleLockError "
+            f"and change nothing{harm}",
+        )
     if isinstance(want.error, StaleLockError) and not isinstance(got.error, StaleLockError):
         fate = "accepted" if got.error is None else f"refused with {got.describe()}"
         now_holds = (
@@ -174,7 +222,7 @@ def judge_write(
         )
         return Finding(
             "stale_write_rejected",
-            f"worker {worker}'s {operation} on {ref.item} at {at(now)} with token {token} was "
+            f"worker {worker}'s {operation} on {ref.name} at {at(now)} with token {token} was "
             f"{fate}, but {now_holds} (its lock was swept or taken over): the write must "
             "raise StaleLockError",
         )
@@ -190,9 +238,19 @@ def judge_write(
     )
 
 
-def _whole_hours(delta: dt.timedelta) -> bool:
+def _zone_shift(delta: dt.timedelta, at_instant: dt.datetime | None = None) -> bool:
+    """Is ``delta`` what local wall time labelled UTC is off by?
+
+    Whole hours up to 14 (any zone's usual offset), or the process zone's own
+    offset at that instant (India is +5:30), never mere clock ticks.
+    """
     seconds = delta.total_seconds()
-    return seconds != 0 and seconds % 3600 == 0 and abs(seconds) <= 14 * 3600
+    if seconds != 0 and seconds % 3600 == 0 and abs(seconds) <= 14 * 3600:
+        return True
+    if at_instant is None or seconds == 0:
+        return False
+    local = at_instant.astimezone().utcoffset()
+    return local is not None and abs(delta) == abs(local)
 
 
 def _naive_or_shifted(record: StateRecord) -> str | None:
@@ -232,17 +290,14 @@ def judge_record(
             kind = "tenant"
         elif got.key.scope_id != want.key.scope_id:
             kind = "scope"
-        elif (got.key.entity_id, got.key.item_entity_key) != (
-            want.key.entity_id,
-            want.key.item_entity_key,
-        ):
-            kind = "entity"
+        elif got.key.item_key != want.key.item_key or _split_differently(got, want):
+            kind = "key"
         else:
-            kind = "record"
+            kind = "entity"
         return Finding(
-            f"{kind}_isolation" if kind != "record" else "record_agrees_with_model",
+            ISOLATION[kind],
             f"get({ref.label}) returned the record keyed {got.key}; the key must carry "
-            "tenant, scope, entity and item",
+            "tenant, scope, entity, item entity key and item key, each exactly as given",
         )
     if got.status is not want.status:
         if want.status in (S.PROCESSED, S.FAILED) and got.status is S.PROCESSING:
@@ -268,16 +323,17 @@ def judge_record(
                 f"{ref.label} is Processing without locked_until; expected {at(want.locked_until)}",
             )
         delta = got.locked_until - want.locked_until
-        if _whole_hours(delta):
+        if _zone_shift(delta, want.locked_until):
             return Finding(
                 "timestamps_in_utc",
-                f"{ref.label} is locked until {at(got.locked_until)}, {delta} off the expected "
-                f"{at(want.locked_until)}: local wall time stored as UTC",
+                f"{ref.label} is locked until {at(got.locked_until)}, {offset(delta)} off the "
+                f"expected {at(want.locked_until)}: local wall time stored as UTC",
             )
         return Finding(
             "lock_duration_honoured",
-            f"{ref.label} is locked until {at(got.locked_until)}; the lock taken at "
-            f"{at(want.updated_at)} must last the lock duration, until {at(want.locked_until)}",
+            f"{ref.label} is locked until {at(got.locked_until)}, {offset(delta)} off: the "
+            f"lock taken at {at(want.updated_at)} must last the node's lock duration "
+            f"({describe_config(ref.config)}), until {at(want.locked_until)}",
         )
     if got.attempt != want.attempt:
         return Finding(
@@ -285,35 +341,44 @@ def judge_record(
             f"{ref.label} carries attempt (fencing token) {got.attempt}; expected {want.attempt}",
         )
     want_data = want.to_state_record().data
-    if (None if got.data is None else dict(got.data)) != want_data:
+    if (got.data is None) != (want_data is None):
         return Finding(
             "data_round_trip",
-            f"get({ref.label}) returned data {got.data!r}; the data written was {want_data!r}",
+            f"get({ref.label}) returned {'no data' if got.data is None else 'data'}; "
+            f"{'no data was written' if want_data is None else 'data was written'}",
+        )
+    if got.data is not None and (diff := data_difference(want_data, got.data)) is not None:
+        return Finding(
+            "data_round_trip",
+            f"get({ref.label}) does not return the data written: {diff}",
         )
     if got.error_detail != want.error_detail:
         return Finding(
             "record_agrees_with_model",
-            f"{ref.label} has error_detail {got.error_detail!r}; expected {want.error_detail!r}",
+            f"{ref.label} has error_detail {short_data(got.error_detail)}"
+            f"{_length(got.error_detail)}; expected {short_data(want.error_detail)}"
+            f"{_length(want.error_detail)}",
         )
     for name in ("retain_until", "created_at", "updated_at"):
         have, expect = getattr(got, name), getattr(want, name)
         if have == expect:
             continue
-        if have is not None and expect is not None and _whole_hours(have - expect):
-            return Finding(
-                "timestamps_in_utc",
-                f"{ref.label}'s {name} is {at(have)}, {have - expect} off the expected "
-                f"{at(expect)}: local wall time stored as UTC",
-            )
         if name == "created_at" and has_history and have is not None and expect is not None:
             return Finding(
                 "upsert_keeps_history",
                 f"{ref.label}'s current record was created at {at(have)}, but an upsert at "
                 f"{at(expect)} must have superseded it and inserted a new record",
             )
+        if have is not None and expect is not None and _zone_shift(have - expect, expect):
+            return Finding(
+                "timestamps_in_utc",
+                f"{ref.label}'s {name} is {at(have)}, {offset(have - expect)} off the expected "
+                f"{at(expect)}: local wall time stored as UTC",
+            )
+        off = f" ({offset(have - expect)} off)" if have is not None and expect is not None else ""
         return Finding(
             "record_agrees_with_model",
-            f"{ref.label}'s {name} is {at(have)}; expected {at(expect)}",
+            f"{ref.label}'s {name} is {at(have)}; expected {at(expect)}{off}",
         )
     if (
         got.entity_execution_id != want.entity_execution_id
@@ -325,6 +390,13 @@ def judge_record(
             f"expected {want.entity_execution_id}/{want.source_app_id}",
         )
     return None
+
+
+def _split_differently(got: StateRecord, want: ModelRecord) -> bool:
+    """The same text, cut elsewhere between the item entity key and the item key."""
+    return (
+        got.key.item_entity_key + got.key.item_key == want.key.item_entity_key + want.key.item_key
+    )
 
 
 def _looks_like(got: StateRecord, want: ModelRecord | None) -> bool:
@@ -357,11 +429,15 @@ def judge_isolation(
             _looks_like(got, want) and not _looks_like(got, own)
         )
         if borrowed:
+            what = (
+                "distinct keys must never share a record"
+                if kind == "key"
+                else f"the {kind} must be part of the key"
+            )
             return Finding(
-                f"{kind}_isolation",
+                ISOLATION[kind],
                 f"{ref.label} shows {other.label}'s record ({want.status.label}, token "
-                f"{want.attempt}, written by {want.entity_execution_id}): the {kind} must be "
-                "part of the key",
+                f"{want.attempt}, written by {want.entity_execution_id}): {what}",
             )
     return None
 
@@ -372,8 +448,12 @@ def judge_transition(
     after: StateRecord | None,
     now: dt.datetime,
     operation: str,
+    steps: int = 1,
 ) -> Finding | None:
-    """A record the step changed must have moved along the transition table."""
+    """A record the step changed must have moved along the transition table.
+
+    A step that raced ``steps`` calls may move a record that many transitions.
+    """
     # A rewrite that keeps the status is no transition; the record judge weighs its fields.
     if before is None or (after is not None and after.status is before.status):
         return None
@@ -384,7 +464,7 @@ def judge_transition(
         )
     source = effective_status(before, now)
     target = after.status
-    if is_allowed(before.status, target) or is_allowed(source, target):
+    if _reachable(before.status, target, steps) or _reachable(source, target, steps):
         return None
     if target is S.PROCESSED and operation == "upsert" and is_allowed(source, S.PROCESSING):
         return None  # the compressed acquire-and-complete
@@ -393,6 +473,15 @@ def judge_transition(
         f"{operation} moved {ref.label} from {source.label} to {target.label} at {at(now)}; "
         "the transition table does not allow it",
     )
+
+
+def _reachable(source: IdempotencyStatus, target: IdempotencyStatus, steps: int) -> bool:
+    frontier = {source}
+    for _ in range(max(steps, 1)):
+        frontier = {nxt for status in frontier for nxt in TRANSITIONS[status]}
+        if target in frontier:
+            return True
+    return False
 
 
 def judge_sweep(
@@ -482,5 +571,5 @@ def record_checks(ref: ItemRef, model_view: Mapping[ItemRef, ModelRecord | None]
     for other, record in model_view.items():
         kind = ref.sibling_of(other)
         if kind is not None and record is not None:
-            names.append(f"{kind}_isolation")
+            names.append(ISOLATION[kind])
     return names

@@ -23,8 +23,11 @@ from hypothesis.stateful import rule
 from dsm_sim.conformance import judges as J
 from dsm_sim.conformance import world as W
 from dsm_sim.conformance.clocks import ClockMode
-from dsm_sim.conformance.operations import OperationRules
-from dsm_sim.model import ItemRef, ModelRecord, Outcome, outcome_of
+from dsm_sim.conformance.races import RaceRules
+from dsm_sim.conformance.replies import ReplyRules
+from dsm_sim.conformance.spellings import SpellingRules
+from dsm_sim.conformance.worlds import Role
+from dsm_sim.model import ModelRecord, Outcome, outcome_of, shown
 from reference_engine.handler import HandlerFactory
 from reference_engine.status import IdempotencyStatus
 
@@ -33,18 +36,19 @@ __all__ = ["ConformanceMachine", "build_machine"]
 S = IdempotencyStatus
 
 
-class ConformanceMachine(OperationRules):
-    """The operations, plus races, crashes, stalls and boundary contention."""
+class ConformanceMachine(RaceRules, ReplyRules, SpellingRules):
+    """The operations, plus races, crashes, stalls, lost replies and boundary contention."""
 
-    @rule(ref=W.ITEMS, guarded=st.booleans())
-    def race_to_acquire(self, ref: ItemRef, guarded: bool) -> None:
+    @rule(item=W.ITEMS, guarded=st.booleans())
+    def race_to_acquire(self, item: Role, guarded: bool) -> None:
         """All workers at once, interleaving at every ``await``: a check-then-insert loses."""
         if self.diverged:
             return
+        ref = self._ref(item)
         now = self.clock.now()
         record = W.copy_record(self.model.current.get(ref.record_key))
         holder = self.holder.get(ref)
-        contexts = {w: W.context_for(ref, w, self.tokens[w].get(ref)) for w in W.WORKERS}
+        contexts = {w: self._ctx(ref, w, self._hold(w, ref)) for w in W.WORKERS}
         guard_says_done = self.model.exists(contexts[W.WORKERS[0]], now)
         answers: dict[int, bool] = {}
 
@@ -71,10 +75,7 @@ class ConformanceMachine(OperationRules):
         actor = winners[0] if len(winners) == 1 else W.WORKERS[0]
         want = outcome_of(lambda: self.model.try_acquire_lock(contexts[actor], now))
         self._acquired(ref, actor, want)
-        shown = ", ".join(
-            f"worker {w}: " + (f"token {o.value}" if o.error is None and o.value else o.describe())
-            for w, o in outcomes.items()
-        )
+        shown = ", ".join(f"worker {w}: {o.describe_grant()}" for w, o in outcomes.items())
         how = "exists then try_acquire_lock" if guarded else "try_acquire_lock"
         self._step("workers 1-3", f"race: {how}({ref.label})", shown)
         self._checked("at_most_one_live_lock", "acquire_agrees_with_model")
@@ -83,40 +84,43 @@ class ConformanceMachine(OperationRules):
 
     @rule(worker=W.WORKER)
     def crash(self, worker: int) -> None:
-        """The worker dies mid-work: it never completes or releases what it holds."""
+        """The worker dies mid-work: none of its executions completes or releases what it holds."""
         if self.diverged:
             return
-        held = ", ".join(ref.item for ref in self.tokens[worker]) or "nothing"
-        self.tokens[worker].clear()
+        mine = [hold for hold in self.holds if hold.worker == worker]
+        held = ", ".join(hold.ref.name for hold in mine) or "nothing"
+        for hold in mine:
+            self.holds.remove(hold)
+            self.spent.pop(hold, None)
         self._step(f"worker {worker}", "crashes", f"abandons {held}")
 
-    def _held(self) -> list[tuple[int, ItemRef]]:
-        return [(w, ref) for w in W.WORKERS for ref in self.tokens[w]]
-
-    @rule(pick=st.integers(0, 5), succeed=st.booleans(), data=W.DATA)
-    def finish_held_work(self, pick: int, succeed: bool, data: dict[str, Any] | None) -> None:
+    @rule(pick=st.integers(0, 5), succeed=st.booleans(), data=W.DATA, error=W.ERRORS)
+    def finish_held_work(
+        self, pick: int, succeed: bool, data: dict[str, Any] | None, error: str
+    ) -> None:
         """A holder completes its item (or gives up), possibly after its lock was swept.
 
         A holder whose lock was swept or taken over is a stale worker waking
-        up: its write must be fenced off with StaleLockError.
+        up: its write must be fenced off with StaleLockError.  The holder may
+        be an execution the worker left behind, with an older token.
         """
-        held = self._held()
-        if self.diverged or not held:
+        hold = self._pick_hold(pick)
+        if self.diverged or hold is None:
             return
-        worker, ref = held[pick % len(held)]
         if succeed:
-            self.set(worker, ref, S.PROCESSED, data)
+            self._set(hold.worker, hold.ref, S.PROCESSED, data, hold=hold)
         else:
-            self.release_lock_as_failed(worker, ref, "card declined")
+            self._release(hold.worker, hold.ref, error, hold=hold)
 
-    @rule(worker=W.WORKER, ref=W.ITEMS)
-    def skip_item(self, worker: int, ref: ItemRef) -> None:
+    @rule(worker=W.WORKER, item=W.ITEMS)
+    def skip_item(self, worker: int, item: Role) -> None:
         """A node decides an item needs no work: ``set(Skipped)`` with no data, from any status.
 
         The commonest write without data, so it is where a store that writes
         ``data = NULL`` instead of keeping the stored data shows.
         """
-        self.set(worker, ref, S.SKIPPED, None)
+        if not self.diverged:
+            self._set(worker, self._ref(item), S.SKIPPED, None, hold=None)
 
     @rule(pick=st.integers(0, 5))
     def holder_stalls_past_expiry(self, pick: int) -> None:
@@ -125,32 +129,35 @@ class ConformanceMachine(OperationRules):
         When it wakes, its token is stale: :meth:`finish_held_work` then checks
         that its write is fenced off.
         """
-        held = self._held()
-        if self.diverged or not held:
+        hold = self._pick_hold(pick)
+        if self.diverged or hold is None:
             return
-        worker, ref = held[pick % len(held)]
-        record = self.model.current.get(ref.record_key)
+        record = self.model.current.get(hold.ref.record_key)
         if record is None or record.locked_until is None:
             return
         self.clock.set(record.locked_until + dt.timedelta(seconds=1))
-        self._move(f"passes worker {worker}'s lock expiry on {ref.item} while it stalls")
+        self._move(f"passes {hold.who}'s lock expiry on {hold.ref.name} while it stalls")
         self.reset_expired_locks()
 
     def _processing(self) -> list[ModelRecord]:
         return [r for r in self.model.current.values() if r.status is S.PROCESSING]
 
-    @rule(offset=st.sampled_from((-1, 0, 1)))
-    def clock_to_lock_expiry(self, offset: int) -> None:
-        """Land exactly on (or a second either side of) a lock's expiry: ``<=`` vs ``<``."""
-        processing = self._processing()
+    @rule(pick=st.integers(0, 5), offset=st.sampled_from((-1, 0, 1)))
+    def clock_to_lock_expiry(self, pick: int, offset: int) -> None:
+        """Land exactly on (or a second either side of) a lock's expiry: ``<=`` vs ``<``.
+
+        Each node has its own lock duration, so the instant is the record's own
+        ``locked_until``, never a world-wide constant.
+        """
+        processing = sorted(self._processing(), key=lambda r: r.updated_at)
         if self.diverged or not processing:
             return
-        record = min(processing, key=lambda r: r.updated_at)
+        record = processing[pick % len(processing)]
         assert record.locked_until is not None
         self.clock.set(record.locked_until + dt.timedelta(seconds=offset))
-        self._move(f"moves to {record.key.item_key}'s lock expiry {offset:+d}s")
+        self._move(f"moves to {shown(record.key.item_key)}'s lock expiry {offset:+d}s")
 
-    @rule(pick=st.integers(0, 5), offset=st.sampled_from((0, -1, 1)))
+    @rule(pick=st.integers(0, 7), offset=st.sampled_from((0, -1, 1)))
     def clock_to_retention_end(self, pick: int, offset: int) -> None:
         """Land exactly on (or 1 µs either side of) a record's ``retain_until``, then sweep.
 
@@ -159,17 +166,17 @@ class ConformanceMachine(OperationRules):
         record kept forever has no such instant: the sweep runs where the
         clock stands, and must leave it alone.
         """
-        records = list(self.model.current.values())
+        records = [*self.model.current.values(), *self.model.superseded]
         if self.diverged or not records:
             return
         record = records[pick % len(records)]
         if record.retain_until is not None:
             self.clock.set(record.retain_until + dt.timedelta(microseconds=offset))
-            self._move(f"moves to {record.key.item_key}'s retention end {offset:+d}µs")
+            self._move(f"moves to {shown(record.key.item_key)}'s retention end {offset:+d}µs")
         self.expire_past_retention()
 
-    @rule(first=W.WORKER, second=W.WORKER, ref=W.ITEMS, offset=st.sampled_from((0, -1, 1)))
-    def contend_at_lock_expiry(self, first: int, second: int, ref: ItemRef, offset: int) -> None:
+    @rule(first=W.WORKER, second=W.WORKER, item=W.ITEMS, offset=st.sampled_from((0, -1, 1)))
+    def contend_at_lock_expiry(self, first: int, second: int, item: Role, offset: int) -> None:
         """A second attempt lands exactly on a lock's expiry, where it is still live.
 
         ``now == locked_until`` is the instant a ``<=`` written as ``<`` (or the
@@ -177,13 +184,14 @@ class ConformanceMachine(OperationRules):
         """
         if self.diverged:
             return
-        self.try_acquire_lock(first, ref)
+        ref = self._ref(item)
+        self._acquire(first, ref)
         record = self.model.current.get(ref.record_key)
         if self.diverged or record is None or record.locked_until is None:
             return
         self.clock.set(record.locked_until + dt.timedelta(seconds=offset))
-        self._move(f"moves to {ref.item}'s lock expiry {offset:+d}s")
-        self.try_acquire_lock(second, ref)
+        self._move(f"moves to {ref.name}'s lock expiry {offset:+d}s")
+        self._acquire(second, ref)
 
 
 def build_machine(
@@ -192,16 +200,20 @@ def build_machine(
     clock_mode: ClockMode = ClockMode.INJECTED,
     stats: W.RunStats | None = None,
     name: str = "HandlerConformance",
+    time_zone: str | None = None,
 ) -> type[ConformanceMachine]:
     """A state-machine class verifying handlers built by ``factory``.
 
     ``stats`` collects check counts across test cases and says which
     properties are already known to fail (they stop a test case instead of
     failing it, so a second run can look for other violations).
+    ``time_zone`` (a POSIX ``TZ``) pins every test case to one zone instead of
+    the one each draws.
     """
     namespace = {
         "factory": staticmethod(factory),
         "clock_mode": clock_mode,
+        "time_zone": time_zone,
         "stats": stats or W.RunStats(),
         "__module__": __name__,
         "__qualname__": name,

@@ -9,6 +9,10 @@ rather than in an ``@invariant``, so the program Hypothesis prints reproduces
 the failure when pasted.  Rules cannot take pytest fixtures, so a machine class is built
 per handler factory with :func:`build_machine`.
 
+Every test case first draws its world (:mod:`dsm_sim.conformance.worlds`):
+the items, their node options and the process time zone.  Rules then draw a
+:class:`~dsm_sim.conformance.worlds.Role` and act on that role's item.
+
 No rule has a precondition: who wins a race is up to the store, so what a
 rule draws must never depend on it, or Hypothesis cannot replay a run.  A
 rule with nothing to act on (no lock held, nothing processing) does nothing.
@@ -20,7 +24,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from hypothesis.stateful import RuleBasedStateMachine, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from dsm_sim.conformance import judges as J
 from dsm_sim.conformance import properties as P
@@ -28,14 +32,23 @@ from dsm_sim.conformance import world as W
 from dsm_sim.conformance.clocks import ClockMode, ConformanceClock
 from dsm_sim.conformance.explain import Step, at, render_steps
 from dsm_sim.conformance.loop import LoopDriver
+from dsm_sim.conformance.shrinking import note_failing_run
+from dsm_sim.conformance.worlds import (
+    DEFAULT_WORLD,
+    UTC_ZONE,
+    WORLDS,
+    Role,
+    World,
+    in_zone,
+    restore_zone,
+)
 from dsm_sim.model import (
-    WORLD_CONFIG,
-    WORLD_ITEMS,
     WORLD_START,
     ItemRef,
     ModelRecord,
     Outcome,
     ReferenceModel,
+    execution_id,
     outcome_of,
 )
 from reference_engine.context import StateHandlerContext
@@ -47,6 +60,7 @@ from reference_engine.status import IdempotencyStatus
 __all__ = ["OperationRules"]
 
 S = IdempotencyStatus
+_NO_ZONE = object()
 
 
 class OperationRules(RuleBasedStateMachine):
@@ -60,6 +74,8 @@ class OperationRules(RuleBasedStateMachine):
     factory: ClassVar[HandlerFactory]
     clock_mode: ClassVar[ClockMode] = ClockMode.INJECTED
     stats: ClassVar[W.RunStats]
+    #: When set, every test case runs in this ``TZ`` instead of the one it drew.
+    time_zone: ClassVar[str | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -70,12 +86,23 @@ class OperationRules(RuleBasedStateMachine):
         self.clock = ConformanceClock(WORLD_START, self.clock_mode)
         self.driver = LoopDriver()
         self.model = ReferenceModel()
-        self.tokens: dict[int, dict[ItemRef, int]] = {w: {} for w in W.WORKERS}
+        self.world: World = DEFAULT_WORLD
+        self.observers = {ref: ref.context(W.OBSERVER) for ref in self.world}
+        #: Fresh executions each worker started (a redelivery is a new execution).
+        self.deliveries: dict[int, int] = dict.fromkeys(W.WORKERS, 0)
+        #: Every lock some execution believes it holds, oldest first.
+        self.holds: list[W.Hold] = []
+        #: Holds whose completing write landed while the caller saw no reply:
+        #: the write that landed, by hold.
+        self.spent: dict[W.Hold, str] = {}
         self.holder: dict[ItemRef, int] = {}
         self.steps: list[Step] = []
-        self.view: dict[ItemRef, StateRecord | None] = dict.fromkeys(WORLD_ITEMS)
+        self.view: dict[ItemRef, StateRecord | None] = dict.fromkeys(self.world)
         self.diverged = False
         self.failed = False
+        self.zone = UTC_ZONE
+        self._saved_zone: object = _NO_ZONE
+        self._torn_down = False
         self.clock.start()
         try:
             self.handler: StateHandler = type(self).factory(self.clock)
@@ -85,6 +112,44 @@ class OperationRules(RuleBasedStateMachine):
             self.clock.stop()
             raise
 
+    # --- the world ---------------------------------------------------------------------------
+
+    @initialize(world=WORLDS)
+    def setup(self, world: World) -> None:
+        """Enter the test case's world: its items, and its time zone for the whole process."""
+        zone = type(self).time_zone or world.zone
+        self.world = World(world.refs, zone)
+        self.zone = zone
+        self.observers = {ref: ref.context(W.OBSERVER) for ref in self.world}
+        self.view = dict.fromkeys(self.world)
+        if self._saved_zone is _NO_ZONE:
+            self._saved_zone = in_zone(zone)
+        else:
+            in_zone(zone)
+
+    def _ref(self, item: Role) -> ItemRef:
+        return self.world[item]
+
+    def _execution(self, worker: int) -> str:
+        return execution_id(worker, self.deliveries[worker])
+
+    def _hold(self, worker: int, ref: ItemRef) -> W.Hold | None:
+        """The newest lock the worker's current execution holds on ``ref``."""
+        execution = self._execution(worker)
+        for hold in reversed(self.holds):
+            if hold.worker == worker and hold.ref == ref and hold.execution == execution:
+                return hold
+        return None
+
+    def _pick_hold(self, pick: int, *, spent: bool = False) -> W.Hold | None:
+        holds = [h for h in self.holds if h in self.spent] if spent else self.holds
+        return holds[pick % len(holds)] if holds else None
+
+    def _ctx(self, ref: ItemRef, worker: int, hold: W.Hold | None) -> StateHandlerContext:
+        if hold is not None:
+            return W.context_for(ref, worker, hold.token, hold.execution)
+        return W.context_for(ref, worker, None, self._execution(worker))
+
     # --- bookkeeping -------------------------------------------------------------------------
 
     def _step(self, actor: str, action: str, outcome: str = "") -> None:
@@ -93,6 +158,12 @@ class OperationRules(RuleBasedStateMachine):
     def _checked(self, *names: str) -> None:
         for name in names:
             self.stats.checks[name] += 1
+
+    def _story(self, message: str) -> str:
+        story = render_steps(self.steps, message)
+        if self.zone != UTC_ZONE:
+            story = f"  (process time zone TZ={self.zone})\n{story}"
+        return story
 
     def _report(self, finding: P.Finding | None) -> None:
         if finding is None or self.diverged:
@@ -106,15 +177,19 @@ class OperationRules(RuleBasedStateMachine):
             return
         if self.stats.first_failure_case is None:
             self.stats.first_failure_case = self.stats.test_cases
+            self.stats.first_failure_property = finding.property
         self.failed = True
-        raise P.PropertyViolation(finding, render_steps(self.steps, finding.message))
+        violation = P.PropertyViolation(finding, self._story(finding.message))
+        violation.time_zone = self.zone
+        note_failing_run(len(self.steps))
+        raise violation
 
     def _observe(self) -> dict[ItemRef, Outcome]:
         """Every item's record as the handler reads it, in one pass on the loop."""
 
         async def read_all() -> dict[ItemRef, Outcome]:
             seen: dict[ItemRef, Outcome] = {}
-            for ref, ctx in W.OBSERVER_CONTEXTS.items():
+            for ref, ctx in self.observers.items():
                 try:
                     seen[ref] = Outcome(value=await self.handler.get(ctx))
                 except Exception as exc:
@@ -123,11 +198,12 @@ class OperationRules(RuleBasedStateMachine):
 
         return self.driver.run(read_all())
 
-    def _model_view(self) -> dict[ItemRef, ModelRecord | None]:
-        return {ref: self.model.current.get(ref.record_key) for ref in WORLD_ITEMS}
+    def _model_view(self, model: ReferenceModel | None = None) -> dict[ItemRef, ModelRecord | None]:
+        current = (model or self.model).current
+        return {ref: current.get(ref.record_key) for ref in self.world}
 
     def _diagnose(self, ref: ItemRef, finding: P.Finding | None) -> P.Finding | None:
-        """A wrong answer for one item may be another tenant's or scope's record showing."""
+        """A wrong answer for one item may be another tenant's, scope's or key's record showing."""
         if finding is None:
             return None
         observed = self._observe()
@@ -135,9 +211,13 @@ class OperationRules(RuleBasedStateMachine):
         return J.judge_isolation(ref, view, self._model_view()) or finding
 
     def _after_step(
-        self, operation: str, observed: Mapping[ItemRef, Outcome] | None = None
+        self,
+        operation: str,
+        observed: Mapping[ItemRef, Outcome] | None = None,
+        *,
+        steps: int = 1,
     ) -> None:
-        """Read every item back and compare it with the model."""
+        """Read every item back and compare it with the model (``steps`` calls were made)."""
         if self.diverged:
             return
         now = self.clock.now()
@@ -152,11 +232,11 @@ class OperationRules(RuleBasedStateMachine):
                 )
         view: dict[ItemRef, StateRecord | None] = {r: o.value for r, o in observed.items()}
         model_view = self._model_view()
-        for ref in WORLD_ITEMS:
+        for ref in self.world:
             before, after = self.view[ref], view[ref]
             if before is not None:
                 self._checked("allowed_transitions_only")
-            self._report(J.judge_transition(ref, before, after, now, operation))
+            self._report(J.judge_transition(ref, before, after, now, operation, steps))
             self._checked(*J.record_checks(ref, model_view))
             self._report(J.judge_isolation(ref, view, model_view))
             has_history = any(r.key == ref.record_key for r in self.model.superseded)
@@ -167,11 +247,12 @@ class OperationRules(RuleBasedStateMachine):
 
     # --- reads -------------------------------------------------------------------------------
 
-    @rule(worker=W.WORKER, ref=W.ITEMS)
-    def exists(self, worker: int, ref: ItemRef) -> None:
+    @rule(worker=W.WORKER, item=W.ITEMS)
+    def exists(self, worker: int, item: Role) -> None:
         if self.diverged:
             return
-        ctx = W.context_for(ref, worker, self.tokens[worker].get(ref))
+        ref = self._ref(item)
+        ctx = self._ctx(ref, worker, self._hold(worker, ref))
         now = self.clock.now()
         record = W.copy_record(self.model.current.get(ref.record_key))
         want = outcome_of(lambda: self.model.exists(ctx, now))
@@ -180,30 +261,39 @@ class OperationRules(RuleBasedStateMachine):
         self._checked("exists_agrees_with_model")
         self._report(self._diagnose(ref, J.judge_exists(ref, worker, got, want, record, now)))
 
-    @rule(worker=W.WORKER, ref=W.ITEMS)
-    def get(self, worker: int, ref: ItemRef) -> None:
+    @rule(worker=W.WORKER, item=W.ITEMS)
+    def get(self, worker: int, item: Role) -> None:
         if self.diverged:
             return
-        got = self.driver.outcome(lambda: self.handler.get(W.context_for(ref, worker, None)))
-        shown = got.describe() if got.error or got.value is None else got.value.status.label
+        ref = self._ref(item)
+        got = self.driver.outcome(lambda: self.handler.get(self._ctx(ref, worker, None)))
+        if got.error is not None:
+            shown = got.describe()
+        else:
+            shown = "no record" if got.value is None else got.value.status.label
         self._step(f"worker {worker}", f"get({ref.label})", shown)
         # Reads change nothing, so the other items' last readings still stand.
         self._after_step("get", {**{r: Outcome(v) for r, v in self.view.items()}, ref: got})
 
     # --- the lock ----------------------------------------------------------------------------
 
-    @rule(worker=W.WORKER, ref=W.ITEMS)
-    def try_acquire_lock(self, worker: int, ref: ItemRef) -> None:
+    @rule(worker=W.WORKER, item=W.ITEMS)
+    def try_acquire_lock(self, worker: int, item: Role) -> None:
+        self._acquire(worker, self._ref(item))
+
+    def _acquire(self, worker: int, ref: ItemRef, *, reply_lost: bool = False) -> None:
         if self.diverged:
             return
-        ctx = W.context_for(ref, worker, self.tokens[worker].get(ref))
+        ctx = self._ctx(ref, worker, self._hold(worker, ref))
         now = self.clock.now()
         record = W.copy_record(self.model.current.get(ref.record_key))
         holder = self.holder.get(ref)
         want = outcome_of(lambda: self.model.try_acquire_lock(ctx, now))
         got = self.driver.outcome(lambda: self.handler.try_acquire_lock(ctx))
-        self._acquired(ref, worker, want)
-        shown = f"token {got.value}" if got.error is None and got.value else got.describe()
+        self._acquired(ref, worker, want, learns=not reply_lost)
+        shown = got.describe_grant()
+        if reply_lost:
+            shown += ", but the reply is lost: the worker does not learn the token"
         self._step(f"worker {worker}", f"try_acquire_lock({ref.label})", shown)
         self._checked("acquire_agrees_with_model")
         if W.is_live(record, now):
@@ -212,10 +302,13 @@ class OperationRules(RuleBasedStateMachine):
         self._report(self._diagnose(ref, finding))
         self._after_step("acquire")
 
-    def _acquired(self, ref: ItemRef, worker: int, want: Outcome) -> None:
+    def _acquired(self, ref: ItemRef, worker: int, want: Outcome, *, learns: bool = True) -> None:
+        """Book a granted acquisition.  An older hold of the same execution stays: it is
+        a coroutine that may still wake with the older token."""
         if want.error is None and want.value is not None:
-            self.tokens[worker][ref] = want.value
             self.holder[ref] = worker
+            if learns:
+                self.holds.append(W.Hold(worker, ref, want.value, self._execution(worker)))
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -226,67 +319,104 @@ class OperationRules(RuleBasedStateMachine):
         ref: ItemRef,
         call: Callable[[StateHandlerContext], Any],
         model_call: Callable[[StateHandlerContext, dt.datetime], Any],
+        *,
+        hold: W.Hold | bool | None = True,
+        reply_lost: bool = False,
     ) -> None:
-        token = self.tokens[worker].get(ref)
-        ctx = W.context_for(ref, worker, token)
+        """One write by ``worker`` on ``ref``, under ``hold`` (True: its current hold, if any).
+
+        With ``reply_lost`` the write lands but the caller never hears so: it
+        keeps its token, now spent, and may retry or release with it.
+        """
+        held = self._hold(worker, ref) if hold is True else hold or None
+        token = None if held is None else held.token
+        ctx = self._ctx(ref, worker, held)
         now = self.clock.now()
         record = W.copy_record(self.model.current.get(ref.record_key))
         superseded = len(self.model.superseded)
         want = outcome_of(lambda: model_call(ctx, now))
         got = self.driver.outcome(lambda: call(ctx))
-        if token is not None and (want.error is None or isinstance(want.error, LockError)):
-            del self.tokens[worker][ref]
-        if want.error is None and self.holder.get(ref) == worker:
+        spent_by = None if held is None else self.spent.get(held)
+        if held is not None and (want.error is None or isinstance(want.error, LockError)):
+            if reply_lost and want.error is None:
+                self.spent[held] = operation.split(",")[0] + (")" if "," in operation else "")
+            else:
+                self.holds.remove(held)
+                self.spent.pop(held, None)
+        if want.error is None and self.holder.get(ref) == worker and not reply_lost:
             del self.holder[ref]
+        actor = f"worker {worker}" if held is None else held.who
         with_token = f" with token {token}" if token is not None else ""
+        if spent_by is not None:
+            with_token += " (spent)"
         shown = "ok" if got.error is None and got.value is None else got.describe()
-        self._step(f"worker {worker}", f"{operation} on {ref.label}{with_token}", shown)
+        if reply_lost:
+            shown += ", but the reply is lost: the worker still holds its token"
+        self._step(actor, f"{operation} on {ref.label}{with_token}", shown)
         self._checked("errors_agree_with_model")
         if isinstance(want.error, StaleLockError):
-            self._checked("stale_write_rejected")
+            self._checked("spent_token_rejected" if spent_by else "stale_write_rejected")
         if len(self.model.superseded) > superseded:
             self._checked("upsert_keeps_history")
-        finding = J.judge_write(operation, ref, worker, token, got, want, record, now)
+        finding = J.judge_write(
+            operation, ref, worker, token, got, want, record, now, spent_by=spent_by
+        )
         self._report(self._diagnose(ref, finding))
         self._after_step(operation.split("(")[0])
 
-    @rule(worker=W.WORKER, ref=W.ITEMS, status=W.STATUSES, data=W.DATA)
-    def set(
-        self, worker: int, ref: ItemRef, status: IdempotencyStatus, data: dict[str, Any] | None
+    def _set(
+        self,
+        worker: int,
+        ref: ItemRef,
+        status: IdempotencyStatus,
+        data: dict[str, Any] | None,
+        **how: Any,
     ) -> None:
-        if self.diverged:
-            return
         self._write(
-            f"set({status.label}, data={data!r})",
+            f"set({status.label}, data={J.short_data(data)})",
             worker,
             ref,
             lambda ctx: self.handler.set(ctx, status, data),
             lambda ctx, now: self.model.set(ctx, status, data, now),
+            **how,
         )
 
-    @rule(worker=W.WORKER, ref=W.ITEMS, error=W.ERRORS)
-    def release_lock_as_failed(self, worker: int, ref: ItemRef, error: str) -> None:
-        if self.diverged:
-            return
+    def _release(self, worker: int, ref: ItemRef, error: str, **how: Any) -> None:
         self._write(
-            f"release_lock_as_failed({error!r})",
+            f"release_lock_as_failed({J.short_data(error)})",
             worker,
             ref,
             lambda ctx: self.handler.release_lock_as_failed(ctx, error),
             lambda ctx, now: self.model.release_lock_as_failed(ctx, error, now),
+            **how,
         )
 
-    @rule(worker=W.WORKER, ref=W.ITEMS, data=W.DATA)
-    def upsert(self, worker: int, ref: ItemRef, data: dict[str, Any] | None) -> None:
-        if self.diverged:
-            return
+    def _upsert(self, worker: int, ref: ItemRef, data: dict[str, Any] | None, **how: Any) -> None:
         self._write(
-            f"upsert(data={data!r})",
+            f"upsert(data={J.short_data(data)})",
             worker,
             ref,
             lambda ctx: self.handler.upsert(ctx, data),
             lambda ctx, now: self.model.upsert(ctx, data, now),
+            **how,
         )
+
+    @rule(worker=W.WORKER, item=W.ITEMS, status=W.STATUSES, data=W.DATA)
+    def set(
+        self, worker: int, item: Role, status: IdempotencyStatus, data: dict[str, Any] | None
+    ) -> None:
+        if not self.diverged:
+            self._set(worker, self._ref(item), status, data)
+
+    @rule(worker=W.WORKER, item=W.ITEMS, error=W.ERRORS)
+    def release_lock_as_failed(self, worker: int, item: Role, error: str) -> None:
+        if not self.diverged:
+            self._release(worker, self._ref(item), error)
+
+    @rule(worker=W.WORKER, item=W.ITEMS, data=W.DATA)
+    def upsert(self, worker: int, item: Role, data: dict[str, Any] | None) -> None:
+        if not self.diverged:
+            self._upsert(worker, self._ref(item), data)
 
     # --- time --------------------------------------------------------------------------------
 
@@ -305,17 +435,20 @@ class OperationRules(RuleBasedStateMachine):
         if not self.diverged:
             self._move(f"jumps back {seconds}s", dt.timedelta(seconds=-seconds))
 
-    @rule()
-    def clock_jumps_past_lock_duration(self) -> None:
+    @rule(item=W.ITEMS)
+    def clock_jumps_past_lock_duration(self, item: Role) -> None:
+        """Jump one second past the lock duration of ``item``'s node: nodes differ."""
         if not self.diverged:
-            delta = WORLD_CONFIG.lock_duration + dt.timedelta(seconds=1)
-            self._move("jumps past the lock duration", delta)
+            ref = self._ref(item)
+            delta = ref.config.lock_duration + dt.timedelta(seconds=1)
+            self._move(f"jumps past {ref.name}'s lock duration", delta)
 
-    @rule()
-    def clock_jumps_past_retention(self) -> None:
+    @rule(item=W.ITEMS)
+    def clock_jumps_past_retention(self, item: Role) -> None:
         if not self.diverged:
-            assert WORLD_CONFIG.retention is not None
-            self._move("jumps past retention", WORLD_CONFIG.retention + dt.timedelta(seconds=1))
+            ref = self._ref(item)
+            retention = ref.config.retention or dt.timedelta(days=1)
+            self._move(f"jumps past {ref.name}'s retention", retention + dt.timedelta(seconds=1))
 
     # --- sweeps ------------------------------------------------------------------------------
 
@@ -333,7 +466,7 @@ class OperationRules(RuleBasedStateMachine):
         self._checked("sweep_only_expired")
         if want.value:
             self._checked("sweep_resets_expired")
-        swept = {r: (before[r], after.get(r)) for r in WORLD_ITEMS}
+        swept = {r: (before[r], after.get(r)) for r in self.world}
         self._report(J.judge_sweep(swept, got, want, now))
         self._after_step("sweep", observed)
 
@@ -358,9 +491,17 @@ class OperationRules(RuleBasedStateMachine):
     # --- the end -----------------------------------------------------------------------------
 
     def teardown(self) -> None:
-        closed = self.driver.outcome(self.handler.close)
-        leaked = self.driver.close()
-        self.clock.stop()
+        if self._torn_down:
+            return  # a pasted reproduction tears down in ``finally`` as well
+        self._torn_down = True
+        try:
+            closed = self.driver.outcome(self.handler.close)
+            leaked = self.driver.close()
+        finally:
+            self.clock.stop()
+            if self._saved_zone is not _NO_ZONE:
+                restore_zone(self._saved_zone)
+                self._saved_zone = _NO_ZONE
         if self.failed:
             return
         self._checked("closes_cleanly")

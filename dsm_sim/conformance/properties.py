@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from reference_engine.errors import ConfigurationError, DsmError
 
 __all__ = [
+    "ISOLATION",
     "PROPERTIES",
     "PROPERTY_NAMES",
     "Finding",
@@ -35,6 +36,10 @@ PROPERTIES: tuple[Property, ...] = (
     Property("acquire_agrees_with_model", "try_acquire_lock grants and refuses as the spec says"),
     Property("exists_agrees_with_model", "exists is True only for Processed and Skipped"),
     Property("stale_write_rejected", "a swept or taken-over holder's write raises StaleLockError"),
+    Property(
+        "spent_token_rejected",
+        "a write with a token whose own write already landed never changes the record",
+    ),
     Property("errors_agree_with_model", "every refused call raises the error the spec names"),
     Property("allowed_transitions_only", "every status change is in the transition table"),
     Property("completion_releases_lock", "set and release_lock_as_failed end the lock"),
@@ -54,9 +59,26 @@ PROPERTIES: tuple[Property, ...] = (
         "entity_isolation",
         "no entity (node) or item entity key sees or blocks another's records",
     ),
+    Property(
+        "key_identity",
+        "distinct keys never share a record, lock or outcome; equal keys always do",
+    ),
+    Property(
+        "invalid_keys_refused",
+        "keys the project refuses raise InvalidItemError before any store is touched",
+    ),
     Property("closes_cleanly", "close() leaves no task running on the event loop"),
 )
 PROPERTY_NAMES: tuple[str, ...] = tuple(p.name for p in PROPERTIES)
+
+#: The property a mix-up with a sibling item breaks, by how the two differ
+#: (:meth:`dsm_sim.model.ItemRef.sibling_of`).
+ISOLATION: dict[str, str] = {
+    "tenant": "tenant_isolation",
+    "scope": "scope_isolation",
+    "entity": "entity_isolation",
+    "key": "key_identity",
+}
 
 
 class UnknownPropertyError(ConfigurationError):
@@ -87,11 +109,13 @@ class Finding:
 class PropertyViolation(DsmError, AssertionError):
     """Raised inside the state machine; Hypothesis shrinks the run that raised it.
 
-    ``story`` is the plain-language account of the (final, shrunk) run.
+    ``story`` is the plain-language account of the (final, shrunk) run, and
+    ``time_zone`` the process ``TZ`` the failing test case ran in.
     """
 
-    def __init__(self, finding: Finding, story: str) -> None:
+    def __init__(self, finding: Finding, story: str, time_zone: str = "UTC0") -> None:
         self.property = finding.property
         self.finding = finding
         self.story = story
+        self.time_zone = time_zone
         super().__init__(f"{finding.property}: {finding.message}\n{story}")

@@ -3,36 +3,48 @@
 Hypothesis stops at the first failing example and shrinks it, so one run
 finds one violation.  To report every property, :func:`verify` runs again
 with the properties already found switched to "stop this test case quietly",
-until a run passes; a correct handler costs one run.  A clean run that never
-reached some property is followed by up to :data:`TOP_UP_RUNS` more (not
-under ``dev``), so "not exercised" means "not reached in three runs", not
+until a run passes; a correct handler costs one run per seed.  A profile
+spreads its budget over several seeds (:class:`dsm_sim.profiles.Budget`):
+every seed is run to a clean pass.  A clean run that never reached some
+property is followed by up to :data:`TOP_UP_RUNS` more seeds (not under
+``dev``), so "not exercised" means "not reached after the top-ups", not
 "unlucky once".
+
+A racy handler can break a property once and then answer the same steps
+differently, so Hypothesis can neither shrink nor replay the failure: such a
+result is :attr:`ResultStatus.FLAKY`, with the story of the run that broke it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import inspect
 import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import seed as hypothesis_seed
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.stateful import invariant, run_state_machine_as_test
 
 from dsm_sim import profiles
 from dsm_sim.conformance.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.explain import render_reproduction
-from dsm_sim.conformance.machine import build_machine
+from dsm_sim.conformance.flaky import FLAKY_EXPLANATION, find_violation, is_flaky
+from dsm_sim.conformance.machine import ConformanceMachine, build_machine
 from dsm_sim.conformance.properties import PROPERTIES, PropertyViolation
+from dsm_sim.conformance.shrinking import SETTLE_SECONDS, SHRINK_SECONDS, shrink_budget
 from dsm_sim.conformance.world import RunStats
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
 __all__ = [
     "TOP_UP_RUNS",
+    "UTC_ZONE",
     "PropertyResult",
     "ResultStatus",
     "VerificationReport",
@@ -41,15 +53,19 @@ __all__ = [
     "verify",
 ]
 
-#: Clean runs added, at most, while some property has not been exercised yet.
+#: Clean runs (each on a new seed) added, at most, while some property has not been exercised.
 TOP_UP_RUNS = 2
-#: Called with (test cases run so far in this run, the profile's max_examples).
+#: The zone a replay needs no ``--tz`` for.
+UTC_ZONE = "UTC"
+#: Called with (test cases run so far, test cases the profile plans in all).
 Progress = Callable[[int, int], None]
 
 
 class ResultStatus(enum.Enum):
     PASSED = "passed"
     FAILED = "failed"
+    #: Violated once, but the same steps did not fail again: a race, most likely.
+    FLAKY = "flaky"
     NOT_EXERCISED = "not exercised"
     #: The run stopped at an earlier violation before this property was settled.
     UNSETTLED = "unsettled"
@@ -60,7 +76,12 @@ class ResultStatus(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class PropertyResult:
-    """One property's verdict; a failure carries its shrunk program and its story."""
+    """One property's verdict; a failure carries its shrunk program and its story.
+
+    ``stopped`` counts the later test cases that ran into this property once
+    it was known to fail and were stopped there: every other property's pass
+    is conditional on what those test cases would have done next.
+    """
 
     name: str
     summary: str
@@ -71,18 +92,37 @@ class PropertyResult:
     reproduction: str = ""
     examples_to_failure: int | None = None
     seconds_to_failure: float | None = None
+    stopped: int = 0
+    #: 1 for the first violation found, 2 for the next...; None when it did not fail.
+    found_rank: int | None = None
+    #: The seed of the run that found the violation.
+    found_seed: int | None = None
+    #: The property the first failing test case broke.  Generation is fixed by
+    #: the seed, so this does not depend on the machine; the shrunk program may
+    #: end on another property (shrinking keeps any failure, and its budget is
+    #: in seconds), which is then the one ``name`` reports.
+    found_as: str | None = None
+    #: The POSIX ``TZ`` the failing test case ran in, when the machine reports one.
+    time_zone: str | None = None
 
     @property
     def failed(self) -> bool:
-        return self.status is ResultStatus.FAILED
+        return self.status in (ResultStatus.FAILED, ResultStatus.FLAKY)
+
+    @property
+    def flaky(self) -> bool:
+        return self.status is ResultStatus.FLAKY
 
     def render(self) -> str:
         """The failure as a handler author should read it: sentence, story, program."""
         if not self.failed:
             return f"{self.name}: {self.status.value} ({self.checks} checks)"
-        parts = [f"{self.name} violated: {self.message}", "", "What happened:", self.story]
+        heading = f"{self.name} violated{' (flaky)' if self.flaky else ''}: {self.message}"
+        parts = [heading, "", "What happened:", self.story]
         if self.reproduction:
             parts += ["", "Minimal reproduction (paste and run):", self.reproduction]
+        if self.flaky:
+            parts += ["", f"Flaky: {FLAKY_EXPLANATION}."]
         return "\n".join(parts)
 
 
@@ -100,6 +140,12 @@ class VerificationReport:
     runs: int
     seconds: float
     error: str | None = None
+    #: The time zone every test case ran in; None when each drew its own.
+    time_zone: str | None = None
+    #: Every seed a run was started from, in order.
+    seeds: tuple[int, ...] = ()
+    #: Rules executed over all test cases (steps of the state machine).
+    steps: int = 0
 
     @property
     def passed(self) -> bool:
@@ -107,13 +153,49 @@ class VerificationReport:
 
     @property
     def violations(self) -> tuple[PropertyResult, ...]:
-        return tuple(r for r in self.results if r.failed)
+        """The violated properties in the order they were found."""
+        failed = [r for r in self.results if r.failed]
+        return tuple(sorted(failed, key=lambda r: r.found_rank or 0))
+
+    @property
+    def checks(self) -> int:
+        return sum(r.checks for r in self.results)
+
+    @property
+    def stopped(self) -> int:
+        """Test cases stopped at a violation already found (conditional passes)."""
+        return sum(r.stopped for r in self.results)
+
+    @property
+    def replay_zone(self) -> str | None:
+        """The ``--tz`` a replay needs: the zone chosen, else the first failing case's."""
+        if self.time_zone is not None:
+            return self.time_zone
+        return next((v.time_zone for v in self.violations if v.time_zone), None)
 
     def result(self, name: str) -> PropertyResult:
         for result in self.results:
             if result.name == name:
                 return result
         raise KeyError(name)
+
+    def replay_command(self) -> str:
+        """The ``dsm verify`` command that runs the same test cases again."""
+        command = f"dsm verify {self.factory} --profile {self.profile} --seed {self.seed}"
+        if self.clock_mode is not ClockMode.INJECTED:
+            command += f" --clock {self.clock_mode.value}"
+        zone = self.replay_zone
+        if zone is not None and zone != UTC_ZONE:
+            command += f" --tz {zone}"
+        return command
+
+    def explored(self) -> str:
+        """How much was explored, in one line: what a green run is worth."""
+        seeds = len(self.seeds) or 1
+        return (
+            f"{self.test_cases} test cases, {self.steps} steps, {self.checks} checks, "
+            f"{seeds} seed(s), {self.runs} run(s), {self.seconds:.1f}s"
+        )
 
 
 def factory_path(factory: HandlerFactory) -> str:
@@ -124,7 +206,7 @@ def factory_path(factory: HandlerFactory) -> str:
 
 
 def profile_settings(profile: str) -> settings:
-    """The Hypothesis settings of a named profile, with the kit's fixed choices."""
+    """The Hypothesis settings of one run (one seed) of a named profile, with the kit's choices."""
     if profile not in profiles.PROFILES:
         raise ConfigurationError(
             f"unknown profile {profile!r}; choose one of {', '.join(profiles.PROFILES)}"
@@ -134,6 +216,7 @@ def profile_settings(profile: str) -> settings:
     base = profiles.profile_settings(profile)
     return settings(
         base,
+        max_examples=profiles.budget(profile).max_examples,
         database=None,
         report_multiple_bugs=False,
         # The explain phase re-runs the failure to annotate lines of code; the
@@ -147,14 +230,95 @@ def _unexercised(checks: Counter[str], found: Mapping[str, PropertyResult]) -> b
     return any(not checks[p.name] for p in PROPERTIES if p.name not in found)
 
 
-def _violation_in(exc: BaseException) -> PropertyViolation | None:
-    if isinstance(exc, PropertyViolation):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if (found := _violation_in(inner)) is not None:
-                return found
-    return None
+#: How Hypothesis prints the counting invariant in a program; dropped from reproductions.
+_COUNTER_CALL = "state.count_step()"
+
+
+class _StepCounter:
+    """Counts executed rules: Hypothesis checks invariants once per test case, then per step."""
+
+    def __init__(self) -> None:
+        self.invariant_calls = 0
+
+
+def _counted(machine: type[ConformanceMachine], counter: _StepCounter) -> type[ConformanceMachine]:
+    """The machine with an invariant that only counts; its name (and printed program) unchanged."""
+
+    def count_step(self: ConformanceMachine) -> None:
+        counter.invariant_calls += 1
+
+    namespace = {
+        "count_step": invariant()(count_step),
+        "__module__": machine.__module__,
+        "__qualname__": machine.__qualname__,
+    }
+    return type(machine.__name__, (machine,), namespace)
+
+
+def _machine(
+    factory: HandlerFactory,
+    *,
+    clock_mode: ClockMode,
+    stats: RunStats,
+    name: str,
+    time_zone: str | None,
+) -> type[ConformanceMachine]:
+    kwargs: dict[str, Any] = {"clock_mode": clock_mode, "stats": stats, "name": name}
+    if time_zone is not None:
+        if "time_zone" not in inspect.signature(build_machine).parameters:
+            raise ConfigurationError(
+                f"time zone {time_zone!r} requested, but this version of the kit's state "
+                "machine cannot pin one; leave the time zone unset"
+            )
+        kwargs["time_zone"] = time_zone
+    return build_machine(factory, **kwargs)
+
+
+@dataclass(slots=True)
+class _Search:
+    """What the runs of one verification have found and counted so far."""
+
+    found: dict[str, PropertyResult]
+    checks: Counter[str]
+    stopped: Counter[str]
+    test_cases: int = 0
+    steps: int = 0
+
+
+def _violated(
+    violation: PropertyViolation,
+    *,
+    flaky: bool,
+    search: _Search,
+    stats: RunStats,
+    run_seed: int,
+    run_seconds: float,
+    factory: str,
+) -> PropertyResult:
+    summary = next(p.summary for p in PROPERTIES if p.name == violation.property)
+    zone = getattr(violation, "time_zone", None)
+    notes = [
+        "\n".join(line for line in str(note).splitlines() if line.strip() != _COUNTER_CALL)
+        for note in getattr(violation, "__notes__", [])
+    ]
+    reproduction = render_reproduction(notes, factory)
+    # No program means Hypothesis could not replay the failure: the same steps passed.
+    flaky = flaky or not reproduction
+    return PropertyResult(
+        name=violation.property,
+        summary=summary,
+        status=ResultStatus.FLAKY if flaky else ResultStatus.FAILED,
+        checks=search.checks[violation.property],
+        message=violation.finding.message,
+        story=violation.story,
+        reproduction=reproduction,
+        examples_to_failure=stats.first_failure_case,
+        seconds_to_failure=round(run_seconds, 3),
+        found_rank=len(search.found) + 1,
+        found_seed=run_seed,
+        found_as=stats.first_failure_property,
+        time_zone=zone if isinstance(zone, str) else None,
+    )
 
 
 def verify(
@@ -166,13 +330,25 @@ def verify(
     stop_on_first: bool = False,
     max_examples: int | None = None,
     step_count: int | None = None,
+    seeds: int | None = None,
+    time_zone: str | None = None,
     progress: Progress | None = None,
     name: str = "HandlerConformance",
+    on_violation: Callable[[PropertyResult], None] | None = None,
 ) -> VerificationReport:
     """Run the conformance state machine against ``factory``; never raises on a violation.
 
     Without ``seed`` one is drawn at random and kept in the report, so any run,
-    passing or failing, can be replayed with ``seed=report.seed``.
+    passing or failing, can be replayed with ``seed=report.seed``.  The runs
+    use seeds ``seed``, ``seed + 1``, ... (``seeds`` of them: the profile's
+    count, or one when ``max_examples`` is given); ``max_examples`` and
+    ``step_count`` are per seed.
+    ``time_zone`` pins every test case to one POSIX ``TZ``; by default each
+    test case draws its own.
+    ``on_violation`` is called with each violation as soon as its run ends,
+    before the next run builds a handler: the last handler built is then the
+    one that ran the shrunk counterexample (``dsm verify --exec`` writes its
+    protocol messages to a replay file).
     """
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
@@ -184,81 +360,125 @@ def verify(
             max_examples=max_examples or chosen.max_examples,
             stateful_step_count=step_count or chosen.stateful_step_count,
         )
+    # An explicit number of examples is a whole budget: one seed, unless ``seeds`` says more.
+    default_seeds = 1 if max_examples is not None else profiles.budget(profile).seeds
+    seed_count = seeds if seeds is not None else default_seeds
+    if seed_count < 1:
+        raise ConfigurationError(f"seeds must be at least 1, got {seed_count}")
+    planned = chosen.max_examples * seed_count
     path = factory_path(factory)
-    found: dict[str, PropertyResult] = {}
-    checks: Counter[str] = Counter()
-    test_cases = runs = top_ups = 0
+    search = _Search(found={}, checks=Counter(), stopped=Counter())
+    runs = seed_index = 0
     # Under dev an unexercised property is only a skip: keep the quick look quick.
     top_up_limit = 0 if profile == "dev" else TOP_UP_RUNS
     error: str | None = None
     settled = False
     started = time.perf_counter()
+    used: list[int] = []
     while True:
         runs += 1
-        on_case = None if progress is None else (lambda n: progress(n, chosen.max_examples))
-        stats = RunStats(frozenset(found), on_case)
-        machine = build_machine(factory, clock_mode=mode, stats=stats, name=name)
-        machine = hypothesis_seed(seed + top_ups)(machine)
+        run_seed = seed + seed_index
+        if run_seed not in used:
+            used.append(run_seed)
+        done_before = search.test_cases
+        on_case = (
+            None
+            if progress is None
+            else (lambda n, before=done_before: progress(before + n, planned))
+        )
+        stats = RunStats(frozenset(search.found), on_case)
+        counter = _StepCounter()
+        machine = _machine(factory, clock_mode=mode, stats=stats, name=name, time_zone=time_zone)
+        machine = hypothesis_seed(run_seed)(_counted(machine, counter))
         run_started = time.perf_counter()
+        violation: PropertyViolation | None = None
+        flaky = False
         try:
-            run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call,unused-ignore]
-            violation = None
+            with shrink_budget(
+                SHRINK_SECONDS.get(profile, SHRINK_SECONDS["ci"]),
+                SETTLE_SECONDS.get(profile, SETTLE_SECONDS["ci"]),
+            ):
+                run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call,unused-ignore]
         except Exception as exc:
-            violation = _violation_in(exc)
+            violation = find_violation(exc)
+            flaky = is_flaky(exc)
             if violation is None:
-                error = f"the run stopped with {type(exc).__name__}: {exc}"
-        test_cases += stats.test_cases
+                error = (
+                    f"{FLAKY_EXPLANATION.split(',')[0]} and Hypothesis could not tell which "
+                    f"property broke ({type(exc).__name__}: {exc})"
+                    if flaky
+                    else f"the run stopped with {type(exc).__name__}: {exc}"
+                )
+        search.test_cases += stats.test_cases
+        search.steps += max(0, counter.invariant_calls - stats.test_cases)
+        search.stopped.update(stats.suppressed)
         for key, count in stats.checks.items():
-            checks[key] = max(checks[key], count)
+            search.checks[key] = max(search.checks[key], count)
         if violation is None:
             settled = error is None
-            if settled and top_ups < top_up_limit and _unexercised(checks, found):
+            if not settled:
+                break
+            seed_index += 1
+            if seed_index < seed_count:
+                continue  # the next seed of the profile's budget
+            if seed_index < seed_count + top_up_limit and _unexercised(search.checks, search.found):
                 # Whether a property is reached at all is up to chance (swarm
                 # testing switches rules off per test case); a clean run that
                 # missed some gets more test cases before any is called
                 # "not exercised".  A violation found meanwhile counts as usual.
-                top_ups += 1
                 continue
             break
-        summary = next(p.summary for p in PROPERTIES if p.name == violation.property)
-        found[violation.property] = PropertyResult(
-            name=violation.property,
-            summary=summary,
-            status=ResultStatus.FAILED,
-            checks=checks[violation.property],
-            message=violation.finding.message,
-            story=violation.story,
-            reproduction=render_reproduction(getattr(violation, "__notes__", []), path),
-            examples_to_failure=stats.first_failure_case,
-            seconds_to_failure=round(time.perf_counter() - run_started, 3),
+        search.found[violation.property] = _violated(
+            violation,
+            flaky=flaky,
+            search=search,
+            stats=stats,
+            run_seed=run_seed,
+            run_seconds=time.perf_counter() - run_started,
+            factory=path,
         )
-        if stop_on_first or len(found) == len(PROPERTIES):
-            settled = len(found) == len(PROPERTIES)
+        if on_violation is not None:
+            on_violation(search.found[violation.property])
+        if stop_on_first or len(search.found) == len(PROPERTIES):
+            settled = len(search.found) == len(PROPERTIES)
             break
-    results = tuple(
-        found.get(p.name)
-        or PropertyResult(
-            name=p.name,
-            summary=p.summary,
-            status=(
-                ResultStatus.UNSETTLED
-                if not settled
-                else ResultStatus.PASSED
-                if checks[p.name]
-                else ResultStatus.NOT_EXERCISED
-            ),
-            checks=checks[p.name],
-        )
-        for p in PROPERTIES
-    )
     return VerificationReport(
         factory=path,
         profile=profile,
         seed=seed,
         clock_mode=mode,
-        results=results,
-        test_cases=test_cases,
+        results=_results(search, settled),
+        test_cases=search.test_cases,
         runs=runs,
         seconds=round(time.perf_counter() - started, 3),
         error=error,
+        time_zone=time_zone,
+        seeds=tuple(used),
+        steps=search.steps,
     )
+
+
+def _results(search: _Search, settled: bool) -> tuple[PropertyResult, ...]:
+    results: list[PropertyResult] = []
+    for p in PROPERTIES:
+        if p.name in search.found:
+            failed = search.found[p.name]
+            results.append(dataclasses.replace(failed, stopped=search.stopped[p.name]))
+            continue
+        status = (
+            ResultStatus.UNSETTLED
+            if not settled
+            else ResultStatus.PASSED
+            if search.checks[p.name]
+            else ResultStatus.NOT_EXERCISED
+        )
+        results.append(
+            PropertyResult(
+                name=p.name,
+                summary=p.summary,
+                status=status,
+                checks=search.checks[p.name],
+                stopped=search.stopped[p.name],
+            )
+        )
+    return tuple(results)

@@ -4,7 +4,8 @@ Subclass :class:`ConformanceSuite` and provide a ``dsm_handler_factory``
 fixture (or pass ``--dsm-handler`` and run ``pytest --pyargs
 dsm_sim.conformance``).  The state machine runs once per factory, profile,
 seed and clock mode; each ``test_<property>`` then reports its own verdict,
-with the shrunk program and the plain-language story when it fails.
+with the shrunk program and the plain-language story when it fails, and
+the seed and ``dsm verify`` command that replay the run.
 """
 
 from __future__ import annotations
@@ -18,29 +19,53 @@ from dsm_sim.conformance.properties import PROPERTIES, Property
 from dsm_sim.conformance.runner import ResultStatus, VerificationReport, verify
 from reference_engine.handler import HandlerFactory
 
-__all__ = ["ConformanceSuite", "cached_report"]
+__all__ = ["ConformanceSuite", "cached_report", "replay_lines"]
 
-_REPORTS: dict[tuple[object, str, int | None, ClockMode], VerificationReport] = {}
+_REPORTS: dict[tuple[object, str, int | None, ClockMode, str | None], VerificationReport] = {}
 
 
 def cached_report(
-    factory: HandlerFactory, profile: str, seed: int | None, clock_mode: ClockMode
+    factory: HandlerFactory,
+    profile: str,
+    seed: int | None,
+    clock_mode: ClockMode,
+    time_zone: str | None = None,
 ) -> VerificationReport:
-    """Verify once per (factory, profile, seed, clock mode) per process."""
-    key = (factory, profile, seed, clock_mode)
+    """Verify once per (factory, profile, seed, clock mode, time zone) per process."""
+    key = (factory, profile, seed, clock_mode, time_zone)
     if key not in _REPORTS:
-        _REPORTS[key] = verify(factory, profile, seed, clock_mode=clock_mode)
+        _REPORTS[key] = verify(factory, profile, seed, clock_mode=clock_mode, time_zone=time_zone)
     return _REPORTS[key]
+
+
+def replay_lines(report: VerificationReport) -> str:
+    """The seed and the command that replay a run, as ``dsm verify`` prints them."""
+    zone = report.time_zone or "drawn per test case"
+    return (
+        f"seed {report.seed} (profile {report.profile}, clock {report.clock_mode.value}, "
+        f"time zone {zone}; explored {report.explored()})\n"
+        f"replay this run: {report.replay_command()}\n"
+        f"  or: pytest ... --dsm-profile={report.profile} --dsm-seed={report.seed}"
+        + (
+            f" --dsm-clock={report.clock_mode.value}"
+            if report.clock_mode.value != "injected"
+            else ""
+        )
+        + (f" --dsm-tz={report.replay_zone}" if report.replay_zone not in (None, "UTC") else "")
+    )
 
 
 def _property_test(prop: Property) -> Callable[[ConformanceSuite, VerificationReport], None]:
     def test(self: ConformanceSuite, dsm_verification_report: VerificationReport) -> None:
         report = dsm_verification_report
         result = report.result(prop.name)
-        if result.status is ResultStatus.FAILED:
-            pytest.fail(result.render(), pytrace=False)
+        if result.failed:
+            pytest.fail(f"{result.render()}\n\n{replay_lines(report)}", pytrace=False)
         if report.error is not None:
-            pytest.fail(f"the conformance run did not complete: {report.error}", pytrace=False)
+            pytest.fail(
+                f"the conformance run did not complete: {report.error}\n\n{replay_lines(report)}",
+                pytrace=False,
+            )
         if result.status is ResultStatus.NOT_EXERCISED:
             message = (
                 f"{prop.name} was never exercised under profile {report.profile}; "
@@ -70,8 +95,11 @@ class ConformanceSuite:
         dsm_profile: str,
         dsm_seed: int | None,
         dsm_clock_mode: ClockMode,
+        dsm_time_zone: str | None,
     ) -> VerificationReport:
-        return cached_report(dsm_handler_factory, dsm_profile, dsm_seed, dsm_clock_mode)
+        return cached_report(
+            dsm_handler_factory, dsm_profile, dsm_seed, dsm_clock_mode, dsm_time_zone
+        )
 
 
 for _prop in PROPERTIES:

@@ -1,8 +1,11 @@
 """What the conformance machine draws from, and what it counts across test cases.
 
 The strategies have small, collision-prone domains on purpose: three workers
-and four items (one item in two tenants and two scopes) make races, take-overs
-and isolation bugs meet within a few steps.
+and eight items per world (the hot item in two tenants, two scopes, two
+entities, a near spelling and a split of its key; see
+:mod:`dsm_sim.conformance.worlds`) make races, take-overs and isolation bugs
+meet within a few steps.  Rules draw a :class:`~dsm_sim.conformance.worlds.Role`
+and act on that role's item in the test case's world.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
-from dsm_sim.model import WORLD_ITEMS, ItemRef, ModelRecord
+from dsm_sim.conformance.payloads import DATA, ERRORS, PLAIN_DATA
+from dsm_sim.conformance.worlds import Role
+from dsm_sim.model import ItemRef, ModelRecord, execution_id
 from reference_engine.context import StateHandlerContext
 from reference_engine.status import IdempotencyStatus
 
@@ -25,11 +30,12 @@ __all__ = [
     "ITEMS",
     "JUMPS_BACK",
     "OBSERVER",
-    "OBSERVER_CONTEXTS",
+    "PLAIN_DATA",
     "STATUSES",
     "TICKS",
     "WORKER",
     "WORKERS",
+    "Hold",
     "RunStats",
     "context_for",
     "copy_record",
@@ -40,19 +46,15 @@ S = IdempotencyStatus
 WORKERS = (1, 2, 3)
 OBSERVER = 0  # the execution id reads are made under; reads never write
 
-#: INV-1 of tenant t1 is drawn most often, so operations meet on one item; the
-#: others are there to collide with it (tenant, scope) or to stay apart.
-ITEMS = st.sampled_from((WORLD_ITEMS[0], *WORLD_ITEMS, WORLD_ITEMS[0]))
+#: The hot item is drawn most often, so operations meet on one item; the
+#: others are there to collide with it (tenant, scope, entity, key) or to stay apart.
+ITEMS = st.sampled_from((Role.HOT, *Role, Role.HOT))
 WORKER = st.sampled_from(WORKERS)
 STATUSES = st.sampled_from([s for s in IdempotencyStatus if s is not S.NONE])
-DATA = st.none() | st.fixed_dictionaries(
-    {"amount": st.integers(0, 9)}, optional={"note": st.text(alphabet="ab'é✓", max_size=3)}
-)
-OBSERVER_CONTEXTS = {ref: ref.context(OBSERVER) for ref in WORLD_ITEMS}
-ERRORS = st.sampled_from(("card declined", "timeout after 30s"))
 #: A few telling durations rather than any integer: the shrinker spends its
-#: budget removing steps, not walking 900 down to 1.
-TICKS = st.sampled_from((1, 59, 60, 61, 300, 600, 899, 900))
+#: budget removing steps, not walking 900 down to 1.  Seconds matter: some
+#: nodes lock for five.
+TICKS = st.sampled_from((1, 59, 60, 61, 300, 600, 899, 900, 2, 4, 6))
 JUMPS_BACK = st.sampled_from((1, 60, 600, 3600))
 
 
@@ -70,12 +72,38 @@ class RunStats:
         self.checks: Counter[str] = Counter()
         self.suppressed: Counter[str] = Counter()
         self.first_failure_case: int | None = None
+        #: The property the first failing test case broke, before any shrinking.
+        self.first_failure_property: str | None = None
 
 
-@functools.lru_cache(maxsize=1024)
-def context_for(ref: ItemRef, worker: int, token: int | None) -> StateHandlerContext:
-    """Contexts are frozen, so one per (item, worker, token) is shared across test cases."""
-    return ref.context(worker, lock_token=token)
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hold:
+    """A lock some execution believes it holds: who, on what, with which token.
+
+    A worker's current execution holds its latest tokens; an execution it left
+    behind (a redelivery started while it still ran) keeps its own, and may
+    wake and write with them: that is a stale writer of the same worker.
+    """
+
+    worker: int
+    ref: ItemRef
+    token: int
+    execution: str
+
+    @property
+    def who(self) -> str:
+        default = execution_id(self.worker)
+        return f"worker {self.worker}" + (
+            "" if self.execution == default else f" (execution {self.execution})"
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def context_for(
+    ref: ItemRef, worker: int, token: int | None, execution: str | None = None
+) -> StateHandlerContext:
+    """Contexts are frozen, so one per (item, worker, token, execution) is shared across cases."""
+    return ref.context(worker, lock_token=token, execution=execution)
 
 
 def is_live(record: ModelRecord | None, now: dt.datetime) -> bool:

@@ -1,8 +1,10 @@
 """The HTML report of one run: swim lanes, the invariant table and the violating trace.
 
-The page is self-contained (inline CSS and SVG, no scripts or external
-assets) so it can be attached to a CI run or mailed.  Geometry is computed
-here, in Python, so the template only places shapes and rows.
+The page is self-contained (inline CSS, SVG and script, no external assets)
+so it can be attached to a CI run or mailed.  Geometry is computed here, in
+Python, so the template only places shapes and rows; the static tables are
+the whole report without JavaScript, and the explorer
+(:mod:`dsm_sim.reports.explorer`) is laid over them when scripts run.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from dsm_sim.history import EventKind, History, Op, Outcome
+from dsm_sim.reports.explorer import TraceViolation, explorer_view
 from dsm_sim.reports.json_report import report_name
 from dsm_sim.simulator.run import RunResult
 
@@ -156,6 +159,16 @@ def render_html(run: RunResult) -> str:
     trace = [op for op in history.ops if op.index in flagged_ops]
     trace_events = [ev for ev in history.events if ev.index in flagged_events]
     lanes = swim_lanes(history, flagged_ops, flagged_events)
+    # In the order the template lists them, so data-violation="N" names the same one.
+    violations = tuple(
+        TraceViolation(r.name, v.message, v.key, tuple(v.ops), tuple(v.events))
+        for r in run.results
+        if not r.passed
+        for v in r.violations
+    )
+    explorer = explorer_view(
+        history, violations, title=f"{run.scenario.name} seed {run.seed} [{run.handler}]"
+    )
     return (
         _environment()
         .get_template(_TEMPLATE)
@@ -168,6 +181,7 @@ def render_html(run: RunResult) -> str:
             finals=history.final,
             notes=[note for r in run.results for note in r.notes],
             lane=_LANE,
+            explorer=explorer,
         )
     )
 

@@ -56,10 +56,15 @@ class HandlerCall:
 
 @dataclass(frozen=True, slots=True)
 class EffectCall:
-    """A node performs its business side effect (a charge)."""
+    """A node performs its business side effect (a charge, a notice, a screening).
 
-    invoice_id: str
+    The worker attributes it to the item the execution locked last, with the
+    fencing token of that acquisition.
+    """
+
+    item_key: str
     amount: int
+    action: str = "charge"
 
 
 Request = HandlerCall | EffectCall
@@ -128,10 +133,23 @@ class HandlerProxy:
 
 
 class BillingProxy:
-    """The billing API as the node sees it; the charge happens in the worker process."""
+    """The business APIs as the nodes see them; every effect happens in the worker process.
+
+    One object serves the billing API (invoice node), the notice API
+    (correction node) and the screening API (screening node).
+    """
 
     async def charge(self, invoice_id: str, amount: int) -> Mapping[str, Any]:
         return cast("Mapping[str, Any]", await _ask(EffectCall(invoice_id, amount)))
+
+    async def send_correction(
+        self, invoice_id: str, revision: int, amount: int
+    ) -> Mapping[str, Any]:
+        call = EffectCall(invoice_id, amount, f"correction r{revision}")
+        return cast("Mapping[str, Any]", await _ask(call))
+
+    async def screen(self, line_id: str, amount: int) -> Mapping[str, Any]:
+        return cast("Mapping[str, Any]", await _ask(EffectCall(line_id, amount, "screen")))
 
 
 class RecordingFactory(DataStateMachineFactory):

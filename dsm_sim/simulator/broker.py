@@ -50,7 +50,7 @@ class Broker:
         self.world.event(
             EventKind.DELIVERY,
             process="broker",
-            key=self.world.key_for(message.tenant_id, str(message.payload.get("invoiceId", ""))),
+            key=self.world.message_keys.get(message.id, ""),
             detail=f"{message.id} delivery {message.delivery}",
         )
         yield self.queue.put(message)
@@ -59,15 +59,23 @@ class Broker:
         """A new message: deliver it, plus any duplicate copies the faults call for."""
         self.publish(message)
         for copy, delay in enumerate(self.world.faults.duplicate_delays(), start=2):
-            self.publish(dataclasses.replace(message, delivery=copy), delay)
+            self.publish(dataclasses.replace(message, delivery=copy), self.world.on_grid(delay))
 
-    def settle(self, message: Message, how: str) -> None:
+    def settle(self, message: Message, how: str, reason: str = "") -> None:
+        """Acknowledge, redeliver, or give up; ``reason`` is why a failed delivery failed."""
         if how == Settlement.ACK:
             self.outstanding -= 1
             return
         if message.delivery >= self.world.scenario.max_deliveries:
             self.outstanding -= 1
             self.dead_letters.append(message)
+            self.world.event(
+                EventKind.DEAD_LETTER,
+                process="broker",
+                key=self.world.message_keys.get(message.id, ""),
+                execution=message.id,
+                detail=reason or how,
+            )
             return
         # Same outstanding slot: the redelivery replaces this delivery.
         self.outstanding -= 1

@@ -1,23 +1,24 @@
 """The catch-up worker as a SimPy process: the expired-lock sweep on its schedule.
 
-Each tick runs the real :class:`~reference_engine.catchup.CatchupWorkerService`
-once (``run_once``: the expired-lock sweep, then the retention sweep); its
-asyncio timer is replaced by the SimPy schedule.  Around each run it reads
-every key a worker ever tried to lock, outside the history, so the recorded sweep
-says *which* keys it reset; that is what lets the checker prove "the sweep
-never resets a live lock" instead of only counting.  Pauses (catch-up
+Each tick does what :meth:`~reference_engine.catchup.CatchupWorkerService.run_once`
+does (the expired-lock sweep, then the retention sweep); its asyncio timer is
+replaced by the SimPy schedule.  Around each sweep it reads every key a
+worker ever wrote, outside the history, so the recorded sweep says *which*
+keys it changed and which were due; that is what lets the checker prove "the
+sweep never resets a live lock" and "the sweep resets every expired lock"
+instead of only counting.  Pauses (catch-up
 outages) come from the fault schedule.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 from dsm_sim.history import EventKind, OpName, Outcome
 from dsm_sim.simulator.world import World
-from reference_engine.catchup import CatchupWorkerService
+from reference_engine.record import StateRecord
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["CATCHUP", "catchup_process", "pause_markers"]
@@ -27,50 +28,101 @@ CATCHUP = "catchup"
 
 
 def catchup_process(world: World) -> Generator[Any, Any, None]:
-    """Every ``sweep_interval``: one run of the real catch-up service, both sweeps recorded."""
+    """Every ``sweep_interval``: the catch-up service's two sweeps, each recorded with its keys.
+
+    The service's ``run_once`` is the expired-lock sweep followed by the
+    retention sweep; the two are called here one after the other, exactly as
+    ``run_once`` does, so each can be read around on its own.
+    """
     env = world.env
     interval = world.scenario.sweep_interval
-    service = CatchupWorkerService(world.handler, interval=dt.timedelta(seconds=interval))
+    handler = world.handler
     while True:
         yield env.timeout(interval)
         if world.faults.catchup_paused(world.now):
             continue
         index = world.recorder.invoke(CATCHUP, OpName.RESET_EXPIRED_LOCKS, "", world.now)
         yield env.timeout(world.latency(world.scenario.latency.store))
-        # Read right before and right after the run, at the same instant, so nothing
-        # but the sweeps can explain a difference.
-        before = world.probe(world.touched)
-        store_time = world.clock.seconds()
-        try:
-            result = world.loop.run_until_complete(service.run_once())
-        except Exception as exc:  # the sweep's outcome is unknown; it may have run
-            world.recorder.complete(
-                index, Outcome.INFO, world.now, error=type(exc).__name__, store_time=store_time
-            )
+        if not _sweep(world, index, handler.reset_expired_locks, _lock_due):
             continue
-        processing = [
-            key
-            for key, record in before.items()
-            if record is not None and record.status is IdempotencyStatus.PROCESSING
-        ]
-        after = world.probe(processing)
-        reset = []
-        for key in processing:
-            record = after.get(key)
-            if record is None or record.status is not IdempotencyStatus.PROCESSING:
-                reset.append(key)
-        world.recorder.complete(
-            index,
-            Outcome.OK,
-            world.now,
-            result=result.locks_reset,
-            store_time=store_time,
-            keys=reset,
-        )
         expire = world.recorder.invoke(CATCHUP, OpName.EXPIRE_PAST_RETENTION, "", world.now)
+        _sweep(world, expire, handler.expire_past_retention, _retention_due)
+
+
+def _lock_due(record: StateRecord | None, now: dt.datetime) -> bool:
+    return (
+        record is not None
+        and record.status is IdempotencyStatus.PROCESSING
+        and record.locked_until is not None
+        and _aware(record.locked_until) < now
+    )
+
+
+def _retention_due(record: StateRecord | None, now: dt.datetime) -> bool:
+    return (
+        record is not None
+        and record.retain_until is not None
+        and _aware(record.retain_until) < now
+        and record.status is not IdempotencyStatus.EXPIRED
+        and not record.lock_live(now)
+    )
+
+
+def _aware(instant: dt.datetime) -> dt.datetime:
+    return instant if instant.tzinfo is not None else instant.replace(tzinfo=dt.UTC)
+
+
+def _sweep(
+    world: World,
+    index: int,
+    run: Callable[[], Coroutine[Any, Any, int]],
+    due: Callable[[StateRecord | None, dt.datetime], bool],
+) -> bool:
+    """Run one sweep; record the keys it changed and the keys that were due (same instant).
+
+    Only the keys the sweep can have to do with are read around it (the last
+    record seen was Processing, or was due); if the sweep reports more changes
+    than those keys show, every key is read again to find them.
+    """
+    now = world.clock.now()
+    suspects = world.known_where(lambda r: r.status is IdempotencyStatus.PROCESSING or due(r, now))
+    # Read right before and right after the sweep, at the same instant, so nothing
+    # but the sweep can explain a difference.
+    before = world.probe(suspects)
+    store_time = world.clock.seconds()
+    previous = dict(world.known)
+    try:
+        result = world.loop.run_until_complete(run())
+    except Exception as exc:  # the sweep's outcome is unknown; it may have run
         world.recorder.complete(
-            expire, Outcome.OK, world.now, result=result.records_expired, store_time=store_time
+            index, Outcome.INFO, world.now, error=type(exc).__name__, store_time=store_time
         )
+        world.probe(world.touched)
+        return False
+    after = world.probe(before)
+    changed = {key for key, record in before.items() if _changed(record, after.get(key))}
+    if result > len(changed):
+        # More changes than the suspects show (superseded records, or a sweep
+        # touching what it must not): read every key written to.
+        for key, record in world.probe(world.touched).items():
+            if _changed(previous.get(key), record):
+                changed.add(key)
+    world.recorder.complete(
+        index,
+        Outcome.OK,
+        world.now,
+        result=result,
+        store_time=store_time,
+        keys=sorted(changed),
+        candidates=[key for key, record in before.items() if due(record, now)],
+    )
+    return True
+
+
+def _changed(before: StateRecord | None, after: StateRecord | None) -> bool:
+    if before is None:
+        return False
+    return after is None or after.status is not before.status
 
 
 def pause_markers(world: World) -> Generator[Any, Any, None]:

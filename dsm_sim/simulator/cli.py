@@ -5,9 +5,15 @@ Examples::
     dsm run scenarios/                       # every scenario, its own number of seeds
     dsm run scenarios/slow-worker.toml --seed 7 --handler broken:no_fencing
     dsm run scenarios/ --seeds 3 --report reports/ --junit reports/junit-chaos.xml
+    dsm run scenarios/ --handler mypkg.store:make_handler --clock system
+    dsm run scenarios/ --seeds 20 --jobs 2   # runs in 2 worker processes, same output
 
-``--handler`` takes ``package.module:factory`` or ``broken:NAME`` (an entry of
-the catalogue of broken handlers).  Exit codes: 0 every run kept every
+``--handler`` takes ``package.module:factory``, ``broken:NAME`` (an entry of
+the catalogue of broken handlers), ``exec:COMMAND`` (a handler in another
+process, in any language, over the protocol of ``docs/protocol.md``; one
+process per run, sent the simulated clock as each request's ``now``) or
+``exec-tcp:HOST:PORT`` (a handler that is a server; ``--exec-tcp HOST:PORT``
+says the same).  Exit codes: 0 every run kept every
 invariant, 1 a run violated one, 2 the command or a scenario file is wrong.
 """
 
@@ -19,15 +25,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from dsm_sim.conformance.clocks import ClockMode, parse_clock_mode
+from dsm_sim.options import bounded_int
 from dsm_sim.scenario import Scenario, load_scenarios
-from dsm_sim.simulator.run import DEFAULT_HANDLER, RunResult, run_scenario
-from reference_engine.errors import ConfigurationError
+from dsm_sim.simulator.parallel import MAX_JOBS, run_plan
+from dsm_sim.simulator.run import DEFAULT_HANDLER, RunResult
+from reference_engine.errors import ConfigurationError, DsmError
 from reference_engine.handler import HandlerFactory
 from reference_engine.registry import load_factory
 
 __all__ = ["configure", "main", "resolve_handler"]
 
 BROKEN_PREFIX = "broken:"
+EXEC_PREFIX = "exec:"
+EXEC_TCP_PREFIX = "exec-tcp:"
+#: The most seeds one ``--seeds`` may ask for (a scenario's own ``seeds`` has the same bound).
+MAX_SEEDS = 1000
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,20 +53,58 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="MODULE:FACTORY",
         help=f"handler factory, or broken:NAME from the catalogue (default {DEFAULT_HANDLER})",
     )
+    parser.add_argument(
+        "--exec-tcp",
+        metavar="HOST:PORT",
+        default=None,
+        help="run against the handler server at this address (--handler exec-tcp:HOST:PORT)",
+    )
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument(
-        "--seeds", type=int, metavar="N", help="run seeds 1..N (default: each scenario's own)"
+        "--seeds",
+        type=bounded_int(1, MAX_SEEDS),
+        metavar="N",
+        help=f"run seeds 1..N, N from 1 to {MAX_SEEDS} (default: each scenario's own)",
     )
-    seeds.add_argument("--seed", type=int, metavar="N", help="run only this seed (replay)")
+    seeds.add_argument(
+        "--seed",
+        type=bounded_int(0, 2**63 - 1),
+        metavar="N",
+        help="run only this seed (replay)",
+    )
     parser.add_argument(
         "--report", type=Path, metavar="DIR", help="write HTML and JSON reports here"
     )
     parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
+    parser.add_argument(
+        "--clock",
+        choices=[m.value for m in ClockMode],
+        default=ClockMode.INJECTED.value,
+        help="'system' pins the wall clock to the store clock with freezegun, for handlers "
+        "that read the wall clock (datetime.now) instead of the clock they are given",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=bounded_int(1, MAX_JOBS),
+        default=1,
+        metavar="J",
+        help=f"run the runs in J worker processes, J from 1 to {MAX_JOBS} (default 1: in this "
+        "process); output, reports and exit code are the same as with 1",
+    )
     parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
 
 
 def resolve_handler(spec: str) -> HandlerFactory:
-    """``module:factory`` through the registry loader, or ``broken:NAME`` from the catalogue."""
+    """``module:factory`` through the registry loader, ``broken:NAME`` from the catalogue,
+    or ``exec:COMMAND`` / ``exec-tcp:HOST:PORT`` for a handler out of process."""
+    if spec.startswith(EXEC_PREFIX):
+        from dsm_sim.protocol.client import exec_factory
+
+        return exec_factory(spec[len(EXEC_PREFIX) :])
+    if spec.startswith(EXEC_TCP_PREFIX):
+        from dsm_sim.protocol.client import tcp_factory
+
+        return tcp_factory(spec[len(EXEC_TCP_PREFIX) :])
     if spec.startswith(BROKEN_PREFIX):
         from dsm_sim.broken import CATALOGUE
 
@@ -105,16 +156,59 @@ def _progress(
 
 def main(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
+    if getattr(args, "exec_tcp", None) is not None:
+        if args.handler != DEFAULT_HANDLER:
+            print("dsm run: give --handler or --exec-tcp, not both", file=err)
+            return 2
+        args.handler = f"{EXEC_TCP_PREFIX}{args.exec_tcp}"
     try:
         scenarios = [s for target in args.targets for s in load_scenarios(target)]
         factory = resolve_handler(args.handler)
         plan = _plan(scenarios, args)
+        system = parse_clock_mode(getattr(args, "clock", "injected")) is ClockMode.SYSTEM
     except ConfigurationError as exc:
         print(f"dsm run: {exc}", file=err)
         return 2
+    if args.handler.startswith((EXEC_PREFIX, EXEC_TCP_PREFIX)):
+        from dsm_sim.protocol.client import ExecFactory, preflight
+
+        # Said once, before any run: a command that does not start would crash every run.
+        assert isinstance(factory, ExecFactory)
+        problem = preflight(factory)
+        if problem is not None:
+            print(f"dsm run: the handler {args.handler!r} does not start: {problem}", file=err)
+            return 2
     results: list[RunResult] = []
-    for scenario, seed, done in _progress(plan, out if not args.quiet else err):
-        result = run_scenario(scenario, seed, factory, handler_name=args.handler)
+    #: Runs stopped because the handler process broke the protocol: nothing to check.
+    stopped: list[str] = []
+    #: Runs whose worker process died (a segfault, a kill): nothing to check either.
+    crashed: list[str] = []
+    jobs = getattr(args, "jobs", 1)
+    # Worker processes resolve the handler from its spec; in this process the factory
+    # resolved above is used, as before.
+    outcomes = run_plan(
+        plan,
+        factory if jobs == 1 else args.handler,
+        jobs=jobs,
+        handler_name=args.handler,
+        system_clock=system,
+    )
+    for (scenario, seed, done), outcome in zip(
+        _progress(plan, out if not args.quiet else err), outcomes, strict=True
+    ):
+        if outcome.crash is not None:
+            crashed.append(f"FAIL {scenario.name} seed {seed}: {outcome.crash.message}")
+            continue
+        if outcome.error is not None:
+            error = outcome.error
+            if not isinstance(error, DsmError) or not args.handler.startswith(
+                (EXEC_PREFIX, EXEC_TCP_PREFIX)
+            ):
+                raise error
+            stopped.append(f"FAIL {scenario.name} seed {seed}: {error}")
+            continue
+        result = outcome.result
+        assert result is not None
         results.append(result)
         done(result)
         if args.report is not None:
@@ -124,6 +218,8 @@ def main(args: argparse.Namespace) -> int:
             write_json(result, args.report)
             write_html(result, args.report)
     failed = [r for r in results if not r.passed]
+    for line in stopped + crashed:
+        print(line, file=out)
     for result in failed:
         print(
             f"FAIL {result.scenario.name} seed {result.seed}: {', '.join(result.violated)}",
@@ -132,14 +228,17 @@ def main(args: argparse.Namespace) -> int:
         for invariant in result.results:
             for violation in invariant.violations[:3]:
                 print(f"  {invariant.name}: {violation.message}", file=out)
-        print(f"  replay: {result.replay}", file=out)
+        replay = result.replay + (" --clock system" if system else "")
+        print(f"  replay: {replay}", file=out)
     if args.junit is not None:
         from dsm_sim.reports.junit import write_junit
 
         write_junit(results, args.junit)
     print(
         f"{len(results) - len(failed)}/{len(results)} runs kept every invariant"
+        + (f"; {len(stopped)} stopped by a protocol error" if stopped else "")
+        + (f"; {len(crashed)} crashed in their worker process" if crashed else "")
         + (f"; reports in {args.report}" if args.report is not None else ""),
         file=out,
     )
-    return 1 if failed else 0
+    return 1 if failed or stopped or crashed else 0

@@ -10,12 +10,16 @@ so skew only reaches what the worker itself timestamps (the node's
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from reference_engine.clock import UTC, ensure_utc
 
-__all__ = ["DEFAULT_EPOCH", "SimClock", "SkewedClock"]
+__all__ = ["DEFAULT_EPOCH", "ClockMirror", "SimClock", "SkewedClock", "host_timezone"]
 
 #: Where simulated second 0 sits on the calendar.
 DEFAULT_EPOCH = dt.datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
@@ -55,3 +59,60 @@ class SkewedClock:
 
     def __repr__(self) -> str:
         return f"SkewedClock(skew={self.skew!r})"
+
+
+class ClockMirror:
+    """Keeps the system clock on the store clock, for handlers that ignore the clock they get.
+
+    With ``system`` true, freezegun pins ``datetime.now`` and friends to the
+    store clock and :meth:`follow` moves them before every handler call.  It is
+    started with ``real_asyncio=True``, as the conformance kit does, so the
+    event loop's own timers keep working.  A database server's ``now()`` cannot
+    be moved this way.
+    """
+
+    def __init__(self, clock: SimClock, *, system: bool = False) -> None:
+        self.clock = clock
+        self.system = system
+        self._freezer: Any = None
+        self._frozen: Any = None
+
+    def start(self) -> None:
+        if self.system and self._freezer is None:
+            from freezegun import freeze_time
+
+            self._freezer = freeze_time(self.clock.now(), real_asyncio=True)
+            self._frozen = self._freezer.start()
+
+    def follow(self) -> None:
+        if self._frozen is not None:
+            self._frozen.move_to(self.clock.now())
+
+    def stop(self) -> None:
+        if self._freezer is not None:
+            freezer, self._freezer, self._frozen = self._freezer, None, None
+            freezer.stop()
+
+
+@contextlib.contextmanager
+def host_timezone(name: str) -> Iterator[None]:
+    """Run with the process' local time zone set to ``name`` ("" changes nothing).
+
+    Correct handlers never notice: they take aware UTC instants from the clock
+    they are given.  A handler that mixes in local time does, on a host that is
+    not on UTC.  The previous zone is restored afterwards.
+    """
+    if not name or not hasattr(time, "tzset"):
+        yield
+        return
+    previous = os.environ.get("TZ")
+    os.environ["TZ"] = name
+    time.tzset()
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = previous
+        time.tzset()

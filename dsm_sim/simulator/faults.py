@@ -112,6 +112,7 @@ def describe(faults: Faults) -> dict[str, Scalar]:
         "clock_jumps": ";".join(f"{j.by:+g}s@{j.at:g}s" for j in faults.clock_jumps),
         "skew_max": faults.skew.max,
         "store_error_rate": faults.store.rate,
+        "lost_reply_rate": faults.lost_reply.rate,
         "catchup_pauses": ";".join(f"{p.duration:g}s@{p.at:g}s" for p in faults.catchup_pauses),
         "swarm": faults.swarm,
     }
@@ -129,6 +130,10 @@ class FaultInjector:
         self._store = stream(seed, "store")
         self._skew = stream(seed, "skew")
         self._effect = stream(seed, "effects")
+        self._lost = stream(seed, "lost-replies")
+        # Buggify: the family is switched on for the whole run, or not at all.
+        lost = faults.lost_reply
+        self.lost_replies = lost.rate > 0 and stream(seed, "buggify").random() < lost.enabled
 
     @property
     def active(self) -> bool:
@@ -173,6 +178,13 @@ class FaultInjector:
         if not self.active or draw >= self.faults.store.rate:
             return None
         return StoreFault.AFTER if where < self.faults.store.after_fraction else StoreFault.BEFORE
+
+    def lost_reply(self) -> bool:
+        """A write landed; does its reply get lost, so the worker sees a StoreError?"""
+        if not self.lost_replies:
+            return False
+        draw = self._lost.random()
+        return self.active and draw < self.faults.lost_reply.rate
 
     def worker_skews(self, workers: int) -> list[float]:
         limit = self.faults.skew.max

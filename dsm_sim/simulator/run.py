@@ -10,6 +10,7 @@ record of every item is read, the history frozen, and the checker run.
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections import Counter
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
@@ -18,28 +19,36 @@ from typing import Any
 import simpy
 
 from dsm_sim.checker import InvariantResult, all_passed, check_history
-from dsm_sim.history import EventKind, History, HistoryRecorder, OpName, Outcome, Scalar, key_of
-from dsm_sim.scenario import Scenario
+from dsm_sim.checker.liveness import CRASH_REASON, REASONS_META, REJECTED_REASON
+from dsm_sim.checker.safety import duplicate_effects
+from dsm_sim.history import EventKind, History, HistoryRecorder, OpName, Outcome, Scalar
+from dsm_sim.scenario import Faults, NodeKind, Scenario
 from dsm_sim.simulator.bridge import BillingProxy, HandlerProxy, RecordingFactory
 from dsm_sim.simulator.broker import Broker
 from dsm_sim.simulator.catchup import catchup_process, pause_markers
-from dsm_sim.simulator.clock import SimClock, SkewedClock
+from dsm_sim.simulator.clock import ClockMirror, SimClock, SkewedClock, host_timezone
 from dsm_sim.simulator.faults import FaultInjector, active_faults, describe, stream
 from dsm_sim.simulator.worker import Worker
+from dsm_sim.simulator.workload import APP, Delivery, element_of, nodes_of, workload
 from dsm_sim.simulator.world import World
 from reference_engine.clock import Clock
 from reference_engine.config import parse_node_settings
 from reference_engine.engine.definitions import Element, ExecutionThread
-from reference_engine.engine.executor import BaseNodeExecutor, Message
+from reference_engine.engine.executor import BaseNodeExecutor
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.handler import HandlerFactory
-from reference_engine.nodes.invoice import BillingApi, InvoiceDispatchExecutor
+from reference_engine.nodes.correction import CorrectionExecutor
+from reference_engine.nodes.invoice import InvoiceDispatchExecutor
+from reference_engine.nodes.screening import ScreeningExecutor
 from reference_engine.registry import HandlerRegistry, load_factory
+from reference_engine.status import IdempotencyStatus
 
 __all__ = [
+    "BUILDERS",
     "DEFAULT_HANDLER",
     "NodeBuilder",
     "RunResult",
+    "allowed_dead_letters",
     "invoice_node",
     "replay_command",
     "run_scenario",
@@ -47,21 +56,68 @@ __all__ = [
 
 #: The handler a run uses when none is named.
 DEFAULT_HANDLER = "reference_engine.handlers.memory:in_memory_handler"
-APP = "app-1"
 
-#: Builds the node under test from the element, the engine's factory, the billing API
-#: (the side effect the checker counts) and the worker's clock.
-NodeBuilder = Callable[[Element, DataStateMachineFactory, BillingApi, Clock], BaseNodeExecutor]
+#: Builds a node from the element, the engine's factory, the business APIs (the side
+#: effects the checker counts) and the worker's clock.
+NodeBuilder = Callable[[Element, DataStateMachineFactory, BillingProxy, Clock], BaseNodeExecutor]
 
 
 def invoice_node(
-    element: Element, factory: DataStateMachineFactory, billing: BillingApi, clock: Clock
+    element: Element, factory: DataStateMachineFactory, apis: BillingProxy, clock: Clock
 ) -> BaseNodeExecutor:
-    return InvoiceDispatchExecutor(element, factory, billing, clock)
+    return InvoiceDispatchExecutor(element, factory, apis, clock)
+
+
+def correction_node(
+    element: Element, factory: DataStateMachineFactory, apis: BillingProxy, clock: Clock
+) -> BaseNodeExecutor:
+    return CorrectionExecutor(element, factory, apis)
+
+
+def screening_node(
+    element: Element, factory: DataStateMachineFactory, apis: BillingProxy, clock: Clock
+) -> BaseNodeExecutor:
+    return ScreeningExecutor(element, factory, apis)
+
+
+#: The node each kind of ``[[nodes]]`` entry runs.
+BUILDERS: Mapping[NodeKind, NodeBuilder] = {
+    NodeKind.INVOICE: invoice_node,
+    NodeKind.CORRECTION: correction_node,
+    NodeKind.SCREENING: screening_node,
+}
+
+
+def allowed_dead_letters(scenario: Scenario, faults: Faults, lost_replies: bool) -> list[str]:
+    """The reasons a delivery may fail for the last time, given the faults this run injects.
+
+    Anything else that exhausts a message's deliveries (a handler raising on
+    every call, a node bug) is a liveness violation, not bad luck.  Fencing
+    and lock refusals follow from any fault that can end a lease early.
+    """
+    store = faults.store.rate > 0 or lost_replies
+    timing = (
+        faults.crash.rate > 0
+        or faults.slow.rate > 0
+        or bool(faults.clock_jumps)
+        or faults.skew.max > 0
+        or bool(faults.catchup_pauses)
+        or store
+    )
+    reasons = {
+        CRASH_REASON: faults.crash.rate > 0,
+        "StoreError": store,
+        "BillingError": faults.effect.rate > 0,
+        "StaleLockError": timing,
+        "LockHeldError": timing,
+        REJECTED_REASON: any(n.kind is NodeKind.SCREENING for n in nodes_of(scenario)),
+    }
+    return sorted(reason for reason, on in reasons.items() if on)
 
 
 def replay_command(scenario: Scenario, seed: int, handler: str) -> str:
-    return f"dsm run {scenario.path} --seed {seed} --handler {handler}"
+    # Quoted for the shell: an ``exec:`` handler's command line has spaces.
+    return f"dsm run {scenario.path} --seed {seed} --handler {shlex.quote(handler)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,31 +145,33 @@ class RunResult:
         return [r.name for r in self.results if not r.passed]
 
 
-def _element(scenario: Scenario) -> Element:
-    settings = {
-        "dataStateMachine": {
-            "handler": "sim",
-            "scope": "Element",
-            "options": {"lockDuration": scenario.lock_duration, "retention": "30d"},
-        }
-    }
-    return Element(
-        id="invoice-dispatch-1",
-        workflow_id="billing",
-        node_type="invoice-dispatch",
-        settings=settings,
-    )
-
-
 def run_scenario(
     scenario: Scenario,
     seed: int,
     handler: str | HandlerFactory = DEFAULT_HANDLER,
     *,
     handler_name: str | None = None,
-    node: NodeBuilder = invoice_node,
+    builders: Mapping[NodeKind, NodeBuilder] | None = None,
+    system_clock: bool = False,
 ) -> RunResult:
-    """Simulate ``scenario`` with ``seed``; ``handler`` is a factory or ``"module:factory"``."""
+    """Simulate ``scenario`` with ``seed``; ``handler`` is a factory or ``"module:factory"``.
+
+    ``builders`` replaces the node built for a kind (a test's own node);
+    ``system_clock`` pins the system clock to the store clock for handlers
+    that read ``datetime.now`` (``dsm run --clock system``).
+    """
+    with host_timezone(scenario.host_timezone):
+        return _run(scenario, seed, handler, handler_name, builders, system_clock)
+
+
+def _run(
+    scenario: Scenario,
+    seed: int,
+    handler: str | HandlerFactory,
+    handler_name: str | None,
+    builders: Mapping[NodeKind, NodeBuilder] | None,
+    system_clock: bool,
+) -> RunResult:
     factory = load_factory(handler) if isinstance(handler, str) else handler
     name = handler_name or (handler if isinstance(handler, str) else _qualname(handler))
     env = simpy.Environment()
@@ -124,14 +182,27 @@ def run_scenario(
         epoch=clock.epoch,
         lock_duration=scenario.lock_duration,
         sweep_interval=scenario.sweep_interval,
-        meta={"scenario": scenario.name, "seed": seed, "handler": name},
+        meta={
+            "scenario": scenario.name,
+            "seed": seed,
+            "handler": name,
+            REASONS_META: ",".join(allowed_dead_letters(scenario, faults, injector.lost_replies)),
+        },
+        store_order=True,
     )
     loop = asyncio.new_event_loop()
-    store = factory(clock)
+    mirror = ClockMirror(clock, system=system_clock)
+    mirror.start()
+    try:
+        store = factory(clock)
+    except BaseException:
+        mirror.stop()
+        loop.close()
+        raise
     try:
         loop.run_until_complete(store.open())
-        world = World(env, scenario, seed, clock, store, loop, recorder, injector)
-        broker = _build(world, scenario, seed, node)
+        world = World(env, scenario, seed, clock, store, loop, recorder, injector, mirror)
+        broker = _build(world, scenario, seed, {**BUILDERS, **(builders or {})})
         env.run(until=scenario.faults_until)
         recorder.faults_stop = scenario.faults_until
         world.event(EventKind.FAULTS_STOP, detail="no faults from here on; the run settles")
@@ -150,6 +221,7 @@ def run_scenario(
             loop.run_until_complete(store.close())
         finally:
             loop.close()
+            mirror.stop()
     history = recorder.freeze(at=float(env.now))
     return RunResult(
         scenario=scenario,
@@ -167,51 +239,57 @@ def _qualname(obj: object) -> str:
     return f"{module}:{getattr(obj, '__qualname__', type(obj).__name__)}"
 
 
-def _build(world: World, scenario: Scenario, seed: int, node: NodeBuilder) -> Broker:
+def _build(
+    world: World, scenario: Scenario, seed: int, builders: Mapping[NodeKind, NodeBuilder]
+) -> Broker:
     env = world.env
     registry = HandlerRegistry(world.clock)
     proxy = HandlerProxy()
     registry.register("sim", lambda _clock: proxy)
     factory = RecordingFactory(registry)
-    element = _element(scenario)
-    config = parse_node_settings(element.settings)
-    assert config is not None
-    # Tenants share invoice numbers, so a store that drops the tenant from its key collides.
-    items = [
-        (f"tenant-{i % scenario.tenants + 1}", f"inv-{i // scenario.tenants + 1:04d}")
-        for i in range(scenario.items)
-    ]
-    for tenant, item in items:
+    nodes = nodes_of(scenario)
+    elements = {node.id: element_of(node) for node in nodes}
+    world.node_locks = {node.id: node.lock_duration for node in nodes}
+    deliveries = workload(scenario, seed, stream(seed, "arrivals"))
+    for _, delivery in deliveries:
+        node = next(n for n in nodes if n.id == delivery.node)
+        world.routes[delivery.message.id] = node.id
+        if node.scope == "Thread":
+            continue  # keyed by the execution: known once it runs
+        element = elements[node.id]
+        config = parse_node_settings(element.settings)
+        assert config is not None
+        tenant, item, entity_key = delivery.item
         base = factory.base_context(element, ExecutionThread("setup", tenant, APP), config)
-        ctx = base.for_item(item)
-        key = key_of(ctx.record_key)
-        world.contexts[key] = ctx
-        world.item_keys[(tenant, item)] = key
+        key = world.remember(base.for_item(item, entity_key), node.id)
+        world.message_keys[delivery.message.id] = key
+        if node.kind is NodeKind.INVOICE:
+            world.item_keys[(tenant, item)] = key
     broker = Broker(world)
     for i, skew in enumerate(world.faults.worker_skews(scenario.workers), start=1):
         name = f"w{i}"
         world.recorder.meta[f"skew_{name}"] = skew
-        executor = node(element, factory, BillingProxy(), SkewedClock(world.clock, skew))
-        env.process(Worker(world, broker, name, executor, factory).process())
+        clock = SkewedClock(world.clock, skew)
+        executors = {
+            node.id: builders[node.kind](elements[node.id], factory, BillingProxy(), clock)
+            for node in nodes
+        }
+        env.process(Worker(world, broker, name, executors, factory).process())
     env.process(catchup_process(world))
     env.process(pause_markers(world))
     env.process(_clock_jumps(world))
-    rng = stream(seed, "arrivals")
-    arrivals = sorted((round(rng.uniform(0, scenario.arrival_window), 6), item) for item in items)
-    env.process(_arrivals(world, broker, arrivals))
+    env.process(_arrivals(world, broker, deliveries))
     return broker
 
 
 def _arrivals(
-    world: World, broker: Broker, arrivals: list[tuple[float, tuple[str, str]]]
+    world: World, broker: Broker, deliveries: list[tuple[float, Delivery]]
 ) -> Generator[Any, Any, None]:
-    for n, (at, (tenant, item)) in enumerate(arrivals, start=1):
+    for arrival, delivery in deliveries:
+        at = world.on_grid(arrival)
         if at > world.now:
             yield world.env.timeout(at - world.now)
-        payload = {"invoiceId": item, "amount": 100 * n}
-        broker.arrive(
-            Message(id=f"msg-{tenant}-{item}", payload=payload, tenant_id=tenant, source_app_id=APP)
-        )
+        broker.arrive(delivery.message)
 
 
 def _clock_jumps(world: World) -> Generator[Any, Any, None]:
@@ -236,12 +314,26 @@ def _settle(world: World, broker: Broker) -> None:
         if op.op is OpName.TRY_ACQUIRE_LOCK and op.invoke <= stop and op.store_time is not None
     ]
     base = max(starts, default=world.clock.seconds())
-    deadline = base + scenario.lock_duration + 2 * scenario.sweep_interval
-    cap = stop + 20 * (scenario.lock_duration + scenario.sweep_interval + scenario.redelivery_delay)
+    lock = scenario.longest_lock
+    deadline = base + lock + 2 * scenario.sweep_interval
+    cap = stop + 20 * (lock + scenario.sweep_interval + scenario.redelivery_delay)
     while world.now < cap:
-        if broker.outstanding == 0 and world.clock.seconds() >= deadline:
+        if broker.outstanding == 0 and (world.clock.seconds() >= deadline or _all_settled(world)):
             break
         world.env.run(until=world.now + scenario.sweep_interval)
+
+
+def _all_settled(world: World) -> bool:
+    """No record is Processing: no lock is left to expire, so waiting shows nothing more.
+
+    Spares a run whose nodes take long locks from simulating their whole
+    duration when every item already reached a terminal state.
+    """
+    processing = world.known_where(lambda r: r.status is IdempotencyStatus.PROCESSING)
+    return all(
+        record is None or record.status is not IdempotencyStatus.PROCESSING
+        for record in world.probe(processing).values()
+    )
 
 
 def _stats(world: World, broker: Broker) -> dict[str, Scalar]:
@@ -257,10 +349,12 @@ def _stats(world: World, broker: Broker) -> dict[str, Scalar]:
         "dead_letters": len(broker.dead_letters),
         "operations": len(history_ops),
         "side_effects": world.charges,
+        "duplicate_effects": duplicate_effects(frozen),
         "crashes": crashes,
         "stale_writes_rejected": sum(1 for op in history_ops if op.error == "StaleLockError"),
         "store_errors": sum(1 for op in history_ops if op.error == "StoreError"),
         "unknown_outcomes": sum(1 for op in history_ops if op.outcome is Outcome.INFO),
+        "lost_replies_on": world.faults.lost_replies,
         "sim_seconds": round(world.now, 3),
     }
     for status, count in sorted(finals.items()):

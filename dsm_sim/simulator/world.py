@@ -10,16 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dsm_sim.history import EventKind, HistoryRecorder, OpName, Outcome, Scalar, key_of
+from dsm_sim.history import (
+    EventKind,
+    HistoryRecorder,
+    KeyInfo,
+    OpName,
+    Outcome,
+    RecordView,
+    Scalar,
+    key_of,
+)
 from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.bridge import Done, HandlerCall, advance, handler_coroutine
-from dsm_sim.simulator.clock import SimClock
+from dsm_sim.simulator.clock import ClockMirror, SimClock
 from dsm_sim.simulator.faults import FaultInjector, StoreFault, stream
+from dsm_sim.simulator.views import digest, view_of
 from reference_engine.context import StateHandlerContext
+from reference_engine.engine.executor import Message
 from reference_engine.errors import DsmError, StoreError
 from reference_engine.handler import StateHandler
 from reference_engine.handlers.memory import InMemoryStateHandler
@@ -50,6 +61,7 @@ class World:
         loop: asyncio.AbstractEventLoop,
         recorder: HistoryRecorder,
         faults: FaultInjector,
+        clock_mirror: ClockMirror | None = None,
     ) -> None:
         self.env = env
         self.scenario = scenario
@@ -59,13 +71,23 @@ class World:
         self.loop = loop
         self.recorder = recorder
         self.faults = faults
+        #: Moves a frozen system clock along with the store clock (``--clock system``).
+        self.clock_mirror = clock_mirror or ClockMirror(clock)
         self.latency_rng: random.Random = stream(seed, "latency")
         #: key string -> a context for reading the item (no token); filled as items are seen.
         self.contexts: dict[str, StateHandlerContext] = {}
-        #: (tenant, item key) -> history key.
+        #: (tenant, item key) -> history key of the invoice node's record.
         self.item_keys: dict[tuple[str, str], str] = {}
+        #: message id -> the node it is delivered to, and the key it is mainly about.
+        self.routes: dict[str, str] = {}
+        self.message_keys: dict[str, str] = {}
+        #: node id -> its lock duration (seconds).
+        self.node_locks: dict[str, float] = {}
         self.charges = 0
-        #: Keys some worker tried to lock: the only ones a sweep can find Processing.
+        #: The last record read per key (around every call and sweep): every write the
+        #: store makes goes through a call or a sweep the simulator reads around.
+        self.known: dict[str, StateRecord | None] = {}
+        #: Keys some worker wrote to: the only ones a sweep can change.
         self.touched: set[str] = set()
         #: In-process handlers (no real I/O) get each internal ``await`` turned into a
         #: round trip of simulated latency, so races inside a call interleave with
@@ -78,15 +100,48 @@ class World:
 
     def latency(self, mean: float) -> float:
         jitter = self.scenario.latency.jitter
-        return round(mean * self.latency_rng.uniform(1.0 - jitter, 1.0 + jitter), 6)
+        sample = mean * self.latency_rng.uniform(1.0 - jitter, 1.0 + jitter)
+        grid = self.scenario.latency.grid
+        return self.on_grid(sample, at_least=grid) if grid > 0 else round(sample, 6)
+
+    def on_grid(self, seconds: float, *, at_least: float = 0.0) -> float:
+        """``seconds`` rounded to the scenario's time grid (unchanged without one)."""
+        grid = self.scenario.latency.grid
+        if grid <= 0:
+            return seconds
+        return round(max(at_least, round(seconds / grid) * grid), 6)
 
     def key_for(self, tenant: str, item: str) -> str:
         return self.item_keys.get((tenant, item), "")
 
-    def remember(self, ctx: StateHandlerContext) -> str:
+    def route(self, message: Message) -> str:
+        """The node a message is delivered to (the only node, if the workflow has one)."""
+        if message.id in self.routes:
+            return self.routes[message.id]
+        return next(iter(self.node_locks))
+
+    def lock_duration_of(self, node: str) -> float:
+        return self.node_locks.get(node, self.scenario.lock_duration)
+
+    def remember(self, ctx: StateHandlerContext, node: str = "") -> str:
         key = key_of(ctx.record_key)
         if key not in self.contexts:
             self.contexts[key] = ctx.for_item(ctx.item_key, ctx.item_entity_key)
+            config = ctx.handler_config
+            retention = config.retention
+            self.recorder.key_info(
+                key,
+                KeyInfo(
+                    node=node,
+                    tenant=ctx.tenant_id,
+                    scope=ctx.scope_id,
+                    entity=ctx.entity_id,
+                    item_entity_key=ctx.item_entity_key,
+                    item=ctx.item_key,
+                    lock_duration=config.lock_duration.total_seconds(),
+                    retention=None if retention is None else retention.total_seconds(),
+                ),
+            )
         return key
 
     def call(
@@ -95,11 +150,17 @@ class World:
         call: HandlerCall,
         *,
         crash_after: bool = False,
+        node: str = "",
     ) -> Generator[Any, Any, CallOutcome]:
-        """Record, wait, (maybe) fail, run, record.  ``crash_after``: die once it returned."""
+        """Record, wait, (maybe) fail, run, record.  ``crash_after``: die once it returned.
+
+        Right before and right after the store runs the call, at the same
+        instant, the key is read outside the history (no latency, no faults),
+        so the checker can judge each call against the reference model.
+        """
         ctx = call.ctx
-        key = self.remember(ctx)
-        if call.op is OpName.TRY_ACQUIRE_LOCK:
+        key = self.remember(ctx, node)
+        if call.op.is_write:
             self.touched.add(key)
         rec = self.recorder
         index = rec.invoke(
@@ -121,10 +182,16 @@ class World:
         if crash_after and not self.faults.apply_during_set():
             rec.complete(index, Outcome.INFO, self.now, error="Crash")
             return CallOutcome(crashed=True)
+        observe = call.op is not OpName.GET  # a get is itself the read
+        before = self.view(key) if observe else None
+        written = digest(call.data) if call.op in (OpName.SET, OpName.UPSERT) else None
         coro = handler_coroutine(self.handler, call)
+        legs = 0
         try:
             while True:
                 store_time = self.clock.seconds()
+                self.clock_mirror.follow()
+                legs += 1
                 leg = advance(self.loop, coro, split=self.split_round_trips)
                 if isinstance(leg, Done):
                     value = leg.value
@@ -132,18 +199,21 @@ class World:
                 # The handler made a round trip to its store: other workers run meanwhile.
                 yield self.env.timeout(self.latency(self.scenario.latency.store))
         except DsmError as exc:
+            self._observe(index, observe and legs == 1, key, before, written)
             outcome = Outcome.INFO if isinstance(exc, StoreError) else Outcome.FAIL
             rec.complete(index, outcome, self.now, error=type(exc).__name__, store_time=store_time)
             return CallOutcome(error=exc)
         except Exception as exc:  # a broken third-party handler: outcome unknown
+            self._observe(index, observe and legs == 1, key, before, written)
             rec.complete(
                 index, Outcome.INFO, self.now, error=type(exc).__name__, store_time=store_time
             )
             return CallOutcome(error=exc)
+        self._observe(index, observe and legs == 1, key, before, written)
         if crash_after:
             rec.complete(index, Outcome.INFO, self.now, error="Crash", store_time=store_time)
             return CallOutcome(crashed=True)
-        if fault is StoreFault.AFTER:
+        if fault is StoreFault.AFTER or (call.op.is_write and self.faults.lost_reply()):
             rec.complete(index, Outcome.INFO, self.now, error="StoreError", store_time=store_time)
             return CallOutcome(error=StoreError(f"injected store error after {call.op.value}"))
         token = value if call.op is OpName.TRY_ACQUIRE_LOCK and isinstance(value, int) else None
@@ -157,13 +227,53 @@ class World:
         )
         return CallOutcome(value=value)
 
+    def _observe(
+        self, index: int, observe: bool, key: str, before: RecordView | None, written: str | None
+    ) -> None:
+        after = self.view(key)  # read even when not recorded: it keeps ``known`` current
+        # A call that took several round trips interleaved with other workers:
+        # what was read before it is no longer its starting point.
+        if observe:
+            self.recorder.observe(index, before, after, written)
+
+    def view(self, key: str) -> RecordView | None:
+        """The key's record as the checker sees it, read now outside the history."""
+        return view_of(self.probe([key])[key], self.clock.epoch)
+
     def probe(self, keys: Iterable[str] | None = None) -> dict[str, StateRecord | None]:
-        """Read keys now (default: every known key), outside the history: no latency, no faults."""
+        """Read keys now (default: every known key), outside the history: no latency, no faults.
+
+        What is read is remembered in :attr:`known`, the last record seen per key.
+        """
         chosen = sorted(self.contexts) if keys is None else sorted(keys)
-        return {
-            key: self.loop.run_until_complete(self.handler.get(self.contexts[key]))
-            for key in chosen
-        }
+        self.clock_mirror.follow()
+        handler, contexts = self.handler, self.contexts
+
+        async def read() -> dict[str, StateRecord | None]:
+            return {key: await handler.get(contexts[key]) for key in chosen}
+
+        try:
+            found = self.loop.run_until_complete(read()) if chosen else {}
+        except DsmError as exc:
+            # Imported here: the protocol package is not needed by in-process runs.
+            from dsm_sim.protocol.errors import ProtocolError
+
+            if not isinstance(exc, ProtocolError):
+                raise
+            # A handler process that broke the protocol answers nothing from here on, so
+            # the run stops.  SimPy re-raises a process's error as type(exc)(*exc.args),
+            # which the errors with keyword fields cannot take: this plain one can, and
+            # keeps the original as its cause.
+            raise ProtocolError(
+                f"the handler broke the protocol, so the run stopped: {type(exc).__name__}: {exc}",
+                request=exc.request,
+            ) from exc
+        self.known.update(found)
+        return found
+
+    def known_where(self, test: Callable[[StateRecord], bool]) -> list[str]:
+        """Keys whose last record seen passes ``test``: what a sweep can have to do with."""
+        return sorted(k for k, r in self.known.items() if r is not None and test(r))
 
     def event(self, kind: EventKind, **fields: Any) -> None:
         self.recorder.event(kind, self.now, **fields)

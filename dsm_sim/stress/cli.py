@@ -2,28 +2,41 @@
 
 Exit status: 0 when every run passes the checker (or, with
 ``--expect-violation``, when every run is caught), 1 otherwise, 2 for bad
-options.  Without ``--db`` it runs on ``DSM_TEST_POSTGRES_URL`` (if set) and
+options.  The command injects no store faults, so a ``StoreError`` fails the
+run.  ``--handler`` takes the same ``(clock)`` factory as ``dsm verify``; it
+must connect to the run's store (:mod:`dsm_sim.stress.target`).  Without ``--db`` it runs on ``DSM_TEST_POSTGRES_URL`` (if set) and
 on a fresh SQLite file, which is what ``nox -s stress`` does.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from dsm_sim.stress.runner import StressReport, run_stress
-from dsm_sim.stress.settings import BUILTIN_HANDLER_SPEC, MAX_PROCESSES, StressSettings
+from dsm_sim.options import bounded_int, positive_seconds, rate
+from dsm_sim.stress.broker.cli import add_broker_arguments, broker_main
+from dsm_sim.stress.runner import run_stress
+from dsm_sim.stress.settings import (
+    BUILTIN_HANDLER_SPEC,
+    MAX_DUPLICATES,
+    MAX_KEYS,
+    MAX_PROCESSES,
+    MAX_WORKERS,
+    StressSettings,
+)
+from dsm_sim.stress.verdict import exit_code, run_each
 from reference_engine.errors import DsmError
 
 __all__ = ["configure", "default_databases", "main"]
 
 POSTGRES_ENV = "DSM_TEST_POSTGRES_URL"
+#: The longest a run may be given (``--timeout``) and the longest lock it may take.
+MAX_TIMEOUT_S = 86400.0
+MAX_LOCK_S = 86400.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -38,22 +51,47 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--handler",
         default=BUILTIN_HANDLER_SPEC,
         metavar="MODULE:FACTORY",
-        help=f"factory called as factory(url, clock, schema=...) (default: {BUILTIN_HANDLER_SPEC})",
+        help="handler factory taking a Clock, as for dsm verify; it must connect every "
+        "process to the run's store, named by DSM_STRESS_DB_URL and DSM_STRESS_SCHEMA "
+        f"(default: {BUILTIN_HANDLER_SPEC}, the built-in SQL handler)",
     )
     parser.add_argument(
-        "--processes", type=int, default=8, help=f"OS processes, 1-{MAX_PROCESSES} (default 8)"
-    )
-    parser.add_argument("--workers", type=int, default=4, help="asyncio workers per process")
-    parser.add_argument("--keys", type=int, default=200, help="distinct item keys")
-    parser.add_argument("--duplicates", type=int, default=3, help="deliveries per key")
-    parser.add_argument(
-        "--fail-rate", type=float, default=0.05, help="share of side effects that raise"
+        "--processes",
+        type=bounded_int(1, MAX_PROCESSES),
+        default=8,
+        help=f"OS processes, 1-{MAX_PROCESSES} (default 8)",
     )
     parser.add_argument(
-        "--lock-duration", type=float, default=1800.0, help="lock duration in seconds"
+        "--workers",
+        type=bounded_int(1, MAX_WORKERS),
+        default=4,
+        help=f"asyncio workers per process, 1-{MAX_WORKERS}",
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before giving up")
+    parser.add_argument(
+        "--keys", type=bounded_int(1, MAX_KEYS), default=200, help="distinct item keys"
+    )
+    parser.add_argument(
+        "--duplicates",
+        type=bounded_int(1, MAX_DUPLICATES),
+        default=3,
+        help="deliveries per key",
+    )
+    parser.add_argument(
+        "--fail-rate", type=rate, default=0.05, help="share of side effects that raise, [0, 1)"
+    )
+    parser.add_argument(
+        "--lock-duration",
+        type=positive_seconds(MAX_LOCK_S),
+        default=1800.0,
+        help=f"lock duration in seconds, above 0 and at most {MAX_LOCK_S:g}",
+    )
+    parser.add_argument("--seed", type=bounded_int(-(2**63), 2**63 - 1), default=0)
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds(MAX_TIMEOUT_S),
+        default=600.0,
+        help=f"seconds before giving up, above 0 and at most {MAX_TIMEOUT_S:g}",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the reports as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the run's schema and journals")
     parser.add_argument(
@@ -61,6 +99,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="succeed only if the checker catches the handler (for broken handlers)",
     )
+    add_broker_arguments(parser)
 
 
 def default_databases(directory: Path) -> list[str]:
@@ -75,6 +114,8 @@ def default_databases(directory: Path) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="dsm-stress-") as tmp:
         databases = args.db or default_databases(Path(tmp))
+        if args.broker:
+            return broker_main(args, databases)
         try:
             plans = [
                 StressSettings(
@@ -87,23 +128,16 @@ def main(args: argparse.Namespace) -> int:
                     fail_rate=args.fail_rate,
                     lock_duration=dt.timedelta(seconds=args.lock_duration),
                     seed=args.seed,
+                    fault_free=True,
                 )
                 for url in databases
             ]
         except DsmError as exc:
             print(f"dsm stress: {exc}", file=sys.stderr)
             return 2
-        reports: list[StressReport] = []
-        for settings in plans:
-            try:
-                report = asyncio.run(run_stress(settings, keep=args.keep, limit_s=args.timeout))
-            except DsmError as exc:
-                print(f"dsm stress: {exc}", file=sys.stderr)
-                return 2
-            print(report.summary(), flush=True)
-            reports.append(report)
-    if args.json is not None:
-        args.json.write_text(json.dumps([r.to_json() for r in reports], indent=2) + "\n")
-    if args.expect_violation:
-        return 0 if all(not r.passed for r in reports) else 1
-    return 0 if all(r.passed for r in reports) else 1
+        reports = run_each(
+            plans, lambda settings: run_stress(settings, keep=args.keep, limit_s=args.timeout)
+        )
+        if reports is None:
+            return 2
+    return exit_code(reports, json_path=args.json, expect_violation=args.expect_violation)

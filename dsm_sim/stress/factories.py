@@ -1,29 +1,36 @@
-"""Handler factories with the stress runner's ``(url, clock, *, schema=)`` signature.
+"""``(clock)`` handler factories for stress runs: the built-in handler on the run's store.
 
-They exist for runs that need the built-in handler configured differently
-from its defaults, and must live in an importable module because every
-spawned process builds its own handler from the spec string.
+Every spawned process builds its own handler from a spec string, so these
+live in an importable module.  They read the run's database and schema from
+:func:`~dsm_sim.stress.target.run_target`, so every process meets in one store.
 """
 
 from __future__ import annotations
 
+from dsm_sim.stress.target import run_target
 from reference_engine.clock import Clock
 from reference_engine.handlers.sql.engine import create_engine_for
+from reference_engine.handlers.sql.factory import sql_handler
 from reference_engine.handlers.sql.handler import SqlStateHandler
 
-__all__ = ["SHORT_BUSY_TIMEOUT_S", "sqlite_short_busy_timeout_handler"]
+__all__ = ["SHORT_BUSY_TIMEOUT_S", "sqlite_short_busy_timeout_handler", "stress_sql_handler"]
 
 #: Short enough that writers on one SQLite file give up instead of queueing.
 SHORT_BUSY_TIMEOUT_S = 0.005
 
 
-def sqlite_short_busy_timeout_handler(
-    url: str, clock: Clock, *, schema: str | None = None
-) -> SqlStateHandler:
-    """The built-in handler on a SQLite file whose writers wait only 5 ms for the lock.
+def stress_sql_handler(clock: Clock) -> SqlStateHandler:
+    """The built-in SQL handler on the run's database (and schema, on PostgreSQL)."""
+    target = run_target()
+    return sql_handler(target.db_url, clock, schema=target.schema)
+
+
+def sqlite_short_busy_timeout_handler(clock: Clock) -> SqlStateHandler:
+    """The built-in handler on the run's SQLite file, whose writers wait only 5 ms for the lock.
 
     Under contention this provokes ``database is locked``, which the handler
     must turn into a :class:`~reference_engine.errors.StoreError`.
     """
-    engine = create_engine_for(url, schema=schema, busy_timeout_s=SHORT_BUSY_TIMEOUT_S)
+    target = run_target()
+    engine = create_engine_for(target.db_url, busy_timeout_s=SHORT_BUSY_TIMEOUT_S)
     return SqlStateHandler(engine, clock)

@@ -79,6 +79,7 @@ def build_history(
             "workers": settings.workers,
             "keys": settings.keys,
             "duplicates": settings.duplicates,
+            "deliveries": settings.deliveries,
         },
     )
     dead = set(crashed)

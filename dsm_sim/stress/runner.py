@@ -63,6 +63,10 @@ class StressReport:
     run_seconds: float
     recovery_seconds: float
     journal_dir: str
+    #: Processes killed because they were still running when the run's time limit expired.
+    timed_out: tuple[int, ...] = ()
+    #: That limit, in seconds (None: no limit).
+    limit_s: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -71,14 +75,26 @@ class StressReport:
             and not self.duplicate_keys
             and not self.unfinished_keys
             and not self.failed_processes
+            and not self.unexpected_store_errors
         )
+
+    @property
+    def unexpected_store_errors(self) -> int:
+        """Store errors on a run where nothing was injected to cause any."""
+        return self.store_errors if self.settings.fault_free else 0
 
     @property
     def violations(self) -> list[str]:
         found = [v.message for r in self.results for v in r.violations]
         found += [f"key {k}: more than one durable side effect" for k in self.duplicate_keys]
         found += [f"key {k}: not Processed after recovery" for k in self.unfinished_keys]
-        found += [f"process p{i} exited with {self.exit_codes[i]}" for i in self.failed_processes]
+        found += [self._exit_story(i) for i in self.failed_processes]
+        if self.unexpected_store_errors:
+            found.append(
+                f"{self.unexpected_store_errors} StoreError(s) on a fault-free run: the store "
+                "refused operations nothing was injected to break (connection limits, pool "
+                "exhaustion, lock timeouts?)"
+            )
         return found
 
     def to_json(self) -> dict[str, object]:
@@ -101,6 +117,7 @@ class StressReport:
             else None,
             "outcomes": dict(self.outcomes),
             "store_errors": self.store_errors,
+            "fault_free": s.fault_free,
             "unnamed_errors": dict(self.unnamed_errors),
             "exit_codes": list(self.exit_codes),
             "effects": self.effects,
@@ -109,6 +126,16 @@ class StressReport:
             "invariants": {r.name: r.passed for r in self.results},
             "violations": self.violations[:50],
         }
+
+    def _exit_story(self, index: int) -> str:
+        """Why a process failed; a kill by the time limit says so, or it reads like a crash."""
+        code = self.exit_codes[index]
+        if index in self.timed_out:
+            return (
+                f"process p{index} exited with {code}: killed, still running when the run's "
+                f"time limit of {self.limit_s:g}s expired (raise --timeout)"
+            )
+        return f"process p{index} exited with {code}"
 
     def _exits(self) -> str:
         codes = set(self.exit_codes)
@@ -125,7 +152,9 @@ class StressReport:
             f"  {self.operations} operations in {self.run_seconds:.2f}s"
             f" (+{self.recovery_seconds:.2f}s recovery), exit codes {self._exits()}",
             "  outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())),
-            f"  store errors {self.store_errors}, unnamed errors {dict(self.unnamed_errors)}",
+            f"  store errors {self.store_errors}"
+            + (" (fault-free run: each one is a failure)" if s.fault_free else "")
+            + f", unnamed errors {dict(self.unnamed_errors)}",
             f"  side effects {self.effects}, keys with duplicates {len(self.duplicate_keys)}, "
             f"unfinished keys {len(self.unfinished_keys)}",
         ]
@@ -156,6 +185,8 @@ class StressRun:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.processes: list[BaseProcess] = []
         self.killed: set[int] = set()
+        self.timed_out: set[int] = set()
+        self.limit_s: float | None = None
         self._barrier: object = None
         self.ledger = EffectLedger(settings)
         self.epoch_ns = time.time_ns()
@@ -213,11 +244,13 @@ class StressRun:
 
     async def wait(self, limit_s: float | None = None) -> tuple[int | None, ...]:
         """Join every process (killing those still alive after ``limit_s`` seconds)."""
+        self.limit_s = limit_s
         deadline = None if limit_s is None else time.monotonic() + limit_s
-        for process in self.processes:
+        for index, process in enumerate(self.processes):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             await asyncio.to_thread(process.join, remaining)
             if process.is_alive():
+                self.timed_out.add(index)
                 process.kill()
                 await asyncio.to_thread(process.join, 5.0)
         self.ended_ns = time.time_ns()
@@ -334,6 +367,8 @@ class StressRun:
             run_seconds=(end - start) / 1e9,
             recovery_seconds=((self.recovered_ns or end) - end) / 1e9,
             journal_dir=str(self.workdir),
+            timed_out=tuple(sorted(self.timed_out)),
+            limit_s=self.limit_s,
         )
 
     async def close(self, *, keep: bool = False) -> None:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import inspect
+import math
 import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from dsm_sim.stress.target import StressTarget, export_target
 from reference_engine.clock import Clock
 from reference_engine.errors import InvalidOptionError
 from reference_engine.handler import StateHandler
@@ -24,7 +27,10 @@ from reference_engine.registry import load_callable
 
 __all__ = [
     "BUILTIN_HANDLER_SPEC",
+    "MAX_DUPLICATES",
+    "MAX_KEYS",
     "MAX_PROCESSES",
+    "MAX_WORKERS",
     "DatabaseKind",
     "StressHandlerFactory",
     "StressSettings",
@@ -34,16 +40,22 @@ __all__ = [
     "new_run_id",
 ]
 
-#: The built-in SQL handler's factory, the default a stress run exercises.
-BUILTIN_HANDLER_SPEC = "reference_engine.handlers.sql.factory:sql_handler"
+#: The built-in SQL handler on the run's store, the default a stress run exercises.
+BUILTIN_HANDLER_SPEC = "dsm_sim.stress.factories:stress_sql_handler"
 MAX_PROCESSES = 64
 MAX_WORKERS = 256
+MAX_KEYS = 1_000_000
+MAX_DUPLICATES = 1_000
 
 
 class StressHandlerFactory(Protocol):
-    """Builds a handler for a database URL; ``schema`` isolates a run on PostgreSQL."""
+    """The factory every command takes: a clock in, a handler out.
 
-    def __call__(self, url: str, clock: Clock, *, schema: str | None = None) -> StateHandler: ...
+    Under ``dsm stress`` it must connect to the run's store, which
+    :func:`dsm_sim.stress.target.run_target` names.
+    """
+
+    def __call__(self, clock: Clock) -> StateHandler: ...
 
 
 class DatabaseKind(enum.Enum):
@@ -74,14 +86,30 @@ def database_kind(url: str) -> DatabaseKind:
     )
 
 
-def load_stress_factory(spec: str) -> StressHandlerFactory:
-    """Import ``"package.module:factory"``; the callable takes ``(url, clock, *, schema=)``."""
-    factory: StressHandlerFactory = load_callable(
-        spec,
-        expects="build a handler from (url, clock, schema=...)",
-        example=BUILTIN_HANDLER_SPEC,
+def load_stress_factory(spec: str) -> Callable[..., StateHandler]:
+    """Import ``"package.module:factory"``: a ``(clock)`` factory.
+
+    A factory of the older ``(url, clock, *, schema=None)`` form is accepted
+    too; :meth:`StressSettings.build_handler` tells the two apart.
+    """
+    factory: Callable[..., StateHandler] = load_callable(
+        spec, expects="build a handler from a clock", example=BUILTIN_HANDLER_SPEC
     )
     return factory
+
+
+def _takes_url(factory: Callable[..., StateHandler]) -> bool:
+    """Whether ``factory`` has the older ``(url, clock, *, schema=)`` signature."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p
+        for p in parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return "schema" in parameters or len(positional) >= 2
 
 
 #: A run id names a PostgreSQL schema and files: lower-case letters and digits only.
@@ -117,6 +145,9 @@ class StressSettings:
     ``release_lock_as_failed`` and the retry of a Failed item.
     ``stall_after_acquire`` makes process 0 hold its first lock that long with
     its side-effect transaction open, so a test can SIGKILL it there.
+    ``fault_free`` says nothing was injected to break the store (what
+    ``dsm stress`` runs): a ``StoreError`` then fails the run, because a
+    healthy store that refuses operations is a bug, not bad luck.
     """
 
     db_url: str
@@ -132,21 +163,23 @@ class StressSettings:
     stall_after_acquire: float = 0.0
     start_timeout: float = 120.0
     seed: int = 0
+    fault_free: bool = False
     run_id: str = dataclasses.field(default_factory=new_run_id)
 
     def __post_init__(self) -> None:
         database_kind(self.db_url)
         _positive("processes", self.processes, MAX_PROCESSES)
         _positive("workers", self.workers, MAX_WORKERS)
-        _positive("keys", self.keys, 1_000_000)
-        _positive("duplicates", self.duplicates, 1_000)
+        _positive("keys", self.keys, MAX_KEYS)
+        _positive("duplicates", self.duplicates, MAX_DUPLICATES)
         if not 0.0 <= self.fail_rate < 1.0:
             raise InvalidOptionError("fail_rate", f"must be in [0, 1), got {self.fail_rate!r}")
         if self.lock_duration <= dt.timedelta(0):
             raise InvalidOptionError("lock_duration", f"must be positive, got {self.lock_duration}")
         for name in ("retry_seconds", "recovery_seconds", "stall_after_acquire", "start_timeout"):
-            if getattr(self, name) < 0:
-                raise InvalidOptionError(name, f"must not be negative, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise InvalidOptionError(name, f"must be finite and not negative, got {value!r}")
         if _RUN_ID.fullmatch(self.run_id) is None:
             raise InvalidOptionError(
                 "run_id", f"must be lower-case alphanumeric, got {self.run_id!r}"
@@ -177,8 +210,16 @@ class StressSettings:
             if (k + d) % self.processes == process
         ]
 
+    @property
+    def target(self) -> StressTarget:
+        return StressTarget(self.db_url, self.schema)
+
     def build_handler(self, clock: Clock) -> StateHandler:
-        factory: Callable[..., StateHandler] = load_stress_factory(self.handler_spec)
+        """This run's handler, in this process: the factory is told the run's store first."""
+        factory = load_stress_factory(self.handler_spec)
+        export_target(self.target)
+        if not _takes_url(factory):
+            return factory(clock)
         if self.schema is None:
             return factory(self.db_url, clock)
         return factory(self.db_url, clock, schema=self.schema)

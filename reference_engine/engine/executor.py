@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from reference_engine.config import DataStateMachineConfig, parse_node_settings
 from reference_engine.engine.definitions import Element, ExecutionThread
+from reference_engine.errors import MissingDataStateMachineError
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.machine import DataStateMachine
 
@@ -76,11 +77,18 @@ class BaseNodeExecutor(abc.ABC):
     """
 
     node_type: ClassVar[str] = ""
+    #: A node whose side effect must not repeat (a charge, a dispatch) sets this,
+    #: so a configuration without the guard is refused instead of run unprotected.
+    requires_data_state_machine: ClassVar[bool] = False
 
     def __init__(self, element: Element, factory: DataStateMachineFactory) -> None:
         self.element = element
         self.factory = factory
         self.dsm_config: DataStateMachineConfig | None = parse_node_settings(element.settings)
+        if self.dsm_config is None and self.requires_data_state_machine:
+            raise MissingDataStateMachineError(
+                node_type=self.node_type or element.node_type, node_id=element.id
+            )
 
     async def pre_process(self, thread: ExecutionThread) -> DataStateMachine:
         """Build this execution's machine (the null machine if the node has no block)."""

@@ -30,6 +30,7 @@ from reference_engine.engine.runner import MAX_WORKERS, check_count, run_queue
 from reference_engine.errors import ConfigurationError, UnknownHandlerError
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.registry import HandlerRegistry
+from reference_engine.scope import Scope
 
 __all__ = [
     "MAX_DELIVERIES",
@@ -205,6 +206,14 @@ class WorkflowEngine:
         self.factory = DataStateMachineFactory(handlers)
         self.executors: tuple[BaseNodeExecutor, ...] = tuple(
             self._build(node_types, element) for element in definition.elements
+        )
+        handlers.claim_elements(
+            definition.id,
+            (
+                e.element.id
+                for e in self.executors
+                if e.dsm_config is not None and e.dsm_config.scope is Scope.ELEMENT
+            ),
         )
         self.id_prefix = id_prefix or definition.id
         self._counter = itertools.count(1)

@@ -9,7 +9,10 @@ key of one handler lives in one slot):
 * ``{prefix}:hist:<n>``: a hash per superseded record, listed in ``{prefix}:history``;
 * ``{prefix}:locks``: a sorted set of Processing records scored by
   ``locked_until``, which the expired-lock sweep reads from the left;
-* ``{prefix}:retention``: a sorted set of records scored by ``retain_until``.
+* ``{prefix}:retention``: a sorted set of records scored by ``retain_until``;
+* ``{prefix}:store-id``: the store identity marker, written by the first
+  ``open`` and checked by every script, so a flushed or replaced Redis raises
+  :class:`~reference_engine.errors.StoreLostError` instead of charging again.
 
 Timestamps are stored as epoch microseconds.  Every write is one Lua script
 (:mod:`reference_engine.handlers.redis_scripts`) given "now" from the injected
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
@@ -39,6 +43,7 @@ from reference_engine.errors import (
     LockNotHeldError,
     StaleLockError,
     StoreError,
+    StoreLostError,
 )
 from reference_engine.handlers.redis_scripts import RegisteredScripts
 from reference_engine.model import NEEDS_LOCK, SWEEP_ERROR_DETAIL
@@ -148,6 +153,11 @@ class RedisKeyspace:
         return f"{self.namespace}:retention"
 
     @property
+    def marker(self) -> str:
+        """The store identity marker: its loss is how a flushed namespace is noticed."""
+        return f"{self.namespace}:store-id"
+
+    @property
     def history_seq(self) -> str:
         return f"{self.namespace}:history-seq"
 
@@ -222,6 +232,8 @@ class RedisStateHandler:
         self.single_connection = single_connection
         self._client: Redis | None = None
         self._scripts: RegisteredScripts | None = None
+        #: The namespace's identity as first seen; kept across close() so a reopen notices a loss.
+        self._store_id: str | None = None
 
     def __repr__(self) -> str:
         return f"RedisStateHandler(prefix={self.keys.prefix!r})"
@@ -229,9 +241,11 @@ class RedisStateHandler:
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Connect and check the server answers; scripts are loaded on first use."""
-        client = self._connect()
-        await self._call(client.ping())
+        """Connect, and claim or adopt the namespace's identity marker (one round trip).
+
+        Scripts are loaded on first use.
+        """
+        await self._claim()
 
     async def close(self) -> None:
         client, self._client, self._scripts = self._client, None, None
@@ -354,14 +368,24 @@ class RedisStateHandler:
     async def reset_expired_locks(self) -> int:
         script = self._registered().reset_expired_locks
         now = _to_micros(self.clock.now())
-        count = await self._call(script(keys=[self.keys.locks], args=[now, SWEEP_ERROR_DETAIL]))
+        store_id = await self._identity()
+        count = await self._call(
+            script(
+                keys=[self.keys.locks, self.keys.marker],
+                args=[now, SWEEP_ERROR_DETAIL, store_id],
+            )
+        )
+        self._check_lost(count)
         return int(count)
 
     async def expire_past_retention(self) -> int:
         script = self._registered().expire_past_retention
         now = _to_micros(self.clock.now())
-        keys = [self.keys.retention, self.keys.locks]
-        return int(await self._call(script(keys=keys, args=[now])))
+        store_id = await self._identity()
+        keys = [self.keys.retention, self.keys.locks, self.keys.marker]
+        count = await self._call(script(keys=keys, args=[now, store_id]))
+        self._check_lost(count)
+        return int(count)
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -374,6 +398,38 @@ class RedisStateHandler:
             )
             self._scripts = RegisteredScripts.register(self._client)
         return self._client
+
+    async def _claim(self) -> str:
+        """Write the marker into an empty namespace, or adopt the one there (shared by handlers).
+
+        A handler that saw an identity before (it was opened, closed and opened
+        again) refuses a namespace whose marker is gone or different.
+        """
+        script = self._registered().store_claim
+        reply: list[Any] = await self._call(
+            script(keys=[self.keys.marker], args=[uuid.uuid4().hex, self._store_id or ""])
+        )
+        self._check_lost(reply)
+        self._store_id = str(reply[1])
+        return self._store_id
+
+    async def _identity(self) -> str:
+        """The identity the scripts check; claimed on first use by a handler never opened."""
+        return self._store_id if self._store_id is not None else await self._claim()
+
+    def _check_lost(self, reply: object) -> None:
+        if not (isinstance(reply, list) and reply and reply[0] == "lost"):
+            return
+        found = _text(reply[1]) if len(reply) > 1 else ""
+        marker = self.keys.marker
+        reason = (
+            f"its identity marker {marker!r} is missing (the database was flushed, or the "
+            "namespace's keys deleted or evicted)"
+            if not found
+            else f"its identity marker {marker!r} names another store ({found}): it was "
+            "flushed and then opened afresh by another handler"
+        )
+        raise StoreLostError(store=f"Redis namespace {self.keys.namespace}", reason=reason)
 
     def _registered(self) -> RegisteredScripts:
         self._connect()
@@ -403,8 +459,16 @@ class RedisStateHandler:
             key.item_key,
             "" if ctx.lock_token is None else ctx.lock_token,
         ]
-        keys = [self.keys.record(key), self.keys.locks, self.keys.retention, *(extra_keys or [])]
-        reply: list[Any] = await self._call(script(keys=keys, args=[*common, *args]))
+        store_id = await self._identity()
+        keys = [
+            self.keys.record(key),
+            self.keys.locks,
+            self.keys.retention,
+            *(extra_keys or []),
+            self.keys.marker,
+        ]
+        reply: list[Any] = await self._call(script(keys=keys, args=[*common, *args, store_id]))
+        self._check_lost(reply)
         code = reply[0]
         if code == "stale":
             assert ctx.lock_token is not None

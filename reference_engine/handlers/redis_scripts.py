@@ -23,9 +23,18 @@ exception:
 * ``{"forbidden", source}`` -> ``ForbiddenTransitionError`` (source = effective status)
 * ``{"busy"}`` -> ``try_acquire_lock`` returns ``None``
 
+* ``{"lost", store_id_or_empty}`` -> ``StoreLostError`` (every script, sweeps included)
+
 Every write script shares one ``ARGV`` layout (see :data:`COMMON_ARGS`) and
 ``KEYS[1..3]`` = record hash, lock index, retention index; operation-specific
 arguments start at ``ARGV[11]``.
+
+Every script's **last** key is the namespace's store identity marker and its
+last argument the identity the handler read when it opened.  The check runs
+before anything else, inside the same script, so a flushed or replaced store
+costs no extra round trip to notice and is never written to: without it a
+flushed Redis answers "no record" for finished work and every item is
+charged again.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ __all__ = [
     "RELEASE_AS_FAILED",
     "RESET_EXPIRED_LOCKS",
     "SET",
+    "STORE_CLAIM",
     "UPSERT",
     "RegisteredScripts",
 ]
@@ -76,6 +86,9 @@ local function effective(status, locked_until)
   if status == 'processing' and not is_live(status, locked_until) then return 'failed' end
   return status
 end
+
+local STORE_ID = redis.call('GET', KEYS[#KEYS])
+if STORE_ID ~= ARGV[#ARGV] then return {'lost', STORE_ID or ''} end
 
 local function contains(framed, value)
   return string.find(framed, ',' .. value .. ',', 1, true) ~= nil
@@ -244,7 +257,8 @@ return {'ok'}
 """
 )
 
-#: KEYS[1] = lock index; ARGV[1] = now, ARGV[2] = error detail the sweep writes.
+#: KEYS[1] = lock index, KEYS[2] = marker; ARGV[1] = now, ARGV[2] = error detail the
+#: sweep writes, ARGV[3] = store identity.
 RESET_EXPIRED_LOCKS = (
     _PRELUDE
     + """
@@ -262,7 +276,8 @@ return count
 """
 )
 
-#: KEYS[1] = retention index, KEYS[2] = lock index; ARGV[1] = now.
+#: KEYS[1] = retention index, KEYS[2] = lock index, KEYS[3] = marker; ARGV[1] = now,
+#: ARGV[2] = store identity.
 EXPIRE_PAST_RETENTION = (
     _PRELUDE
     + """
@@ -284,6 +299,22 @@ return count
 )
 
 
+#: Run by ``open``: KEYS[1] = marker, ARGV[1] = a fresh identity, ARGV[2] = the identity
+#: this handler saw before ('' the first time).  A namespace without a marker gets the
+#: fresh one, unless the handler had seen one already (then it was lost); otherwise
+#: the stored identity is adopted, so every handler of one namespace shares it.
+STORE_CLAIM = """
+local current = redis.call('GET', KEYS[1])
+if not current then
+  if ARGV[2] ~= '' then return {'lost', ''} end
+  redis.call('SET', KEYS[1], ARGV[1])
+  return {'ok', ARGV[1]}
+end
+if ARGV[2] ~= '' and current ~= ARGV[2] then return {'lost', current} end
+return {'ok', current}
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class RegisteredScripts:
     """The scripts bound to one client; each call is one ``EVALSHA`` (reloaded on ``NOSCRIPT``)."""
@@ -294,6 +325,7 @@ class RegisteredScripts:
     upsert: AsyncScript
     reset_expired_locks: AsyncScript
     expire_past_retention: AsyncScript
+    store_claim: AsyncScript
 
     @classmethod
     def register(cls, client: Redis) -> RegisteredScripts:
@@ -304,4 +336,5 @@ class RegisteredScripts:
             upsert=client.register_script(UPSERT),
             reset_expired_locks=client.register_script(RESET_EXPIRED_LOCKS),
             expire_past_retention=client.register_script(EXPIRE_PAST_RETENTION),
+            store_claim=client.register_script(STORE_CLAIM),
         )

@@ -24,6 +24,7 @@ EXPECTED = {
     "SQL statements per operation (built-in handler)": "statements/target",
     "Throughput on PostgreSQL: built-in handler vs raw asyncpg, same statement": "handler/asyncpg",
     "Simulator: simulated handler operations per second vs a bare SimPy loop": "sim/bare",
+    "dsm run --jobs: simulated deliveries per second, 1 vs 2 worker processes": "jobs/1",
     "Conformance kit: time and examples to catch each broken handler": "catch/clean",
 }
 

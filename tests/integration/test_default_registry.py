@@ -52,4 +52,4 @@ def test_redis_key_when_a_url_is_given(redis_url: str) -> None:
 
 def test_bad_database_url_fails_at_registration() -> None:
     with pytest.raises(ConfigurationError):
-        default_registry(ManualClock(), database="mysql://nope")
+        default_registry(ManualClock(), database="oracle://nope")

@@ -107,7 +107,7 @@ def test_a_given_sqlite_file_is_cleaned_so_reruns_match(
 
 
 def test_a_bad_database_url_exits_2_with_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(capsys, "--db", "mysql://somewhere/db")
+    code, out, err = run_cli(capsys, "--db", "oracle://somewhere/db")
     assert (code, out) == (2, "")
     assert "ConfigurationError" in err
     assert "sqlite, postgresql" in err

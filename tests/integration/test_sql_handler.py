@@ -1,4 +1,4 @@
-"""The SQL handler against the reference model, on SQLite (file and memory) and PostgreSQL.
+"""The SQL handler against the reference model: SQLite (file and memory), PostgreSQL, MariaDB.
 
 Every scenario runs the same calls on :class:`ReferenceModel` and on the
 handler, and after each step compares what came back (value, or error class
@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, inspect, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from reference_engine.clock import UTC, Clock, ManualClock
 from reference_engine.config import HandlerConfig
@@ -36,6 +37,8 @@ from reference_engine.handlers.sql.factory import (
     DEFAULT_DATABASE_URL,
     builtin_factory,
     database_url,
+    mariadb_isolated_handler,
+    mariadb_test_handler,
     postgres_isolated_handler,
     postgres_test_handler,
     sql_handler,
@@ -43,6 +46,7 @@ from reference_engine.handlers.sql.factory import (
     sqlite_memory_handler,
 )
 from reference_engine.handlers.sql.handler import SqlStateHandler
+from reference_engine.handlers.sql.mariadb import CURRENT_KEY_INDEX
 from reference_engine.handlers.sql.schema import process_state_logs
 from reference_engine.handlers.sql.statements import count_statements
 from reference_engine.model import SWEEP_ERROR_DETAIL, ReferenceModel
@@ -64,6 +68,7 @@ BACKENDS = [
     pytest.param("sqlite-memory", id="sqlite-memory"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-core", id="postgres-core", marks=pytest.mark.postgres),
+    pytest.param("mariadb", id="mariadb", marks=pytest.mark.mariadb),
 ]
 
 
@@ -74,6 +79,9 @@ def build(request: pytest.FixtureRequest) -> Builder:
         return sqlite_file_handler
     if request.param == "sqlite-memory":
         return sqlite_memory_handler
+    if request.param == "mariadb":
+        maria: str = request.getfixturevalue("mariadb_url")
+        return lambda clock: mariadb_isolated_handler(maria, clock)
     url: str = request.getfixturevalue("postgres_url")
     if request.param == "postgres-core":
         return lambda clock: without_fast_path(postgres_isolated_handler(url, clock))
@@ -596,6 +604,19 @@ def test_open_recreates_a_missing_index_of_an_existing_table(build: Builder) -> 
 
     async def body(handler: SqlStateHandler) -> None:
         await handler.upsert(base().for_item("kept"), {"v": 1})
+        if handler.engine.dialect.name == "mariadb":
+            # Without its unique index MariaDB would insert a second current row
+            # instead of failing; drop it and check that open() puts it back.
+            async with handler.engine.begin() as conn:
+                await conn.exec_driver_sql(
+                    f"DROP INDEX {CURRENT_KEY_INDEX} ON `{handler.schema_name}`.{T.name}"
+                )
+                assert CURRENT_KEY_INDEX not in await index_names(conn)
+            await handler.open()
+            async with handler.engine.connect() as conn:
+                assert CURRENT_KEY_INDEX in await index_names(conn)
+            assert await handler.try_acquire_lock(base().for_item("kept")) is None
+            return
         unique = next(i for i in T.indexes if i.unique)
         async with handler.engine.begin() as conn:
             await conn.run_sync(unique.drop)
@@ -606,6 +627,14 @@ def test_open_recreates_a_missing_index_of_an_existing_table(build: Builder) -> 
         assert await handler.exists(base().for_item("kept"))
 
     run_on(build, clock, body)
+
+
+async def index_names(conn: AsyncConnection) -> set[str]:
+    def read(sync: Any) -> set[str]:
+        schema = sync.schema_for_object(T)
+        return {str(index["name"]) for index in inspect(sync).get_indexes(T.name, schema=schema)}
+
+    return await conn.run_sync(read)
 
 
 def test_bad_input_raises_before_anything_is_written(build: Builder) -> None:
@@ -771,6 +800,22 @@ def test_unreachable_postgres_is_a_store_error() -> None:
     asyncio.run(main())
 
 
+def test_unreachable_mariadb_is_a_store_error_naming_the_store() -> None:
+    handler = mariadb_isolated_handler("mariadb://nobody@127.0.0.1:1/none", ManualClock(START))
+
+    async def main() -> None:
+        try:
+            for call in (handler.open(), handler.try_acquire_lock(base().for_item("x"))):
+                with pytest.raises(StoreError, match="mariadb store") as caught:
+                    await call
+                assert caught.value.__cause__ is not None
+                assert not isinstance(caught.value.__cause__, DsmError)
+        finally:
+            await handler.close()
+
+    asyncio.run(main())
+
+
 @pytest.mark.postgres
 def test_a_server_refusing_the_connection_is_a_store_error_on_every_operation(
     postgres_url: str,
@@ -822,13 +867,16 @@ def make_url_database(url: str, database: str) -> str:
         ("postgresql://app@db:5432/dsm", "postgresql+asyncpg"),
         ("postgres://app@db/dsm", "postgresql+asyncpg"),
         ("postgresql+psycopg2://app@db/dsm", "postgresql+asyncpg"),
+        ("mariadb://app@db/dsm", "mariadb+asyncmy"),
+        ("mysql+asyncmy://app@db/dsm", "mariadb+asyncmy"),
+        ("mysql+aiomysql://app@db/dsm", "mariadb+asyncmy"),
     ],
 )
 def test_urls_are_mapped_to_the_async_drivers(url: str, driver: str) -> None:
     assert normalize_url(url).drivername == driver
 
 
-@pytest.mark.parametrize("url", ["mysql://app@db/dsm", "not a url", ""])
+@pytest.mark.parametrize("url", ["oracle://app@db/dsm", "not a url", ""])
 def test_unsupported_urls_are_refused_with_the_supported_list(url: str) -> None:
     with pytest.raises(ConfigurationError, match="sqlite"):
         normalize_url(url)
@@ -841,8 +889,19 @@ def test_schema_names_must_be_plain_identifiers(name: str) -> None:
 
 
 def test_a_schema_is_refused_for_sqlite() -> None:
-    with pytest.raises(ConfigurationError, match="PostgreSQL-only"):
+    with pytest.raises(ConfigurationError, match="for PostgreSQL and MariaDB"):
         create_engine_for("sqlite:///dsm.db", schema="dsm_x")
+
+
+def test_mariadb_test_handler_needs_its_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DSM_TEST_MARIADB_URL", raising=False)
+    with pytest.raises(ConfigurationError, match="DSM_TEST_MARIADB_URL"):
+        mariadb_test_handler(ManualClock(START))
+
+
+def test_mariadb_isolation_refuses_other_backends() -> None:
+    with pytest.raises(ConfigurationError, match="MariaDB URL"):
+        mariadb_isolated_handler("postgresql://app@db/dsm", ManualClock(START))
 
 
 def test_postgres_test_handler_needs_its_url(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -872,7 +931,7 @@ def test_builtin_factory_honours_the_environment_and_serves_the_registry(
     monkeypatch.delenv("DSM_DATABASE_URL")
     assert database_url() == DEFAULT_DATABASE_URL == "sqlite+aiosqlite:///dsm.db"
     with pytest.raises(ConfigurationError):
-        builtin_factory("mysql://app@db/dsm")
+        builtin_factory("oracle://app@db/dsm")
 
 
 def test_sqlite_files_run_in_wal_mode_with_a_busy_timeout() -> None:

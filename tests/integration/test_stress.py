@@ -8,6 +8,7 @@ that second half is what shows the runner and the checker can fail at all.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from dsm_sim.checker import InvariantResult, check_history, is_wall_clock
 from dsm_sim.history import History, HistoryRecorder, OpName, Outcome
 from dsm_sim.stress import BUILTIN_HANDLER_SPEC, StressReport, StressSettings, run_stress
 from dsm_sim.stress.cli import configure, main
+from dsm_sim.stress.factories import stress_sql_handler
+from dsm_sim.stress.target import DB_URL_ENV, StressTarget, run_target
+from reference_engine.clock import SystemClock
 from reference_engine.errors import ConfigurationError, InvalidOptionError
 
 pytestmark = pytest.mark.integration
@@ -25,7 +29,7 @@ BROKEN_SPEC = "dsm_sim.broken.sql:check_then_insert_handler"
 
 
 def shaped(db_url: str, handler_spec: str = BUILTIN_HANDLER_SPEC, seed: int = 0) -> StressSettings:
-    """The CI shape: 4 processes x 4 workers, 50 keys delivered 3 times each."""
+    """The CI shape: 4 processes x 4 workers, 50 keys delivered 3 times each, no faults."""
     return StressSettings(
         db_url=db_url,
         handler_spec=handler_spec,
@@ -34,6 +38,7 @@ def shaped(db_url: str, handler_spec: str = BUILTIN_HANDLER_SPEC, seed: int = 0)
         keys=50,
         duplicates=3,
         seed=seed,
+        fault_free=True,
     )
 
 
@@ -62,6 +67,40 @@ def test_builtin_handler_on_postgres_passes_the_checker(postgres_url: str) -> No
 def test_builtin_handler_on_a_sqlite_file_passes_the_checker(tmp_path: Path) -> None:
     report = run(shaped(f"sqlite+aiosqlite:///{tmp_path / 'stress.db'}"))
     assert_clean(report)
+    assert report.store_errors == 0
+    # The same run with store errors it did not inject is a failure, not a pass.
+    refused = dataclasses.replace(report, store_errors=3)
+    assert not refused.passed
+    assert any("fault-free" in v for v in refused.violations)
+    assert "FAILED" in refused.summary()
+    injected = dataclasses.replace(
+        refused, settings=dataclasses.replace(report.settings, fault_free=False)
+    )
+    assert injected.passed
+
+
+def test_the_handler_is_the_same_clock_factory_as_everywhere_else(tmp_path: Path) -> None:
+    # A registry-style (clock) factory, told the run's store through the environment.
+    settings = StressSettings(
+        db_url=f"sqlite+aiosqlite:///{tmp_path / 'clock.db'}",
+        handler_spec="dsm_sim.stress.factories:stress_sql_handler",
+        processes=2,
+        workers=2,
+        keys=10,
+        duplicates=2,
+        fault_free=True,
+    )
+    report = run(settings)
+    assert_clean(report)
+    assert run_target() == StressTarget(settings.db_url, None)
+
+
+def test_a_stress_factory_outside_a_run_says_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(DB_URL_ENV, raising=False)
+    with pytest.raises(ConfigurationError, match=DB_URL_ENV):
+        stress_sql_handler(SystemClock())
 
 
 @pytest.mark.postgres
@@ -111,6 +150,7 @@ def test_cli_runs_a_sqlite_file_and_writes_json(
     assert written["passed"] is True
     assert written["effects"] == 20
     assert written["deliveries"] == 40
+    assert written["fault_free"] is True  # dsm stress injects no store faults
 
 
 @pytest.mark.parametrize(
@@ -194,3 +234,19 @@ def test_a_run_the_server_cannot_take_is_refused_before_it_starts(postgres_url: 
     settings = StressSettings(db_url=postgres_url, processes=64, workers=256)
     with pytest.raises(InvalidOptionError, match="max_connections"):
         run(settings)
+
+
+def test_workers_killed_by_the_time_limit_are_reported_as_such(tmp_path: Path) -> None:
+    """A limit too short for the run must read as a timeout, not as crashed workers."""
+    settings = dataclasses.replace(
+        shaped(f"sqlite+aiosqlite:///{tmp_path / 'limit.db'}"),
+        processes=2,
+        workers=1,
+        keys=10,
+        duplicates=2,
+    )
+    report = asyncio.run(run_stress(settings, limit_s=0.2))
+    assert not report.passed
+    assert report.timed_out == (0, 1)
+    stories = [v for v in report.violations if "time limit of 0.2s expired" in v]
+    assert len(stories) == 2, report.violations

@@ -1,8 +1,9 @@
 """Every broken handler in the catalogue is caught, by a property expected to catch it.
 
-Each entry runs the conformance state machine until its first violation
-(fixed seed, for a stable CI), and the test prints how many generated
-examples and seconds that took, the shrunk program and the story.
+Each entry runs the conformance state machine under the ``ci`` profile until
+its first violation (seed 0, as a user's first ``dsm verify --profile ci``
+would), and the test prints how many generated examples and seconds that
+took, the shrunk program and the story.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from reference_engine.handlers.memory import InMemoryStateHandler
 
 pytestmark = pytest.mark.property
 
-#: Enough to catch every entry; the run stops at the first violation anyway.
-SEED = 2
-MAX_EXAMPLES = 300
+SEED = 0
+#: The reproduction and clean-pass tests keep the old, smaller budget: they
+#: check the program, not the reach.
 STEPS = 30
 
 
 def test_catalogue_is_large_and_well_formed() -> None:
-    assert len(CATALOGUE) == 20  # the README promises these bugs, one entry each
+    assert len(CATALOGUE) >= 30  # the README promises these bugs, one entry each
     for name, spec in CATALOGUE.items():
         assert spec.name == name
         assert spec.bug.endswith(".") and spec.bug.count(". ") == 0, spec.bug
@@ -45,14 +46,7 @@ def test_catalogue_is_large_and_well_formed() -> None:
 def test_broken_handler_is_caught(
     spec: BrokenHandlerSpec, record_property: Callable[[str, object], None]
 ) -> None:
-    report = verify(
-        spec.factory,
-        "ci",
-        seed=SEED,
-        stop_on_first=True,
-        max_examples=MAX_EXAMPLES,
-        step_count=STEPS,
-    )
+    report = verify(spec.factory, "ci", seed=SEED, stop_on_first=True)
     assert report.error is None, report.error
     assert len(report.violations) == 1, f"{spec.name} ({spec.bug}) was not caught"
     caught = report.violations[0]
@@ -63,7 +57,12 @@ def test_broken_handler_is_caught(
     record_property("caught_by", caught.name)
     record_property("examples_to_failure", caught.examples_to_failure)
     record_property("seconds_with_shrinking", caught.seconds_to_failure)
-    assert caught.name in spec.expected_properties, caught.render()
+    record_property("found_as", caught.found_as)
+    # Which property the first failing test case broke is fixed by the seed;
+    # the shrunk story may end on another one (a real violation too) when the
+    # shrink budget, in seconds, runs out on a slow or busy machine.
+    assert caught.found_as in spec.expected_properties, caught.render()
+    assert caught.name in PROPERTY_NAMES
     assert caught.status is ResultStatus.FAILED
     assert caught.message and caught.story.endswith(caught.message)
     # The shrunk program is runnable Python: it builds the machine and calls rules.
@@ -83,7 +82,7 @@ def test_reproduction_runs_and_fails_as_reported(name: str) -> None:
         exec(compile(caught.reproduction, f"<reproduction of {name}>", "exec"), namespace)
     state = namespace["state"]
     assert isinstance(state, ConformanceMachine)
-    state.teardown()  # the violation interrupted the program before its own teardown
+    state.teardown()  # already run by the program's ``finally``: a second call is a no-op
 
 
 def test_correct_handler_is_not_flagged_under_the_same_settings() -> None:

@@ -718,3 +718,39 @@ def test_correct_wall_clock_races_are_never_flagged() -> None:
             not r.passed for r in checker.check_history(timed) if r.name in ORDER_DEPENDENT
         )
     assert misread > 0
+
+
+def _tie_at_the_store(*, store_order: bool) -> History:
+    """An upsert invoked before a retention sweep, both reaching the store at 18.25.
+
+    The store ran the sweep first (Processed -> Expired), then the upsert
+    (Expired -> Processed), then a later sweep expired the new record.
+    """
+    rec = HistoryRecorder(lock_duration=LOCK, sweep_interval=20.0, store_order=store_order)
+    acquire = rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, 1.0, execution="w1-x1")
+    rec.complete(acquire, Outcome.OK, 1.0, result=1, store_time=1.0, token=1)
+    done = rec.invoke("w1", OpName.SET, K, 2.0, token=1, status="processed", execution="w1-x1")
+    rec.complete(done, Outcome.OK, 2.0, store_time=2.0)
+    upsert = rec.invoke("w2", OpName.UPSERT, K, 18.0, execution="w2-x1")
+    sweep = rec.invoke("catchup", OpName.EXPIRE_PAST_RETENTION, "", 18.25)
+    rec.complete(sweep, Outcome.OK, 18.25, result=1, store_time=18.25, keys=(K,))
+    rec.complete(upsert, Outcome.OK, 18.25, store_time=18.25)
+    later = rec.invoke("catchup", OpName.EXPIRE_PAST_RETENTION, "", 30.0)
+    rec.complete(later, Outcome.OK, 30.0, result=1, store_time=30.0, keys=(K,))
+    return rec.freeze()
+
+
+def test_calls_at_one_instant_are_judged_in_the_order_the_store_ran_them() -> None:
+    assert checker.only_allowed_transitions(_tie_at_the_store(store_order=True)).passed
+    # Without the store's order the tie falls back to invocation order, which
+    # replays the upsert before the sweep and misreads the later sweep.
+    result = checker.only_allowed_transitions(_tie_at_the_store(store_order=False))
+    assert not result.passed
+    assert "Expired -> Expired" in result.violations[0].message
+
+
+def test_the_store_order_survives_the_json_history() -> None:
+    history = _tie_at_the_store(store_order=True)
+    again = History.from_json(history.to_json())
+    assert [op.seq for op in again.ops] == [op.seq for op in history.ops]
+    assert checker.only_allowed_transitions(again).passed

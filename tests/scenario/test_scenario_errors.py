@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dsm_sim.scenario import CrashPoint, ScenarioError, load_scenario, load_scenarios
+from dsm_sim.scenario import CrashPoint, NodeKind, ScenarioError, load_scenario, load_scenarios
 from reference_engine.errors import ConfigurationError
 
 pytestmark = pytest.mark.scenario
@@ -21,13 +21,13 @@ def _write(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
 @pytest.mark.parametrize(
     ("text", "field", "allowed"),
     [
-        ("colour = 'red'", "colour", "description, faults, latency, name, run"),
+        ("colour = 'red'", "colour", "description, faults, latency, name, nodes, run"),
         ("[run]\nitems = 0", "run.items", "an integer from 1 to 500"),
         ("[run]\nitems = 'many'", "run.items", "an integer from 1 to 500"),
         ("[run]\nworkers = true", "run.workers", "an integer from 1 to 64"),
         ("[run]\nlock_duration = '10 minutes'", "run.lock_duration", "'90s'"),
         ("[run]\nlock_duration = '-5m'", "run.lock_duration", "a positive duration"),
-        ("[run]\nspeed = 3", "run.speed", "items, lock_duration"),
+        ("[run]\nspeed = 3", "run.speed", "items, keys, lock_duration"),
         (
             "[run]\narrival_window = '20m'\nfaults_until = '10m'",
             "run.arrival_window",
@@ -69,6 +69,27 @@ def _write(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
         ),
         ("name = 'Has Spaces'", "name", "lower-case letters, digits and '-'"),
         ("run = 3", "run", "a table"),
+        ("[run]\nkeys = 'weird'", "run.keys", "plain, varied"),
+        ("[run]\npayloads = 1", "run.payloads", "plain, varied"),
+        ("[run]\nhost_timezone = 'Mars/Olympus'", "run.host_timezone", "IANA time zone"),
+        ("[latency]\ngrid = '-1s'", "latency.grid", "a positive duration"),
+        ("[faults.lost_reply]\nrate = 0.8", "faults.lost_reply.rate", "a number from 0.0 to 0.5"),
+        ("[faults.lost_reply]\nenabled = 2", "faults.lost_reply.enabled", "from 0.0 to 1.0"),
+        ("nodes = 'invoice'", "nodes", "a non-empty array of tables"),
+        ("[[nodes]]\nkind = 'payroll'", "nodes[0].kind", "invoice, correction, screening"),
+        ("[[nodes]]\nscope = 'Galaxy'", "nodes[0].scope", "Tenant, Application, Workflow"),
+        ("[[nodes]]\nid = 'Upper'", "nodes[0].id", "lower-case letters, digits and '-'"),
+        ("[[nodes]]\nid = 'a'\n[[nodes]]\nid = 'a'", "nodes[1].id", "unique ids"),
+        ("[[nodes]]\nlock_duration = '2d'", "nodes[0].lock_duration", "at most 1 day"),
+        ("[[nodes]]\nlock_duration = 'soon'", "nodes[0].lock_duration", "'90s'"),
+        (
+            "[[nodes]]\nlock_duration = '5m'\nretention = '1m'",
+            "nodes[0].retention",
+            "longer than lock_duration, or 'forever'",
+        ),
+        ("[[nodes]]\nretention = 'never'", "nodes[0].retention", "'90s'"),
+        ("[[nodes]]\nrevisions = 0", "nodes[0].revisions", "an integer from 1 to 10"),
+        ("[[nodes]]\ncolour = 'red'", "nodes[0].colour", "id, kind, lines"),
     ],
 )
 def test_bad_field_is_named_with_what_is_allowed(
@@ -122,3 +143,28 @@ def test_durations_accept_numbers_units_and_signs(tmp_path: Path) -> None:
     assert scenario.sweep_interval == 0.25
     assert scenario.faults_until == 7200.0
     assert [(j.at, j.by) for j in scenario.faults.clock_jumps] == [(30.0, 90.0), (60.0, -600.0)]
+
+
+def test_nodes_default_to_the_run_and_accept_forever(tmp_path: Path) -> None:
+    text = (
+        "[run]\nlock_duration = '45s'\n"
+        "[[nodes]]\nkind = 'correction'\n"
+        "[[nodes]]\nid = 'lines'\nkind = 'screening'\nscope = 'Thread'\n"
+        "lock_duration = '3s'\nretention = 'forever'\nlines = 5\n"
+    )
+    scenario = load_scenario(_write(tmp_path, text))
+    first, second = scenario.nodes
+    assert (first.id, first.kind, first.lock_duration) == (
+        "correction-1",
+        NodeKind.CORRECTION,
+        45.0,
+    )
+    assert first.retention == 30 * 86400.0
+    assert (second.scope, second.lock_duration, second.retention, second.lines) == (
+        "Thread",
+        3.0,
+        None,
+        5,
+    )
+    assert scenario.longest_lock == 45.0
+    assert load_scenario(_write(tmp_path, "", name="bare.toml")).nodes == ()

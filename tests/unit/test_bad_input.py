@@ -3,7 +3,8 @@
 Every case asserts the named error, that its message says what was wrong and
 what is allowed, and that the store is byte-for-byte as it was before the
 call.  The item and payload cases run on every store: the in-memory reference
-model always, SQLite in memory, and Redis when ``DSM_TEST_REDIS_URL`` is set.
+model always, SQLite in memory, and PostgreSQL and Redis when
+``DSM_TEST_POSTGRES_URL`` and ``DSM_TEST_REDIS_URL`` are set.
 Quotes and SQL fragments are not errors: they must be stored verbatim and
 touch nothing else, which is asserted the same way.
 """
@@ -11,11 +12,22 @@ touch nothing else, which is asserted the same way.
 from __future__ import annotations
 
 import asyncio
+import collections.abc
+import concurrent.futures
+import copy
+import dataclasses
 import datetime as dt
+import enum
+import importlib
+import inspect
 import json
+import pickle
+import pkgutil
+import types
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pytest
@@ -31,6 +43,7 @@ from reference_engine.errors import (
     InvalidOptionError,
     InvalidSettingsError,
     PayloadTooLargeError,
+    StaleLockError,
     UnknownHandlerError,
     UnknownScopeError,
     UnsupportedStatusError,
@@ -105,6 +118,7 @@ def _sqlite_store() -> Store:
     params=[
         "memory",
         pytest.param("sqlite", marks=pytest.mark.integration),
+        pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres]),
         pytest.param("redis", marks=[pytest.mark.integration, pytest.mark.redis]),
     ]
 )
@@ -113,6 +127,15 @@ def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> St
         return Store("memory", in_memory_handler, _memory_snapshot)
     if request.param == "sqlite":
         return _sqlite_store()
+    if request.param == "postgres":
+        postgres_url: str = request.getfixturevalue("postgres_url")
+        from reference_engine.handlers.sql.factory import (
+            POSTGRES_TEST_URL_ENV,
+            postgres_test_handler,
+        )
+
+        monkeypatch.setenv(POSTGRES_TEST_URL_ENV, postgres_url)
+        return Store("postgres", postgres_test_handler, _sql_snapshot)
     redis_url: str = request.getfixturevalue("redis_url")
     from reference_engine.handlers.redis_factory import TEST_REDIS_ENV, redis_test_handler
 
@@ -275,6 +298,108 @@ def test_quotes_and_sql_fragments_are_data_not_code(store: Store, key: str) -> N
             assert set(before) <= set(after), "a hostile key changed another record"
             assert await n.machine.exists("seed-done")
             assert not await n.machine.try_acquire_lock("seed-locked")
+
+    run(scenario)
+
+
+# --- keys that are str subclasses ----------------------------------------------------------------
+
+
+class Channel(str, enum.Enum):  # noqa: UP042  # the pre-StrEnum spelling, on purpose
+    EMAIL = "inv-email"
+
+
+class Mode(enum.StrEnum):
+    EMAIL = "inv-email"
+
+
+class Tagged(str):
+    """A user's str subclass with a __str__ of its own, as a formatting f-string would use."""
+
+    def __str__(self) -> str:
+        return f"Tagged({super().__str__()})"
+
+
+#: Values equal to "inv-email" that format differently: each must reach the same record.
+STR_SUBCLASS_KEYS: dict[str, str] = {
+    "str-enum-mixin": Channel.EMAIL,
+    "strenum": Mode.EMAIL,
+    "user-subclass": Tagged("inv-email"),
+}
+
+
+@pytest.mark.parametrize("first", ["subclass", "plain"])
+@pytest.mark.parametrize("case", list(STR_SUBCLASS_KEYS))
+def test_a_str_subclass_key_reaches_the_record_of_its_plain_text(
+    store: Store, case: str, first: str
+) -> None:
+    subclass_key = STR_SUBCLASS_KEYS[case]
+    plain_key = "inv-email"
+    writer, reader = (subclass_key, plain_key) if first == "subclass" else (plain_key, subclass_key)
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            before = await n.snapshot()
+            assert await n.machine.try_acquire_lock(writer, item_entity_key=writer)
+            await n.machine.set(writer, S.PROCESSED, {"via": case}, item_entity_key=writer)
+            # Another execution asks with the other spelling: one item, one record.
+            other = await n.factory.create(
+                ELEMENT,
+                ExecutionThread(execution_id="run-2", tenant_id="tenant-1", source_app_id="app-1"),
+                parse_node_settings(GOOD_SETTINGS),
+            )
+            assert await other.exists(reader, reader)
+            assert not await other.try_acquire_lock(reader, reader)
+            record = await other.get(reader, reader)
+            assert record is not None
+            assert type(record.key.item_key) is str and type(record.key.item_entity_key) is str
+            assert (record.key.item_key, record.data) == (plain_key, {"via": case})
+            assert len(await n.snapshot()) == len(before) + 1
+
+    run(scenario)
+
+
+class IdsMixin(str, enum.Enum):  # noqa: UP042  # the pre-StrEnum spelling, on purpose
+    TENANT = "tenant-1"
+    ELEMENT = "element-1"
+    RUN = "run-9"
+
+
+class IdsStrEnum(enum.StrEnum):
+    TENANT = "tenant-1"
+    ELEMENT = "element-1"
+    RUN = "run-9"
+
+
+#: How each kind of str subclass spells an id.
+ID_SPELLINGS: dict[str, Callable[[str], str]] = {
+    "str-enum-mixin": lambda text: IdsMixin(text),
+    "strenum": lambda text: IdsStrEnum(text),
+    "user-subclass": Tagged,
+}
+
+
+@pytest.mark.parametrize("case", list(ID_SPELLINGS))
+def test_str_subclass_execution_ids_key_the_same_records(store: Store, case: str) -> None:
+    """Tenant, element and execution ids given as str subclasses address the plain-text records."""
+    wrap = ID_SPELLINGS[case]
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            element = Element(
+                id=wrap("element-1"), workflow_id="wf-1", node_type="invoice-dispatch"
+            )
+            thread = ExecutionThread(
+                execution_id=wrap("run-9"), tenant_id=wrap("tenant-1"), source_app_id="app-1"
+            )
+            machine = await n.factory.create(element, thread, parse_node_settings(GOOD_SETTINGS))
+            assert isinstance(machine, ContextualDataStateMachine)
+            ctx = machine.base_ctx
+            assert all(
+                type(v) is str for v in (ctx.tenant_id, ctx.entity_id, ctx.entity_execution_id)
+            )
+            assert await machine.exists("seed-done")
+            assert not await machine.try_acquire_lock("seed-locked")
 
     run(scenario)
 
@@ -589,3 +714,183 @@ def test_bad_execution_fields_are_refused_by_the_factory(store: Store, case: str
                 await n.factory.create(ELEMENT, BAD_THREADS[case], config)
 
     run(scenario)
+
+
+# --- named errors survive pickling and copying ---------------------------------------------------
+
+
+def _import_everything() -> None:
+    """Import every module of the engine, so every DsmError subclass is defined."""
+    import reference_engine
+
+    for module in pkgutil.walk_packages(reference_engine.__path__, "reference_engine."):
+        importlib.import_module(module.name)
+
+
+def _all_error_classes() -> list[type[DsmError]]:
+    _import_everything()
+    found: list[type[DsmError]] = []
+    pending: list[type[DsmError]] = [DsmError]
+    while pending:
+        cls = pending.pop()
+        if cls not in found:
+            found.append(cls)
+            pending.extend(cls.__subclasses__())
+    return sorted(found, key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
+def _sample(annotation: object, name: str, index: int) -> object:
+    """A distinctive value of the annotated type, so a field lost in a round trip shows."""
+    origin = typing.get_origin(annotation)
+    if annotation is str:
+        return f"{name}-{index}"
+    if annotation is int:
+        return 40 + index
+    if annotation is float:
+        return 0.25 + index
+    if annotation is object:
+        return f"value-{index}"
+    if origin in (types.UnionType, typing.Union):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _sample(options[0], name, index)
+    if origin is not None and issubclass(origin, collections.abc.Sequence):
+        return (f"{name}-a", f"{name}-b")
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        hints = typing.get_type_hints(annotation)
+        return annotation(
+            **{f.name: _sample(hints[f.name], f.name, i) for i, f in enumerate(fields(annotation))}
+        )
+    raise AssertionError(f"no sample for a parameter {name!r} of type {annotation!r}")
+
+
+def _instance(cls: type[DsmError]) -> DsmError:
+    """Build ``cls`` from its own signature: a new error class is covered without a table."""
+    hints = typing.get_type_hints(cls.__init__)
+    arguments: dict[str, object] = {}
+    positional: list[object] = []
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    for index, parameter in enumerate(parameters):
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            if parameter.kind is parameter.VAR_POSITIONAL:
+                positional.append(f"message of {cls.__name__}")
+            continue
+        value = _sample(hints.get(parameter.name, str), parameter.name, index)
+        if parameter.kind is parameter.KEYWORD_ONLY:
+            arguments[parameter.name] = value
+        else:
+            positional.append(value)
+    return cls(*positional, **arguments)
+
+
+ERROR_CLASSES = _all_error_classes()
+
+
+def _evidence(error: BaseException) -> tuple[object, ...]:
+    return (type(error), str(error), error.args, vars(error))
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "round_trip",
+    [
+        pytest.param(lambda e: pickle.loads(pickle.dumps(e)), id="pickle"),
+        pytest.param(copy.copy, id="copy"),
+        pytest.param(copy.deepcopy, id="deepcopy"),
+    ],
+)
+def test_every_named_error_survives_pickle_and_copy(
+    cls: type[DsmError], round_trip: Callable[[DsmError], DsmError]
+) -> None:
+    error = _instance(cls)
+    error.add_note("in node 'dispatch' of workflow 'billing'")
+    restored = round_trip(error)
+    assert restored is not error
+    assert _evidence(restored) == _evidence(error)
+    assert restored.__notes__ == ["in node 'dispatch' of workflow 'billing'"]
+
+
+def test_the_error_walk_finds_every_class() -> None:
+    """The walk must reach the leaves and the engine's own modules, or the test above is hollow."""
+    names = {cls.__name__ for cls in ERROR_CLASSES}
+    assert {"StaleLockError", "PayloadTooLargeError", "DuplicateNodeError"} <= names
+    assert len(ERROR_CLASSES) >= 15
+
+
+def test_an_error_raised_in_a_process_pool_reaches_the_parent_with_its_fields() -> None:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(_raise_stale_lock)
+        with pytest.raises(StaleLockError) as info:
+            future.result()
+    assert (info.value.item_key, info.value.token, info.value.current_token) == ("inv-1", 3, 4)
+    assert info.value.status == "Processing"
+
+
+def _raise_stale_lock() -> None:
+    raise StaleLockError(item_key="inv-1", token=3, current_token=4, status="Processing")
+
+
+# --- what a StaleLockError says ----------------------------------------------------------------
+
+
+def test_a_retried_write_that_already_landed_is_not_called_a_sweep(store: Store) -> None:
+    """The reply of a set was lost; the machine kept its token and retries the same write."""
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            assert await n.machine.try_acquire_lock("inv-1")
+            landed = n.machine.context_for("inv-1")
+            await n.handler.set(landed, S.PROCESSED, {"ok": True})  # the write whose reply was lost
+            with pytest.raises(StaleLockError) as info:
+                await n.machine.set("inv-1", S.PROCESSED, {"ok": True})
+            error = info.value
+            assert (error.token, error.current_token, error.status) == (1, 1, "Processed")
+            check_message(error, "already ended", "Processed with this token", "retry")
+            assert "swept" not in str(error)
+
+    run(scenario)
+
+
+def test_a_swept_lock_offers_both_readings(store: Store) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            assert await n.machine.try_acquire_lock("inv-1")
+            clock = n.factory.registry.clock
+            assert isinstance(clock, ManualClock)
+            clock.advance(dt.timedelta(minutes=31))
+            assert await n.handler.reset_expired_locks() == 2  # inv-1 and seed-locked
+            with pytest.raises(StaleLockError) as info:
+                await n.machine.set("inv-1", S.PROCESSED, {"late": True})
+            error = info.value
+            assert (error.token, error.current_token, error.status) == (1, 1, "Failed")
+            check_message(error, "Failed with this token", "expired and was swept", "retry")
+
+    run(scenario)
+
+
+def test_a_taken_over_lock_names_the_new_attempt(store: Store) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            assert await n.machine.try_acquire_lock("inv-1")
+            clock = n.factory.registry.clock
+            assert isinstance(clock, ManualClock)
+            clock.advance(dt.timedelta(minutes=31))
+            other = await n.factory.create(
+                ELEMENT,
+                ExecutionThread(execution_id="run-2", tenant_id="tenant-1", source_app_id="app-1"),
+                parse_node_settings(GOOD_SETTINGS),
+            )
+            assert await other.try_acquire_lock("inv-1")
+            with pytest.raises(StaleLockError) as info:
+                await n.machine.release_lock_as_failed("inv-1", "late")
+            error = info.value
+            assert (error.token, error.current_token, error.status) == (1, 2, "Processing")
+            check_message(error, "taken over by attempt 2", "Processing with token 2")
+            assert "no longer exists" not in str(error)
+
+    run(scenario)
+
+
+def test_a_vanished_record_is_not_called_a_sweep() -> None:
+    error = StaleLockError(item_key="inv-1", token=3, current_token=None, status="None")
+    check_message(error, "token 3", "the record no longer exists", "rejected")
+    assert "swept" not in str(error) and "taken over" not in str(error)

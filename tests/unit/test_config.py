@@ -128,3 +128,42 @@ def test_unknown_scope_lists_allowed() -> None:
         resolve_scope("Node")
     assert info.value.allowed == ("Tenant", "Application", "Workflow", "Element", "Thread")
     assert "'Node'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "DataStateMachine",
+        "dataStatemachine",
+        "dataStateMachine ",
+        " dataStateMachine",
+        "DATASTATEMACHINE",
+        "data_state_machine",
+        "dataStateMachin",
+        "dataStateMachines",
+        "dataSateMachine",
+    ],
+)
+def test_a_key_close_to_the_settings_key_is_refused_naming_the_spelling(key: str) -> None:
+    """Ignoring it would give the node the null machine: no guard, no lock, no word."""
+    settings = {key: {"handler": "built-in", "scope": "Element"}}
+    with pytest.raises(InvalidSettingsError) as info:
+        parse_node_settings(settings)
+    text = str(info.value)
+    assert "'dataStateMachine' was expected" in text
+    assert repr(key) in text
+    with pytest.raises(InvalidSettingsError):
+        parse_node_settings(json.dumps(settings))
+
+
+@pytest.mark.parametrize("key", ["stateMachine", "handler", "retries", "dataStore", "timeout"])
+def test_unrelated_settings_keys_are_left_to_the_node(key: str) -> None:
+    assert parse_node_settings({key: {"x": 1}}) is None
+
+
+def test_a_long_misspelled_key_is_echoed_in_part() -> None:
+    key = "DataStateMachine" + " " * 2
+    settings = {key: {}, "x" * 1_000_000: 1}
+    with pytest.raises(InvalidSettingsError) as info:
+        parse_node_settings(settings)
+    assert len(str(info.value)) < 500

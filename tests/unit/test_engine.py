@@ -40,6 +40,7 @@ from reference_engine.engine.workflow import (
 from reference_engine.errors import (
     ConfigurationError,
     DsmError,
+    DuplicateElementError,
     InvalidOptionError,
     InvalidSettingsError,
     UnknownHandlerError,
@@ -547,3 +548,72 @@ def test_run_opens_each_handler_once_before_workers_compete() -> None:
     assert len(built) == 1
     assert len(rig.billing.charges) == 1
     assert [r.outcomes[0] for r in reports].count(NodeOutcome.SUCCESS) == 1
+
+
+# --- element ids across workflows ------------------------------------------------------------
+
+
+def test_a_node_id_reused_by_another_workflow_with_element_scope_is_refused() -> None:
+    """Element-scope records are keyed by node id: refunds/dispatch would skip billing's items."""
+    rig = Rig(invoice_spec("dispatch"))
+
+    with pytest.raises(DuplicateElementError) as info:
+        WorkflowEngine(
+            load_workflow(definition(invoice_spec("dispatch"), workflow_id="refunds")),
+            rig.node_types,
+            rig.handlers,
+            rig.clock,
+        )
+    error = info.value
+    assert (error.element_id, error.workflow_id, error.other_workflow_id) == (
+        "dispatch",
+        "refunds",
+        "wf",
+    )
+    assert isinstance(error, ConfigurationError)
+    assert "'refunds'" in str(error) and "'wf'" in str(error)
+
+
+def test_workflows_with_distinct_element_ids_keep_separate_records() -> None:
+    rig = Rig(invoice_spec("dispatch"))
+    refunds = WorkflowEngine(
+        load_workflow(definition(invoice_spec("refund-dispatch"), workflow_id="refunds")),
+        rig.node_types,
+        rig.handlers,
+        rig.clock,
+    )
+
+    async def scenario() -> None:
+        assert (await rig.engine.deliver(invoice("INV-1")))[0].outcome is NodeOutcome.SUCCESS
+        assert (await refunds.deliver(invoice("INV-1")))[0].outcome is NodeOutcome.SUCCESS
+
+    asyncio.run(scenario())
+    assert [c.invoice_id for c in rig.billing.charges] == ["INV-1", "INV-1"]
+    assert rig.record("INV-1", "dispatch") is not rig.record("INV-1", "refund-dispatch")
+    assert rig.record("INV-1", "refund-dispatch") is not None
+
+
+def test_a_refused_workflow_claims_none_of_its_ids() -> None:
+    rig = Rig(invoice_spec("dispatch"))
+    clashing = definition(invoice_spec("refund"), invoice_spec("dispatch"), workflow_id="refunds")
+    with pytest.raises(DuplicateElementError):
+        WorkflowEngine(load_workflow(clashing), rig.node_types, rig.handlers, rig.clock)
+    # "refund" was not reserved by the refused workflow: a third one may use it.
+    WorkflowEngine(
+        load_workflow(definition(invoice_spec("refund"), workflow_id="credits")),
+        rig.node_types,
+        rig.handlers,
+        rig.clock,
+    )
+
+
+def test_one_workflow_may_run_in_several_engines_and_other_scopes_may_share_ids() -> None:
+    rig = Rig(invoice_spec("dispatch"))
+    WorkflowEngine(rig.engine.definition, rig.node_types, rig.handlers, rig.clock, id_prefix="p2")
+    workflow_scoped = {**DSM_BLOCK, "scope": "Workflow"}
+    WorkflowEngine(
+        load_workflow(definition(invoice_spec("dispatch", workflow_scoped), workflow_id="other")),
+        rig.node_types,
+        rig.handlers,
+        rig.clock,
+    )

@@ -17,7 +17,13 @@ from reference_engine.engine.executor import (
     NodeExecutionResult,
     NodeOutcome,
 )
-from reference_engine.errors import InvalidOptionError, InvalidSettingsError, UnknownScopeError
+from reference_engine.errors import (
+    ConfigurationError,
+    InvalidOptionError,
+    InvalidSettingsError,
+    MissingDataStateMachineError,
+    UnknownScopeError,
+)
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.handlers.memory import InMemoryStateHandler
 from reference_engine.machine import NULL_MACHINE, ContextualDataStateMachine, DataStateMachine
@@ -141,3 +147,32 @@ def test_result_constructors_and_redelivery() -> None:
     again = message.redelivered()
     assert (again.id, again.payload, again.delivery) == ("m", {"k": 1}, 3)
     assert message.delivery == 2
+
+
+class GuardedProbe(Probe):
+    """A node type whose side effect must not repeat: it declares that it needs the guard."""
+
+    node_type = "guarded-probe"
+    requires_data_state_machine = True
+
+
+@pytest.mark.parametrize("settings", [{}, {"other": 1}, {"dataStateMachine": None}])
+def test_a_node_that_needs_the_guard_refuses_to_be_built_without_it(
+    settings: dict[str, Any],
+) -> None:
+    with pytest.raises(MissingDataStateMachineError) as info:
+        GuardedProbe(element(settings), factory()[0])
+    assert isinstance(info.value, ConfigurationError)
+    assert (info.value.node_type, info.value.node_id) == ("guarded-probe", "node-1")
+    assert "needs a 'dataStateMachine' block" in str(info.value)
+
+
+def test_a_node_that_needs_the_guard_is_built_with_it() -> None:
+    node = GuardedProbe(element({"dataStateMachine": {"scope": "Element"}}), factory()[0])
+    assert node.dsm_config is not None
+    assert isinstance(asyncio.run(node.pre_process(THREAD)), ContextualDataStateMachine)
+
+
+def test_a_misspelled_block_fails_construction_instead_of_running_unguarded() -> None:
+    with pytest.raises(InvalidSettingsError, match="'dataStateMachine' was expected"):
+        Probe(element({"DataStateMachine": {"scope": "Element"}}), factory()[0])

@@ -25,20 +25,29 @@ def foreign_ci_profile() -> Iterator[None]:
 
 
 @pytest.mark.parametrize(
-    ("name", "examples", "steps"), [("dev", 30, 25), ("ci", 100, 40), ("thorough", 1000, 80)]
+    ("name", "examples", "steps", "seeds"),
+    [("dev", 30, 25, 1), ("ci", 25, 60, 4), ("thorough", 250, 80, 4)],
 )
-def test_each_profile_has_its_budget(name: str, examples: int, steps: int) -> None:
-    chosen = profile_settings(name)
+def test_each_profile_has_its_budget(name: str, examples: int, steps: int, seeds: int) -> None:
+    assert profiles.budget(name) == profiles.Budget(examples, steps, seeds)
+    chosen = profile_settings(name)  # one run, one seed
     assert (chosen.max_examples, chosen.stateful_step_count) == (examples, steps)
     assert chosen.deadline is None and chosen.database is None
     assert not chosen.derandomize  # a fresh seed per run; the run prints it
+
+
+@pytest.mark.parametrize("name", profiles.PROFILES)
+def test_a_suites_own_given_tests_get_the_whole_budget(name: str) -> None:
+    # A @given test runs once: splitting over seeds is the kit runner's business.
+    assert profiles.profile_settings(name).max_examples == profiles.budget(name).test_cases
 
 
 @pytest.mark.usefixtures("foreign_ci_profile")
 def test_the_kits_ci_profile_is_used_even_where_hypothesis_registered_its_own() -> None:
     assert settings.get_profile("ci").stateful_step_count == 50
     chosen = profile_settings("ci")
-    assert (chosen.stateful_step_count, chosen.derandomize) == (40, False)
+    assert (chosen.stateful_step_count, chosen.derandomize) == (60, False)
+    assert settings.get_profile("ci").max_examples == 100  # Hypothesis' own, untouched
 
 
 def test_an_unknown_profile_names_the_known_ones() -> None:

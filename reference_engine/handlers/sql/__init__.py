@@ -1,4 +1,6 @@
-"""The built-in SQL handler: SQLite (aiosqlite) and PostgreSQL (asyncpg) through SQLAlchemy 2.
+"""The built-in SQL handler: SQLite (aiosqlite), PostgreSQL (asyncpg), MariaDB (asyncmy).
+
+All three through SQLAlchemy 2.
 
 See ``docs/sql-handler.md`` for the table, the statements and the guarantees.
 """
@@ -8,6 +10,8 @@ from reference_engine.handlers.sql.factory import (
     DEFAULT_DATABASE_URL,
     builtin_factory,
     database_url,
+    mariadb_isolated_handler,
+    mariadb_test_handler,
     postgres_isolated_handler,
     postgres_test_handler,
     sql_handler,
@@ -29,6 +33,8 @@ __all__ = [
     "create_engine_for",
     "create_schema",
     "database_url",
+    "mariadb_isolated_handler",
+    "mariadb_test_handler",
     "normalize_url",
     "postgres_isolated_handler",
     "postgres_test_handler",

@@ -1,10 +1,11 @@
-"""Async engines for the SQL handler: SQLite through aiosqlite, PostgreSQL through asyncpg.
+"""Async engines for the SQL handler: SQLite (aiosqlite), PostgreSQL (asyncpg), MariaDB (asyncmy).
 
 Settings that decide correctness live here rather than in callers: SQLite
 needs WAL and a busy timeout so concurrent writers queue instead of failing,
 an in-memory database needs a single shared connection or every session
 would see its own empty database, and PostgreSQL runs can be isolated in a
-schema of their own without touching a single query.
+schema of their own without touching a single query.  MariaDB sessions get
+the settings its statements rely on (:mod:`.mariadb`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from reference_engine.errors import ConfigurationError
 __all__ = [
     "DDL_LOCK_KEY",
     "DEFAULT_BUSY_TIMEOUT_S",
+    "MARIADB_SESSION_SQL",
     "SUPPORTED_BACKENDS",
     "create_engine_for",
     "create_pg_schema",
@@ -35,11 +37,16 @@ __all__ = [
 
 #: How long a SQLite writer waits for another connection's write lock.
 DEFAULT_BUSY_TIMEOUT_S = 30.0
-SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+SUPPORTED_BACKENDS = ("sqlite", "postgresql", "mariadb")
 #: PostgreSQL advisory lock taken while creating schemas and the table ("dsm" in ASCII).
 DDL_LOCK_KEY = 0x64736D
-_ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
-_BACKEND_ALIASES = {"postgres": "postgresql"}
+_ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "mariadb": "mariadb+asyncmy",
+}
+#: ``mysql://`` URLs name MariaDB: the statements use MariaDB-only SQL (see :mod:`.mariadb`).
+_BACKEND_ALIASES = {"postgres": "postgresql", "mysql": "mariadb"}
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -50,7 +57,8 @@ def normalize_url(url: str | URL) -> URL:
     except (ArgumentError, ValueError) as exc:
         raise ConfigurationError(
             f"invalid database URL {str(url)!r}: {exc}; expected e.g. "
-            "'sqlite+aiosqlite:///dsm.db' or 'postgresql+asyncpg://user@host/db'"
+            "'sqlite+aiosqlite:///dsm.db', 'postgresql+asyncpg://user@host/db' or "
+            "'mariadb+asyncmy://user@host/db'"
         ) from exc
     backend = _BACKEND_ALIASES.get(parsed.get_backend_name(), parsed.get_backend_name())
     if backend not in _ASYNC_DRIVERS:
@@ -58,7 +66,11 @@ def normalize_url(url: str | URL) -> URL:
             f"database URL {parsed.render_as_string(hide_password=True)!r} uses backend "
             f"{backend!r}; the SQL handler supports: {', '.join(SUPPORTED_BACKENDS)}"
         )
-    return parsed.set(drivername=_ASYNC_DRIVERS[backend])
+    target = parsed.set(drivername=_ASYNC_DRIVERS[backend])
+    if backend == "mariadb" and "charset" not in target.query:
+        # Four-byte UTF-8 on the wire too, or keys outside the BMP would be mangled.
+        target = target.update_query_dict({"charset": "utf8mb4"})
+    return target
 
 
 def is_memory_url(url: URL) -> bool:
@@ -72,8 +84,8 @@ def validate_schema_name(name: str) -> str:
     """Only plain lower-case identifiers, so the name never needs quoting or escaping."""
     if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
         raise ConfigurationError(
-            f"invalid PostgreSQL schema name {name!r}: use 1-63 lower-case letters, digits "
-            "and underscores, starting with a letter or underscore"
+            f"invalid PostgreSQL or MariaDB schema name {name!r}: use 1-63 lower-case "
+            "letters, digits and underscores, starting with a letter or underscore"
         )
     return name
 
@@ -91,6 +103,25 @@ def _sqlite_pragmas(busy_timeout_s: float, *, memory: bool) -> Any:
             cursor.close()
 
     return on_connect
+
+
+#: Session settings the MariaDB statements rely on; see ``docs/sql-handler.md``.
+MARIADB_SESSION_SQL = (
+    # Every assignment of an UPDATE / ON DUPLICATE KEY UPDATE sees the row as it
+    # was, as in standard SQL: each guarded assignment re-tests the same condition,
+    # which must not see the columns assigned before it.
+    "SET SESSION sql_mode = CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT,STRICT_ALL_TABLES')",
+    "SET SESSION time_zone = '+00:00'",
+)
+
+
+def _mariadb_session(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        for statement in MARIADB_SESSION_SQL:
+            cursor.execute(statement)
+    finally:
+        cursor.close()
 
 
 def _switch_to_wal(cursor: Any) -> None:
@@ -123,8 +154,11 @@ def create_engine_for(
 ) -> AsyncEngine:
     """An :class:`AsyncEngine` configured for the handler.
 
-    ``schema`` (PostgreSQL only) maps the table into that schema through
-    ``schema_translate_map``; the schema must exist (see :func:`create_pg_schema`).
+    ``schema`` (PostgreSQL; on MariaDB a database) maps the table into that
+    schema through ``schema_translate_map``; the schema must exist (see
+    :func:`create_pg_schema`, :func:`.mariadb.create_database`).  MariaDB runs
+    at READ COMMITTED, like PostgreSQL, so a statement that waited for a row
+    lock re-reads the committed row instead of a snapshot.
     ``pool_size``/``max_overflow`` override the pool of file and server
     databases; an in-memory SQLite database always has exactly one connection.
     """
@@ -134,12 +168,14 @@ def create_engine_for(
     if backend == "sqlite":
         if schema is not None:
             raise ConfigurationError(
-                f"schema {schema!r} given for a SQLite URL; schemas are PostgreSQL-only, "
-                "use a separate database file to isolate SQLite runs"
+                f"schema {schema!r} given for a SQLite URL; schemas are for PostgreSQL and "
+                "MariaDB, use a separate database file to isolate SQLite runs"
             )
         kwargs["connect_args"] = {"timeout": busy_timeout_s, "check_same_thread": False}
         if is_memory_url(target):
             kwargs["poolclass"] = StaticPool
+    if backend == "mariadb":
+        kwargs["isolation_level"] = "READ COMMITTED"
     # No pool_pre_ping on PostgreSQL: it costs a round trip on every checkout,
     # while a connection that died in the pool fails its next call with a
     # StoreError (retrying is safe) and is replaced by the pool.
@@ -152,6 +188,8 @@ def create_engine_for(
     if backend == "sqlite":
         pragmas = _sqlite_pragmas(busy_timeout_s, memory=is_memory_url(target))
         event.listen(engine.sync_engine, "connect", pragmas)
+    if backend == "mariadb":
+        event.listen(engine.sync_engine, "connect", _mariadb_session)
     if schema is not None:
         engine = engine.execution_options(schema_translate_map={None: validate_schema_name(schema)})
     return engine

@@ -1,7 +1,7 @@
 """Factories for the built-in SQL handler: ``(clock) -> handler``, as the registry expects.
 
 The isolating factories (a fresh in-memory database, a temporary file, a
-throw-away PostgreSQL schema) are what the conformance kit, the simulator and
+throw-away PostgreSQL schema or MariaDB database) are what the conformance kit, the simulator and
 the tests build handlers from, so runs that share a server never see each
 other's rows and leave nothing behind once closed.
 """
@@ -26,14 +26,18 @@ from reference_engine.handlers.sql.engine import (
     normalize_url,
 )
 from reference_engine.handlers.sql.handler import SqlStateHandler
+from reference_engine.handlers.sql.mariadb import create_database, drop_database
 
 __all__ = [
     "DATABASE_URL_ENV",
     "DEFAULT_DATABASE_URL",
+    "MARIADB_TEST_URL_ENV",
     "MEMORY_URL",
     "POSTGRES_TEST_URL_ENV",
     "builtin_factory",
     "database_url",
+    "mariadb_isolated_handler",
+    "mariadb_test_handler",
     "postgres_isolated_handler",
     "postgres_test_handler",
     "sql_handler",
@@ -44,6 +48,7 @@ __all__ = [
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///dsm.db"
 DATABASE_URL_ENV = "DSM_DATABASE_URL"
 POSTGRES_TEST_URL_ENV = "DSM_TEST_POSTGRES_URL"
+MARIADB_TEST_URL_ENV = "DSM_TEST_MARIADB_URL"
 MEMORY_URL = "sqlite+aiosqlite:///:memory:"
 
 
@@ -60,7 +65,7 @@ def sql_handler(
     pool_size: int | None = None,
     max_overflow: int | None = None,
 ) -> SqlStateHandler:
-    """A handler on ``url``; with ``schema`` (PostgreSQL) the table lives in that schema.
+    """A handler on ``url``; with ``schema`` the table lives in that schema (MariaDB: database).
 
     The schema is created on open if missing and kept on close.
     """
@@ -70,7 +75,10 @@ def sql_handler(
         name = schema
 
         async def on_open(engine: AsyncEngine) -> None:
-            await create_pg_schema(engine, name)
+            if engine.dialect.name == "mariadb":
+                await create_database(engine, name)
+            else:
+                await create_pg_schema(engine, name)
 
     handler = SqlStateHandler(engine, clock, on_open=on_open)
     handler.schema_name = schema
@@ -130,13 +138,71 @@ def postgres_test_handler(clock: Clock) -> SqlStateHandler:
 
     For the conformance kit and the simulator: every call is a fresh schema.
     """
-    url = os.environ.get(POSTGRES_TEST_URL_ENV, "").strip()
-    if not url:
-        raise ConfigurationError(
-            f"postgres_test_handler needs {POSTGRES_TEST_URL_ENV}, e.g. "
-            "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-        )
+    url = _test_url(
+        "postgres_test_handler",
+        POSTGRES_TEST_URL_ENV,
+        "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
+    )
     return postgres_isolated_handler(url, clock)
+
+
+def mariadb_isolated_handler(
+    url: str,
+    clock: Clock,
+    *,
+    pool_size: int | None = None,
+    max_overflow: int | None = None,
+) -> SqlStateHandler:
+    """A handler in a fresh, uniquely named database of the MariaDB server at ``url``.
+
+    The database is created on open and dropped (with its rows) on close, so
+    concurrent runs on one server are isolated; the connections stay on the
+    URL's database and reach the table through schema translation, as on
+    PostgreSQL.  ``handler.schema_name`` tells which database a run used.
+    """
+    if normalize_url(url).get_backend_name() != "mariadb":
+        raise ConfigurationError(f"an isolated database needs a MariaDB URL, got {url!r}")
+    name = f"dsm_run_{uuid.uuid4().hex[:16]}"
+    created = False
+
+    async def create(engine: AsyncEngine) -> None:
+        nonlocal created
+        await create_database(engine, name)
+        created = True
+
+    async def drop(engine: AsyncEngine) -> None:
+        # A server that never took the database (refused, unreachable) has
+        # nothing to drop, and closing such a handler must not fail; its
+        # connection pool is released either way.
+        try:
+            if created:
+                await drop_database(engine, name)
+        finally:
+            await engine.dispose()
+
+    engine = create_engine_for(url, schema=name, pool_size=pool_size, max_overflow=max_overflow)
+    handler = SqlStateHandler(engine, clock, on_open=create, on_close=drop)
+    handler.schema_name = name
+    return handler
+
+
+def mariadb_test_handler(clock: Clock) -> SqlStateHandler:
+    """:func:`mariadb_isolated_handler` on ``DSM_TEST_MARIADB_URL``.
+
+    For the conformance kit and the simulator: every call is a fresh database.
+    """
+    url = _test_url(
+        "mariadb_test_handler", MARIADB_TEST_URL_ENV, "mariadb+asyncmy://root@127.0.0.1:3306/test"
+    )
+    return mariadb_isolated_handler(url, clock)
+
+
+def _test_url(factory: str, env_var: str, example: str) -> str:
+    """The test server's URL from ``env_var``, or an error naming the variable to set."""
+    url = os.environ.get(env_var, "").strip()
+    if not url:
+        raise ConfigurationError(f"{factory} needs {env_var}, e.g. {example}")
+    return url
 
 
 def builtin_factory(url: str | None = None) -> HandlerFactory:

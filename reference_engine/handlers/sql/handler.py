@@ -10,6 +10,7 @@ root whatever the database.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,7 +22,14 @@ from sqlalchemy.pool import StaticPool
 
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
-from reference_engine.errors import DsmError, InvalidItemError, StoreError, UnsupportedStatusError
+from reference_engine.errors import (
+    DsmError,
+    InvalidItemError,
+    StoreError,
+    StoreLostError,
+    UnsupportedStatusError,
+)
+from reference_engine.handlers.sql.engine import is_memory_url
 from reference_engine.handlers.sql.repository import ProcessStateLogRepository
 from reference_engine.handlers.sql.schema import create_schema
 from reference_engine.model import SETTABLE
@@ -82,6 +90,21 @@ def _check_text(value: object, field: str) -> None:
         ) from exc
 
 
+def sqlite_file_path(engine: AsyncEngine) -> str | None:
+    """The absolute path of the file a SQLite engine opens; None for memory, URI names, servers.
+
+    Resolved once, at construction, so a later ``chdir`` cannot point the
+    identity check at another file.
+    """
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or is_memory_url(url):
+        return None
+    database = url.database or ""
+    if database.startswith("file:") or url.query.get("uri"):
+        return None  # a URI filename: SQLite resolves it, and it may name no file on disk
+    return os.path.abspath(database)
+
+
 def _storable(ctx: StateHandlerContext) -> StateHandlerContext:
     if not ctx.item_key:
         ctx.record_key  # noqa: B018 -- raises InvalidItemError when the item key is missing
@@ -91,7 +114,7 @@ def _storable(ctx: StateHandlerContext) -> StateHandlerContext:
 
 
 class SqlStateHandler:
-    """SQL persistence of item records on SQLite (aiosqlite) or PostgreSQL (asyncpg).
+    """SQL persistence of item records on SQLite (aiosqlite), PostgreSQL (asyncpg) or MariaDB.
 
     Build it with :func:`reference_engine.handlers.sql.factory.sql_handler`
     or give it an engine from :func:`~reference_engine.handlers.sql.engine.create_engine_for`.
@@ -116,8 +139,11 @@ class SqlStateHandler:
         self._on_open = on_open
         self._on_close = on_close
         self._closed = False
-        #: The PostgreSQL schema the table lives in, when the handler was built for one.
+        #: The PostgreSQL schema (MariaDB database) the table lives in, when built for one.
         self.schema_name: str | None = None
+        #: The SQLite file this handler works on, and its (device, inode) once seen.
+        self._path = sqlite_file_path(engine)
+        self._file_id: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         url = self.engine.url.render_as_string(hide_password=True)
@@ -128,6 +154,37 @@ class SqlStateHandler:
             f"{operation} failed on the {self.engine.dialect.name} store "
             f"({type(exc).__name__}: {exc}); the outcome is unknown and retrying is safe"
         )
+
+    def _check_file(self) -> None:
+        """Refuse to go on when the SQLite file was deleted or replaced since it was opened.
+
+        Connections already open keep reading and writing the deleted file's
+        inode, where nobody will ever see the records, and a restart then
+        finds an empty database and repeats every item.  One ``stat`` of the
+        path (microseconds, no I/O on the database) per operation notices it
+        first.  The check runs before the statement: a deletion in the
+        instant between the two is not caught until the next operation.
+        """
+        if self._path is None:
+            return
+        try:
+            info = os.stat(self._path)
+        except FileNotFoundError:
+            raise StoreLostError(
+                store=f"SQLite file {self._path!r}",
+                reason="the file was deleted while the handler had it open",
+            ) from None
+        except OSError as exc:
+            raise self._store_error("checking the database file", exc) from exc
+        seen = (info.st_dev, info.st_ino)
+        if self._file_id is None:
+            self._file_id = seen
+        elif seen != self._file_id:
+            raise StoreLostError(
+                store=f"SQLite file {self._path!r}",
+                reason="the path now names another file (the one opened was deleted or "
+                "replaced, e.g. restored from a copy)",
+            )
 
     @asynccontextmanager
     async def _store(self, operation: str) -> AsyncIterator[None]:
@@ -150,6 +207,7 @@ class SqlStateHandler:
             if self._on_open is not None:
                 await self._on_open(self.engine)
             await create_schema(self.engine)
+        self._check_file()
 
     async def close(self) -> None:
         if self._closed:
@@ -166,6 +224,7 @@ class SqlStateHandler:
 
     async def exists(self, ctx: StateHandlerContext) -> bool:
         key = _storable(ctx).record_key
+        self._check_file()
         try:
             return await self.repository.exists(key, self.clock.now())
         except self._failures as exc:
@@ -173,11 +232,13 @@ class SqlStateHandler:
 
     async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
         key = _storable(ctx).record_key
+        self._check_file()
         async with self._store("get"):
             return await self.repository.get(key)
 
     async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
         _storable(ctx)
+        self._check_file()
         try:
             return await self.repository.try_acquire_lock(ctx, self.clock.now())
         except self._failures as exc:
@@ -195,6 +256,7 @@ class SqlStateHandler:
             raise UnsupportedStatusError(status=label, use=use)
         encoded = encode_data(data)
         _storable(ctx)
+        self._check_file()
         try:
             await self.repository.set(ctx, status, encoded, self.clock.now())
         except self._failures as exc:
@@ -203,6 +265,7 @@ class SqlStateHandler:
     async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
         _check_text(error_detail, "error_detail")
         _storable(ctx)
+        self._check_file()
         try:
             await self.repository.release_lock_as_failed(ctx, error_detail, self.clock.now())
         except self._failures as exc:
@@ -211,13 +274,16 @@ class SqlStateHandler:
     async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
         encoded = encode_data(data)
         _storable(ctx)
+        self._check_file()
         async with self._store("upsert"):
             await self.repository.upsert(ctx, encoded, self.clock.now())
 
     async def reset_expired_locks(self) -> int:
+        self._check_file()
         async with self._store("reset_expired_locks"):
             return await self.repository.reset_expired_locks(self.clock.now())
 
     async def expire_past_retention(self) -> int:
+        self._check_file()
         async with self._store("expire_past_retention"):
             return await self.repository.expire_past_retention(self.clock.now())

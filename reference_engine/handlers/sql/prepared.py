@@ -52,6 +52,7 @@ from reference_engine.model import SWEEP_ERROR_DETAIL
 from reference_engine.status import ACQUIRABLE, COMPLETED, TRANSITIONS, IdempotencyStatus
 
 __all__ = [
+    "ACQUIRABLE_NOW",
     "CURRENT",
     "EXISTS",
     "EXPIRE_PAST_RETENTION",
@@ -59,11 +60,14 @@ __all__ = [
     "NOW",
     "RESET_EXPIRED_LOCKS",
     "Statement",
+    "acquire_changes",
     "acquire_params",
+    "acquire_row",
     "acquire_statement",
     "effective_status_in",
     "fenced_params",
     "fenced_statement",
+    "fenced_update",
     "key_params",
     "sources_of",
 ]
@@ -151,44 +155,57 @@ def _insert(dialect_name: str) -> PgInsert | SqliteInsert:
     return pg_insert(T) if dialect_name == "postgresql" else sqlite_insert(T)
 
 
+#: "Missing, Failed, Expired or an expired lock" at :data:`NOW`: who may take the lock.
+ACQUIRABLE_NOW = effective_status_in(ACQUIRABLE & sources_of(S.PROCESSING), NOW)
+
+
+def acquire_row() -> dict[str, Any]:
+    """The row a first acquisition inserts, as parameters (see :func:`acquire_params`)."""
+    return {
+        **{column.name: _param(column) for column in KEY_COLUMNS},
+        "scope_code": _param(T.c.scope_code),
+        "status": S.PROCESSING.value,
+        "attempt": 1,
+        "locked_until": _param(T.c.locked_until),
+        "data": None,
+        "error_detail": None,
+        "superseded": False,
+        "created_at": NOW,
+        "entity_execution_id": _param(T.c.entity_execution_id),
+        "source_app_id": _param(T.c.source_app_id),
+        "updated_at": NOW,
+        "retain_until": _param(T.c.retain_until),
+    }
+
+
+def acquire_changes(new: Any) -> dict[str, Any]:
+    """What a re-acquisition changes; ``new`` is the proposed row (``excluded``/``inserted``)."""
+    return {
+        "status": S.PROCESSING.value,
+        "attempt": T.c.attempt + 1,
+        "locked_until": new.locked_until,
+        "error_detail": None,
+        "entity_execution_id": new.entity_execution_id,
+        "source_app_id": new.source_app_id,
+        "updated_at": new.updated_at,
+        "retain_until": new.retain_until,
+    }
+
+
 @lru_cache(maxsize=4)
 def acquire_statement(dialect_name: str) -> ReturningInsert[Any]:
     """``INSERT ... ON CONFLICT DO UPDATE ... WHERE <acquirable> RETURNING attempt``.
 
     The ``WHERE`` is the rule "missing, Failed, Expired or an expired lock",
-    so deciding and taking the lock are one atomic statement.
+    so deciding and taking the lock are one atomic statement.  MariaDB's
+    form is :data:`.mariadb.ACQUIRE`.
     """
-    insert = _insert(dialect_name).values(
-        {
-            **{column.name: _param(column) for column in KEY_COLUMNS},
-            "scope_code": _param(T.c.scope_code),
-            "status": S.PROCESSING.value,
-            "attempt": 1,
-            "locked_until": _param(T.c.locked_until),
-            "data": None,
-            "error_detail": None,
-            "superseded": False,
-            "created_at": NOW,
-            "entity_execution_id": _param(T.c.entity_execution_id),
-            "source_app_id": _param(T.c.source_app_id),
-            "updated_at": NOW,
-            "retain_until": _param(T.c.retain_until),
-        }
-    )
+    insert = _insert(dialect_name).values(acquire_row())
     return insert.on_conflict_do_update(
         index_elements=_KEY_NAMES,
         index_where=CURRENT_ROW,
-        set_={
-            "status": S.PROCESSING.value,
-            "attempt": T.c.attempt + 1,
-            "locked_until": insert.excluded.locked_until,
-            "error_detail": None,
-            "entity_execution_id": insert.excluded.entity_execution_id,
-            "source_app_id": insert.excluded.source_app_id,
-            "updated_at": insert.excluded.updated_at,
-            "retain_until": insert.excluded.retain_until,
-        },
-        where=effective_status_in(ACQUIRABLE & sources_of(S.PROCESSING), NOW),
+        set_=acquire_changes(insert.excluded),
+        where=ACQUIRABLE_NOW,
     ).returning(T.c.attempt)
 
 
@@ -202,11 +219,12 @@ def acquire_params(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]
 
 
 @lru_cache(maxsize=8)
-def fenced_statement(*, with_data: bool, with_error: bool) -> ReturningUpdate[Any]:
-    """``UPDATE ... WHERE key AND status = 'processing' AND attempt = :token RETURNING id``.
+def fenced_update(*, with_data: bool, with_error: bool) -> Update:
+    """``UPDATE ... WHERE key AND status = 'processing' AND attempt = :token``.
 
     One statement per shape: a write without data keeps the stored data, and
-    only a release writes an error detail.
+    only a release writes an error detail.  Whether it matched is told by
+    ``RETURNING`` (:func:`fenced_statement`) or, on MariaDB, by the row count.
     """
     changes: dict[str, Any] = {
         "status": bindparam("p_status", type_=T.c.status.type),
@@ -228,8 +246,13 @@ def fenced_statement(*, with_data: bool, with_error: bool) -> ReturningUpdate[An
             T.c.attempt == bindparam("p_token", type_=T.c.attempt.type),
         )
         .values(changes)
-        .returning(T.c.id)
     )
+
+
+@lru_cache(maxsize=8)
+def fenced_statement(*, with_data: bool, with_error: bool) -> ReturningUpdate[Any]:
+    """:func:`fenced_update` ``RETURNING id``: a row back means the token still held."""
+    return fenced_update(with_data=with_data, with_error=with_error).returning(T.c.id)
 
 
 def fenced_params(

@@ -12,6 +12,9 @@ once in :mod:`.prepared`.  On PostgreSQL each runs alone in autocommit, the
 per-item ones on the raw asyncpg connection (:mod:`.fastpath`); a statement
 is atomic by itself, so ``BEGIN``/``COMMIT`` would only add round trips.  The
 operations of two statements (upsert, a table-checked set) keep a transaction.
+On MariaDB the same rules are built by :mod:`.mariadb` (no ``ON CONFLICT ...
+WHERE``, no ``UPDATE ... RETURNING``), still one statement per operation, and
+every statement runs in a transaction of its own.
 
 Which status may follow which is read from :data:`reference_engine.status.TRANSITIONS`;
 the ``WHERE`` clauses are built from it, never written out by hand.  Every
@@ -23,16 +26,18 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Row, and_, update
+from sqlalchemy.dialects.mysql import Insert as MariaInsert
+from sqlalchemy.dialects.mysql import insert as mariadb_insert
 from sqlalchemy.dialects.postgresql import Insert as PgInsert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from reference_engine.context import RecordKey, StateHandlerContext
@@ -41,6 +46,7 @@ from reference_engine.errors import (
     LockNotHeldError,
     StoreError,
 )
+from reference_engine.handlers.sql import mariadb as M
 from reference_engine.handlers.sql import prepared as P
 from reference_engine.handlers.sql.fastpath import PgFastPath
 from reference_engine.handlers.sql.prepared import effective_status_in, sources_of
@@ -65,6 +71,7 @@ _KEY_NAMES = [column.name for column in KEY_COLUMNS]
 #: Each lost race means another writer finished, so retries always progress;
 #: the bound only turns pathological contention into a StoreError.
 _RACE_RETRIES = 10
+R = TypeVar("R")
 
 
 def _key(key: RecordKey) -> ColumnElement[bool]:
@@ -93,21 +100,22 @@ def _stamp(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]:
     }
 
 
-def _completion_changes(insert: Any, status: IdempotencyStatus, data: str | None) -> dict[str, Any]:
-    """What an ``INSERT … ON CONFLICT DO UPDATE`` that ends in ``status`` takes from the new row.
+def _completion_changes(new: Any, status: IdempotencyStatus, data: str | None) -> dict[str, Any]:
+    """What an insert-or-update that ends in ``status`` takes from the new row ``new``.
 
-    ``data=None`` keeps the stored data, as everywhere else.
+    ``new`` is the proposed row: ``excluded`` (``ON CONFLICT``) or ``inserted``
+    (MariaDB's ``ON DUPLICATE KEY``).  ``data=None`` keeps the stored data.
     """
     changes: dict[str, Any] = {
         "status": status.value,
         "locked_until": None,
-        "entity_execution_id": insert.excluded.entity_execution_id,
-        "source_app_id": insert.excluded.source_app_id,
-        "updated_at": insert.excluded.updated_at,
-        "retain_until": insert.excluded.retain_until,
+        "entity_execution_id": new.entity_execution_id,
+        "source_app_id": new.source_app_id,
+        "updated_at": new.updated_at,
+        "retain_until": new.retain_until,
     }
     if data is not None:
-        changes["data"] = insert.excluded.data
+        changes["data"] = new.data
     return changes
 
 
@@ -184,6 +192,7 @@ class ProcessStateLogRepository:
         single_writer = self.dialect_name == "sqlite" and not serialize
         self._writer = asyncio.Lock() if single_writer else None
         postgres = self.dialect_name == "postgresql"
+        self.mariadb = self.dialect_name == "mariadb"
         #: Prepared statements on the raw asyncpg connection, for the hot operations.
         self.fast_path = PgFastPath(engine) if postgres else None
         # One statement is atomic on its own; BEGIN and COMMIT would be two more round trips.
@@ -211,10 +220,37 @@ class ProcessStateLogRepository:
         async with self._autocommit.connect() as conn:
             yield conn
 
-    def _insert(self, values: Mapping[str, Any]) -> PgInsert | SqliteInsert:
+    def _insert(self, values: Mapping[str, Any]) -> PgInsert | SqliteInsert | MariaInsert:
+        if self.mariadb:
+            return mariadb_insert(T).values(**values)
         if self.dialect_name == "postgresql":
             return pg_insert(T).values(**values)
         return sqlite_insert(T).values(**values)
+
+    def _proposed(self, insert: PgInsert | SqliteInsert | MariaInsert) -> Any:
+        """The row an insert proposes, as its conflict clause names it."""
+        return insert.inserted if isinstance(insert, MariaInsert) else insert.excluded
+
+    def _upsert_where(
+        self,
+        insert: PgInsert | SqliteInsert | MariaInsert,
+        changes: dict[str, Any],
+        where: ColumnElement[bool],
+        *,
+        returning: Any,
+    ) -> Any:
+        """Insert, or update the key's current row where ``where`` holds: one statement."""
+        if isinstance(insert, MariaInsert):
+            return M.guarded_upsert(insert, changes, where)
+        return insert.on_conflict_do_update(
+            index_elements=_KEY_NAMES, index_where=CURRENT_ROW, set_=changes, where=where
+        ).returning(returning)
+
+    def _applied(self, result: Any, *, upsert: bool) -> bool:
+        """Whether a conditional write from this repository changed a row."""
+        if not self.mariadb:
+            return result.first() is not None
+        return M.marked(result) if upsert else bool(result.rowcount)
 
     @staticmethod
     async def _current(conn: AsyncConnection, key: RecordKey) -> StateRecord | None:
@@ -243,8 +279,36 @@ class ProcessStateLogRepository:
 
     # --- the lock ----------------------------------------------------------------------------
 
+    async def _past_deadlocks(self, attempt: Callable[[], Awaitable[R]]) -> R:
+        """Run ``attempt`` (whole transactions), again when MariaDB undid it to break a deadlock.
+
+        Only MariaDB reports deadlocks among these statements; a victim changed
+        nothing, so each retry is the same call made later.  Like a lost race,
+        each deadlock means another writer went ahead, so retries progress.
+        """
+        if not self.mariadb:
+            return await attempt()
+        for _ in range(_RACE_RETRIES - 1):
+            try:
+                return await attempt()
+            except OperationalError as exc:
+                if not M.is_deadlock(exc):
+                    raise
+        return await attempt()
+
+    async def _run(self, statement: Any, params: dict[str, Any]) -> Any:
+        """Run one write statement alone and return its result (MariaDB: no RETURNING)."""
+
+        async def attempt() -> Any:
+            async with self._single(write=True) as conn:
+                return await conn.execute(statement, params)
+
+        return await self._past_deadlocks(attempt)
+
     async def try_acquire_lock(self, ctx: StateHandlerContext, now: dt.datetime) -> int | None:
         """One ``INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING attempt``."""
+        if self.mariadb:
+            return M.acquired_token(await self._run(M.ACQUIRE, P.acquire_params(ctx, now)))
         statement = P.acquire_statement(self.dialect_name)
         token = await self._fetchval(statement, P.acquire_params(ctx, now), write=True)
         return None if token is None else int(token)
@@ -267,15 +331,17 @@ class ProcessStateLogRepository:
         """
         assert ctx.lock_token is not None
         key = ctx.record_key
-        statement = P.fenced_statement(
-            with_data=data is not None, with_error=error_detail is not None
-        )
+        shape = {"with_data": data is not None, "with_error": error_detail is not None}
         params = P.fenced_params(ctx, now, target, data=data, error_detail=error_detail)
         if not is_allowed(S.PROCESSING, target):
             # Fencing is checked before the table, as the reference model does.
             require_holder(ctx, await self.get(key))
             check_transition(S.PROCESSING, target, item_key=ctx.item_key)
-        if await self._fetchval(statement, params, write=True) is not None:
+        if self.mariadb:
+            # The status always changes, so "matched" and "changed" are the same count.
+            if (await self._run(P.fenced_update(**shape), params)).rowcount:
+                return
+        elif await self._fetchval(P.fenced_statement(**shape), params, write=True) is not None:
             return
         require_holder(ctx, await self.get(key))
         # The row matched the token on the follow-up read but not on the write:
@@ -312,16 +378,17 @@ class ProcessStateLogRepository:
         key = ctx.record_key
         sources = sources_of(status) - {S.PROCESSING}
         statement: Any
-        if S.NONE in sources:
+        inserts = S.NONE in sources
+        if inserts:
             insert = self._insert(
                 _new_row(ctx, now, status=status, attempt=0, locked_until=None, data=data)
             )
-            statement = insert.on_conflict_do_update(
-                index_elements=_KEY_NAMES,
-                index_where=CURRENT_ROW,
-                set_=_completion_changes(insert, status, data),
-                where=effective_status_in(sources, now),
-            ).returning(T.c.id)
+            statement = self._upsert_where(
+                insert,
+                _completion_changes(self._proposed(insert), status, data),
+                effective_status_in(sources, now),
+                returning=T.c.id,
+            )
         else:
             statement = (
                 update(T)
@@ -332,13 +399,20 @@ class ProcessStateLogRepository:
                     **({} if data is None else {"data": data}),
                     **_stamp(ctx, now),
                 )
-                .returning(T.c.id)
             )
-        for _ in range(_RACE_RETRIES):
+            if not self.mariadb:
+                statement = statement.returning(T.c.id)
+
+        async def attempt() -> tuple[bool, StateRecord | None]:
             async with self._transaction() as conn:
-                if (await conn.execute(statement)).first() is not None:
-                    return
-                record = await self._current(conn, key)
+                if self._applied(await conn.execute(statement), upsert=inserts):
+                    return True, None
+                return False, await self._current(conn, key)
+
+        for _ in range(_RACE_RETRIES):
+            done, record = await self._past_deadlocks(attempt)
+            if done:
+                return
             self._refuse_live_lock(ctx, record, now)
             check_transition(effective_status(record, now), status, item_key=ctx.item_key)
         raise StoreError(f"set({status.label}) on item {ctx.item_key!r} kept losing races")
@@ -362,7 +436,7 @@ class ProcessStateLogRepository:
             return
         for _ in range(_RACE_RETRIES):
             try:
-                if await self._upsert_once(ctx, data, now):
+                if await self._past_deadlocks(lambda: self._upsert_once(ctx, data, now)):
                     return
             except IntegrityError:
                 # A concurrent writer inserted the key's current row first; re-read and redo.
@@ -373,29 +447,33 @@ class ProcessStateLogRepository:
         self, ctx: StateHandlerContext, data: str | None, now: dt.datetime
     ) -> bool:
         key = ctx.record_key
-        supersede = (
+        supersede: Any = (
             update(T)
             .where(_key(key), effective_status_in(sources_of(S.SUPERSEDED) - {S.PROCESSING}, now))
             .values(status=S.SUPERSEDED.value, superseded=True, updated_at=now)
-            .returning(T.c.attempt)
         )
+        if self.mariadb:
+            supersede = supersede.values(attempt=M.supersede_marker())
+        else:
+            supersede = supersede.returning(T.c.attempt)
         fresh = ACQUIRABLE & sources_of(S.PROCESSING)
         insert = self._insert(
             _new_row(ctx, now, status=S.PROCESSED, attempt=1, locked_until=None, data=data)
         )
         changes = {
-            **_completion_changes(insert, S.PROCESSED, data),
+            **_completion_changes(self._proposed(insert), S.PROCESSED, data),
             "attempt": T.c.attempt + 1,
             "error_detail": None,
         }
-        compressed = insert.on_conflict_do_update(
-            index_elements=_KEY_NAMES,
-            index_where=CURRENT_ROW,
-            set_=changes,
-            where=effective_status_in(fresh, now),
-        ).returning(T.c.attempt)
+        compressed = self._upsert_where(
+            insert, changes, effective_status_in(fresh, now), returning=T.c.attempt
+        )
         async with self._transaction() as conn:
-            previous = (await conn.execute(supersede)).scalar_one_or_none()
+            superseded = await conn.execute(supersede)
+            if self.mariadb:
+                previous = superseded.lastrowid if superseded.rowcount else None
+            else:
+                previous = superseded.scalar_one_or_none()
             if previous is not None:
                 successor = _new_row(
                     ctx,
@@ -407,7 +485,7 @@ class ProcessStateLogRepository:
                 )
                 await conn.execute(T.insert().values(**successor))
                 return True
-            if (await conn.execute(compressed)).first() is not None:
+            if self._applied(await conn.execute(compressed), upsert=True):
                 return True
             record = await self._current(conn, key)
         self._refuse_live_lock(ctx, record, now)
@@ -429,10 +507,8 @@ class ProcessStateLogRepository:
 
     async def reset_expired_locks(self, now: dt.datetime) -> int:
         """One ``UPDATE``, whatever the number of expired locks."""
-        async with self._single() as conn:
-            return int((await conn.execute(P.RESET_EXPIRED_LOCKS, {"p_now": now})).rowcount)
+        return int((await self._run(P.RESET_EXPIRED_LOCKS, {"p_now": now})).rowcount)
 
     async def expire_past_retention(self, now: dt.datetime) -> int:
         """One ``UPDATE``; superseded history rows expire too, live locks never do."""
-        async with self._single() as conn:
-            return int((await conn.execute(P.EXPIRE_PAST_RETENTION, {"p_now": now})).rowcount)
+        return int((await self._run(P.EXPIRE_PAST_RETENTION, {"p_now": now})).rowcount)

@@ -1,10 +1,13 @@
 """The ``process_state_logs`` table: one row per item record, current or superseded.
 
 The table is SQLAlchemy Core so the same definition creates and queries the
-store on SQLite and PostgreSQL.  The partial unique index over the record key
-(``WHERE NOT superseded``) is what makes the atomic operations possible: it is
-the ``ON CONFLICT`` target of every insert-or-update, and it lets the
-superseded history of a key live beside its one current row.
+store on SQLite, PostgreSQL and MariaDB.  The partial unique index over the
+record key (``WHERE NOT superseded``) is what makes the atomic operations
+possible: it is the ``ON CONFLICT`` target of every insert-or-update, and it
+lets the superseded history of a key live beside its one current row.
+MariaDB has no partial index; :mod:`.mariadb` builds the same rule from a
+generated column, and the indexes here that it cannot use are created on
+the other backends only.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from sqlalchemy import (
     false,
     inspect,
 )
+from sqlalchemy.dialects.mysql import DATETIME as MARIADB_DATETIME
+from sqlalchemy.dialects.mysql import MEDIUMTEXT
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.types import DateTime, TypeDecorator, TypeEngine
 
 from reference_engine.clock import UTC, ensure_utc
+from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.handlers.sql.engine import lock_ddl
 from reference_engine.status import IdempotencyStatus
 
@@ -42,6 +48,7 @@ __all__ = [
     "TABLE_NAME",
     "UtcDateTime",
     "create_schema",
+    "indexes_for",
     "metadata",
     "process_state_logs",
 ]
@@ -67,7 +74,10 @@ class UtcDateTime(TypeDecorator[dt.datetime]):
     PostgreSQL stores ``TIMESTAMPTZ``.  SQLite has no time type and
     SQLAlchemy's ``DateTime(timezone=True)`` drops the offset there, so the
     instant is stored as fixed-width ISO-8601 UTC text, which keeps ``<`` in
-    SQL meaning "earlier".  Naive datetimes are refused instead of guessed.
+    SQL meaning "earlier".  MariaDB's ``DATETIME`` has no zone and drops
+    microseconds unless told otherwise, so it gets ``DATETIME(6)`` holding
+    naive UTC (not ``TIMESTAMP``, which the session time zone would shift and
+    which ends in 2038).  Naive datetimes are refused instead of guessed.
     """
 
     impl = DateTime(timezone=True)
@@ -76,6 +86,8 @@ class UtcDateTime(TypeDecorator[dt.datetime]):
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "sqlite":
             return dialect.type_descriptor(String(27))
+        if dialect.name == "mariadb":
+            return dialect.type_descriptor(MARIADB_DATETIME(fsp=6))
         return dialect.type_descriptor(DateTime(timezone=True))
 
     def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> Any:
@@ -83,6 +95,8 @@ class UtcDateTime(TypeDecorator[dt.datetime]):
             return None
         if dialect.name == "sqlite":
             return _format_sqlite(value)
+        if dialect.name == "mariadb":
+            return ensure_utc(value).replace(tzinfo=None)
         return ensure_utc(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> dt.datetime | None:
@@ -100,6 +114,12 @@ class UtcDateTime(TypeDecorator[dt.datetime]):
 
 metadata = MetaData()
 
+#: Key and stamp text on MariaDB: an index cannot cover TEXT, and every text field
+#: of a context is at most MAX_KEY_LENGTH characters (``context.validate_key``).
+_SHORT_TEXT = Text().with_variant(String(MAX_KEY_LENGTH), "mariadb")
+#: Payloads and error details: MariaDB's TEXT holds only 64 KiB.
+_LONG_TEXT = Text().with_variant(MEDIUMTEXT(), "mariadb")
+
 _STORED_STATUSES = tuple(s.value for s in IdempotencyStatus if s is not IdempotencyStatus.NONE)
 
 process_state_logs = Table(
@@ -112,10 +132,10 @@ process_state_logs = Table(
         autoincrement=True,
         comment="Surrogate key; orders the history of a record key by insertion.",
     ),
-    Column("tenant_id", Text, nullable=False, comment="Tenant; part of every record key."),
+    Column("tenant_id", _SHORT_TEXT, nullable=False, comment="Tenant; part of every record key."),
     Column(
         "source_app_id",
-        Text,
+        _SHORT_TEXT,
         nullable=False,
         comment="Application that sent the message of the latest write.",
     ),
@@ -128,13 +148,13 @@ process_state_logs = Table(
     Column("scope_code", String(32), nullable=False, comment="Scope name, for humans."),
     Column(
         "entity_id",
-        Text,
+        _SHORT_TEXT,
         nullable=False,
         comment="Entity the scope points at (tenant, application, workflow, element or run).",
     ),
     Column(
         "entity_execution_id",
-        Text,
+        _SHORT_TEXT,
         nullable=False,
         comment="Run (execution thread) of the latest write; shows who holds a lock.",
     ),
@@ -165,10 +185,10 @@ process_state_logs = Table(
         nullable=True,
         comment="End of the processing lock (UTC); NULL unless status is processing.",
     ),
-    Column("data", Text, nullable=True, comment="Result payload as canonical JSON text."),
+    Column("data", _LONG_TEXT, nullable=True, comment="Result payload as canonical JSON text."),
     Column(
         "error_detail",
-        Text,
+        _LONG_TEXT,
         nullable=True,
         comment="Why the item failed (node error or the sweep's note).",
     ),
@@ -195,6 +215,12 @@ process_state_logs = Table(
     ),
     CheckConstraint("attempt >= 0", name="ck_process_state_logs_attempt"),
     comment="DataStateMachine records: idempotency guard and processing lock per work item.",
+    # MariaDB: exact text comparison.  The default collations fold case and accents,
+    # and every PAD SPACE collation (utf8mb4_bin too) ignores trailing spaces, which
+    # would make 'a', 'A' and 'a ' one key.  NO PAD binary keeps them three.
+    mariadb_engine="InnoDB",
+    mariadb_charset="utf8mb4",
+    mariadb_collate="utf8mb4_nopad_bin",
 )
 
 #: The record key, in index order; every per-item query filters on all of it.
@@ -207,41 +233,84 @@ KEY_COLUMNS = (
 )
 
 _CURRENT = process_state_logs.c.superseded == false()
+_PROCESSING = process_state_logs.c.status == IdempotencyStatus.PROCESSING.value
+#: Backends with partial indexes; MariaDB gets its own (see :mod:`.mariadb`).
+_PARTIAL = ("sqlite", "postgresql")
 
-Index(
-    "ux_process_state_logs_current_key",
-    *KEY_COLUMNS,
-    unique=True,
-    sqlite_where=_CURRENT,
-    postgresql_where=_CURRENT,
+
+def _has_partial_indexes(
+    ddl: Any,
+    target: Any,
+    bind: Any,
+    tables: Any = None,
+    state: Any = None,
+    *,
+    dialect: Dialect,
+    compiler: Any = None,
+    checkfirst: bool = False,
+) -> bool:
+    return dialect.name in _PARTIAL
+
+
+_PORTABLE_INDEXES = (
+    Index(
+        "ux_process_state_logs_current_key",
+        *KEY_COLUMNS,
+        unique=True,
+        sqlite_where=_CURRENT,
+        postgresql_where=_CURRENT,
+    ).ddl_if(callable_=_has_partial_indexes),
+    Index(
+        "ix_process_state_logs_lock_sweep",
+        process_state_logs.c.locked_until,
+        sqlite_where=_PROCESSING,
+        postgresql_where=_PROCESSING,
+    ).ddl_if(callable_=_has_partial_indexes),
 )
-Index(
-    "ix_process_state_logs_lock_sweep",
-    process_state_logs.c.locked_until,
-    sqlite_where=process_state_logs.c.status == IdempotencyStatus.PROCESSING.value,
-    postgresql_where=process_state_logs.c.status == IdempotencyStatus.PROCESSING.value,
+_RETENTION_INDEX = Index("ix_process_state_logs_retention", process_state_logs.c.retain_until)
+_MARIADB_INDEXES = (
+    # The lookup of a key.  InnoDB keys hold at most 3072 bytes (768 characters of
+    # utf8mb4), so the index keeps prefixes of the longer parts; uniqueness comes
+    # from the generated column of .mariadb, not from this index.
+    Index(
+        "ix_process_state_logs_key",
+        *KEY_COLUMNS,
+        mariadb_length={"tenant_id": 128, "entity_id": 128, "item_entity_key": 64},
+    ).ddl_if(dialect="mariadb"),
+    Index(
+        "ix_process_state_logs_lock_sweep",
+        process_state_logs.c.status,
+        process_state_logs.c.locked_until,
+    ).ddl_if(dialect="mariadb"),
 )
-Index("ix_process_state_logs_retention", process_state_logs.c.retain_until)
 
 #: The predicate of the partial unique index; ``ON CONFLICT`` must repeat it verbatim.
 CURRENT_ROW = _CURRENT
 
 
-def _complete(conn: Connection) -> bool:
+def indexes_for(dialect_name: str) -> tuple[Index, ...]:
+    """The indexes of the table that ``dialect_name`` creates and checks."""
+    if dialect_name == "mariadb":
+        return (*_MARIADB_INDEXES, _RETENTION_INDEX)
+    return (*_PORTABLE_INDEXES, _RETENTION_INDEX)
+
+
+def _complete(conn: Connection, extra_indexes: tuple[str, ...] = ()) -> bool:
     """Whether the table and every index exist: the read-only check of every normal start."""
     inspector = inspect(conn)
     schema = conn.schema_for_object(process_state_logs)
     if not inspector.has_table(TABLE_NAME, schema=schema):
         return False
     present = {index["name"] for index in inspector.get_indexes(TABLE_NAME, schema=schema)}
-    return all(index.name in present for index in process_state_logs.indexes)
+    wanted = [index.name for index in indexes_for(conn.dialect.name)]
+    return all(name in present for name in (*wanted, *extra_indexes))
 
 
 def _create_missing(conn: Connection) -> None:
     # create_all skips a table that exists together with its indexes, so an
     # index lost to an interrupted start would stay missing; check each one.
     metadata.create_all(conn, checkfirst=True)
-    for index in process_state_logs.indexes:
+    for index in indexes_for(conn.dialect.name):
         index.create(conn, checkfirst=True)
 
 
@@ -254,8 +323,16 @@ async def create_schema(engine: AsyncEngine) -> None:
     advisory lock on PostgreSQL (where DDL is transactional), ``BEGIN
     IMMEDIATE`` on SQLite (whose driver would otherwise commit each DDL
     statement on its own, letting another process see the table before its
-    unique index and fail its first upsert).
+    unique index and fail its first upsert).  MariaDB commits every DDL
+    statement by itself, so there the starts queue on a named lock instead
+    (:func:`.mariadb.create_mariadb_schema`).
     """
+    if engine.dialect.name == "mariadb":
+        # Imported here: .mariadb builds its statements on this module's table.
+        from reference_engine.handlers.sql.mariadb import create_mariadb_schema
+
+        await create_mariadb_schema(engine, _complete, _create_missing)
+        return
     async with engine.connect() as conn:
         complete = await conn.run_sync(_complete)
         await conn.rollback()

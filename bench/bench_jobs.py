@@ -1,0 +1,86 @@
+"""``dsm run --jobs``: simulated deliveries per second with 1 and 2 worker processes.
+
+The baseline is the same plan (every scenario in ``scenarios/``, the same
+seeds, the in-memory handler) run with ``jobs=1`` in this process, measured
+in the same run, so the ratio is the speed-up from the extra process on
+this machine and does not depend on how fast the machine is.  The outcomes
+of both are compared (stats and verdict of every run): a speed-up that
+changed a result would be no speed-up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common import BenchSkipped, Table, timed
+
+__all__ = ["TITLE", "run"]
+
+TITLE = "dsm run --jobs: simulated deliveries per second, 1 vs 2 worker processes"
+HEADERS = (
+    "jobs",
+    "runs",
+    "deliveries",
+    "operations",
+    "violations",
+    "seconds",
+    "deliveries/s",
+    "jobs/1",
+)
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+HANDLER = "reference_engine.handlers.memory:in_memory_handler"
+#: Short mode (CI): enough runs for two processes to have work, a few seconds in all.
+SHORT = ("duplicate-storm", "slow-worker", "flaky-store", "crash-mid-dispatch")
+
+
+def run(short: bool) -> list[Table]:
+    try:
+        from dsm_sim.scenario import load_scenario, load_scenarios
+        from dsm_sim.simulator.parallel import run_plan
+    except ImportError as exc:
+        raise BenchSkipped(f"the simulator is not available: {exc}") from exc
+    if short:
+        scenarios = [load_scenario(SCENARIOS / f"{name}.toml") for name in SHORT]
+        seeds = 1
+    else:
+        scenarios = load_scenarios(SCENARIOS)
+        seeds = 3
+    plan = [(s, seed) for s in scenarios for seed in range(1, seeds + 1)]
+    rows: list[tuple[object, ...]] = []
+    seen: list[tuple[object, ...]] = []
+    base_rate = 0.0
+    for jobs in (1, 2):
+        started = timed()
+        outcomes = list(run_plan(plan, HANDLER, jobs=jobs))
+        seconds = timed() - started
+        results = []
+        for outcome in outcomes:
+            if outcome.result is None:
+                raise RuntimeError(f"{outcome.scenario.name} seed {outcome.seed}: {outcome}")
+            results.append(outcome.result)
+        digest = tuple((r.scenario.name, r.seed, r.passed, tuple(r.stats.items())) for r in results)
+        if seen and digest != seen[0]:
+            raise RuntimeError(f"jobs={jobs} gave other results than jobs=1")
+        seen.append(digest)
+        deliveries = sum(int(r.stats["deliveries"]) for r in results)
+        operations = sum(int(r.stats["operations"]) for r in results)
+        violations = sum(len(i.violations) for r in results for i in r.results)
+        rate = deliveries / seconds
+        base_rate = base_rate or rate
+        rows.append(
+            (
+                jobs,
+                len(results),
+                deliveries,
+                operations,
+                violations,
+                seconds,
+                rate,
+                rate / base_rate,
+            )
+        )
+    note = (
+        f"{len(scenarios)} scenarios x seeds 1-{seeds}, in-memory handler; jobs=1 runs in this "
+        "process, jobs=2 in forkserver workers (start-up included); same stats for every run"
+    )
+    return [Table(TITLE, HEADERS, rows, note)]

@@ -1,0 +1,449 @@
+"""Every call the store executed, judged against the reference model from the record it started on.
+
+The simulator reads a key right before and right after the store runs a
+call, at the same instant (:attr:`dsm_sim.history.Op.probed`).  That makes
+each call a self-contained test case: put the *before* record into a fresh
+:class:`~reference_engine.model.ReferenceModel`, run the same call at the
+same store instant with the key's own options, and compare what the model
+answers and leaves behind with what the store answered and left behind.
+Any difference is a bug of the store, named after the conformance kit's
+property it breaks.  Nothing here is tuned to a particular bug: a handler
+that differs from the model on a call the nodes make is caught on that call.
+
+Sweeps are judged from the keys they changed against the keys that were due
+(an expired lock, a record past retention) when they ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dsm_sim.checker.leases import InvariantResult, Violation, fmt, result_of
+from dsm_sim.history import History, KeyInfo, Op, OpName, Outcome, RecordView
+from reference_engine.config import HandlerConfig
+from reference_engine.context import StateHandlerContext
+from reference_engine.errors import DsmError
+from reference_engine.model import ModelRecord, ReferenceModel, effective_status
+from reference_engine.scope import Scope
+from reference_engine.status import IdempotencyStatus, is_allowed
+
+__all__ = ["JUDGED", "model_agreement"]
+
+S = IdempotencyStatus
+
+#: The properties this judge reports, in report order (the conformance kit's names).
+JUDGED: tuple[tuple[str, str], ...] = (
+    ("at_most_one_live_lock", "no acquire succeeds while another lock is live"),
+    ("acquire_agrees_with_model", "try_acquire_lock grants, refuses and numbers as the spec says"),
+    ("exists_agrees_with_model", "exists is True only for Processed and Skipped"),
+    ("stale_write_rejected", "a swept or taken-over holder's write raises StaleLockError"),
+    ("spent_token_rejected", "a token whose lock already ended never moves a completed record"),
+    ("errors_agree_with_model", "every refused call raises the error the spec names"),
+    ("allowed_transitions_only", "every status change is in the transition table"),
+    ("completion_releases_lock", "set, release_lock_as_failed and upsert end the lock"),
+    ("lock_duration_honoured", "locked_until is the acquire instant + the node's lock duration"),
+    ("data_round_trip", "the data read back is the data written"),
+    ("upsert_keeps_history", "upsert over Processed inserts a new record, superseding the old"),
+    ("timestamps_in_utc", "every stored instant is aware UTC from the store clock"),
+    ("record_agrees_with_model", "status, token, retention and audit fields match the spec"),
+    ("sweep_only_expired", "the lock sweep touches only Processing with locked_until < now"),
+    ("sweep_resets_expired", "the lock sweep resets every expired lock to Failed"),
+    (
+        "retention_sweep_agrees_with_model",
+        "the retention sweep expires exactly the records past retain_until",
+    ),
+    ("tenant_isolation", "no tenant sees or blocks another tenant's records"),
+    ("scope_isolation", "no scope sees or blocks another scope's records"),
+    ("entity_isolation", "no entity (node) or item entity key sees or blocks another's records"),
+    ("distinct_keys_distinct_records", "distinct keys never share a record"),
+)
+
+#: Instants are recorded to the microsecond; two readings this close are equal.
+_EPSILON = 2e-6
+_MARK = "digest:"
+_NODE_OPS = (
+    OpName.EXISTS,
+    OpName.TRY_ACQUIRE_LOCK,
+    OpName.SET,
+    OpName.RELEASE_LOCK_AS_FAILED,
+    OpName.UPSERT,
+)
+_COMPLETED_RECORD = frozenset({"processed", "skipped", "superseded", "expired"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Finding:
+    prop: str
+    message: str
+    op: int
+
+
+def model_agreement(history: History) -> list[InvariantResult]:
+    """One result per judged property; empty when no call was read around (no probes)."""
+    if not any(op.probed for op in history.ops):
+        return []
+    findings: list[_Finding] = []
+    for op in history.ops:
+        if op.op in _NODE_OPS and op.probed and op.store_time is not None:
+            info = history.keys.get(op.key)
+            if info is not None:
+                findings.extend(_judge(history, op, info))
+        elif op.op.is_sweep and op.ok:
+            findings.extend(_judge_sweep(op))
+    results = []
+    for name, description in JUDGED:
+        mine = [f for f in findings if f.prop == name]
+        violations = [Violation(f.message, "", (f.op,)) for f in mine]
+        results.append(result_of(name, description, violations))
+    return results
+
+
+# --- calls -----------------------------------------------------------------------------------
+
+
+def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
+    assert op.store_time is not None
+    found: list[_Finding] = []
+
+    def say(prop: str, text: str) -> None:
+        found.append(
+            _Finding(
+                prop,
+                f"key {op.key}: {op.op.value} op #{op.index} by {op.process} "
+                f"at store {fmt(op.store_time or 0.0)}: {text}",
+                op.index,
+            )
+        )
+
+    for label, view in (("before", op.before), ("after", op.after)):
+        if view is not None and view.key != op.key:
+            prop = _isolation(history, info, view.key)
+            say(prop, f"the store returned the record of key {view.key} ({label} the call)")
+            return found
+    now = history.epoch + dt.timedelta(seconds=op.store_time)
+    ctx = _context(info, op)
+    model = ReferenceModel()
+    if op.before is not None:
+        model.current[ctx.record_key] = _record(ctx, op.before, history.epoch)
+    expected_value: object = None
+    expected_error: str | None = None
+    try:
+        expected_value = _run(model, op, ctx, now)
+    except DsmError as exc:
+        expected_error = type(exc).__name__
+    before = op.before
+    source = (
+        S.NONE if before is None else effective_status(_record(ctx, before, history.epoch), now)
+    )
+    unknown = op.outcome is Outcome.INFO and op.error in ("StoreError", "Crash")
+    if not unknown:
+        actual_error = None if op.ok else op.error
+        if op.ok and op.op is OpName.EXISTS and op.result is not expected_value:
+            say(
+                "exists_agrees_with_model",
+                f"returned {op.result} for a record {_label(before)}; the spec says "
+                f"{expected_value}",
+            )
+            return found
+        if op.ok and op.op is OpName.TRY_ACQUIRE_LOCK:
+            got = op.result if isinstance(op.result, int) else None
+            if got != expected_value:
+                live = source is S.PROCESSING and got is not None
+                say(
+                    "at_most_one_live_lock" if live else "acquire_agrees_with_model",
+                    f"returned token {got} for a record {_label(before)}; the spec says "
+                    + (f"token {expected_value}" if expected_value is not None else "no lock"),
+                )
+                return found
+        if actual_error != expected_error:
+            if expected_error == "StaleLockError" and actual_error is None:
+                say(
+                    _stale_property(before),
+                    f"accepted token {op.token} on a record {_label(before)}; the spec says "
+                    "StaleLockError",
+                )
+            else:
+                say(
+                    "errors_agree_with_model",
+                    ("succeeded" if actual_error is None else f"raised {actual_error}")
+                    + f" on a record {_label(before)}; the spec says "
+                    + ("it succeeds" if expected_error is None else expected_error),
+                )
+            return found
+    if expected_error is not None:
+        if op.after != op.before:
+            prop = (
+                _stale_property(before)
+                if expected_error == "StaleLockError"
+                else "errors_agree_with_model"
+            )
+            say(
+                prop,
+                f"changed a record {_label(before)} into {_label(op.after)} although the spec "
+                f"refuses the call ({expected_error})",
+            )
+        return found
+    expected = _expected_view(model, ctx, op, history.epoch, expected_error)
+    found.extend(_compare(op, before, expected, op.after, say_prefix=say))
+    return found
+
+
+def _run(model: ReferenceModel, op: Op, ctx: StateHandlerContext, now: dt.datetime) -> object:
+    match op.op:
+        case OpName.EXISTS:
+            return model.exists(dataclasses.replace(ctx, lock_token=None), now)
+        case OpName.TRY_ACQUIRE_LOCK:
+            return model.try_acquire_lock(dataclasses.replace(ctx, lock_token=None), now)
+        case OpName.SET:
+            model.set(ctx, S(op.status or "none"), None, now)
+        case OpName.RELEASE_LOCK_AS_FAILED:
+            model.release_lock_as_failed(ctx, "released", now)
+        case OpName.UPSERT:
+            model.upsert(ctx, None, now)
+        case _:
+            raise AssertionError(op.op)
+    return None
+
+
+def _expected_view(
+    model: ReferenceModel,
+    ctx: StateHandlerContext,
+    op: Op,
+    epoch: dt.datetime,
+    error: str | None,
+) -> RecordView | None:
+    record = model.current.get(ctx.record_key)
+    if record is None:
+        return None
+    data = record.data
+    kept = data[len(_MARK) :] if data is not None and data.startswith(_MARK) else data
+    if error is None and op.op in (OpName.SET, OpName.UPSERT) and op.data is not None:
+        kept = op.data
+    return RecordView(
+        key=op.key,
+        status=record.status.value,
+        attempt=record.attempt,
+        locked_until=_sec(record.locked_until, epoch),
+        created_at=_sec(record.created_at, epoch) or 0.0,
+        updated_at=_sec(record.updated_at, epoch) or 0.0,
+        retain_until=_sec(record.retain_until, epoch),
+        data=kept,
+    )
+
+
+def _compare(
+    op: Op,
+    before: RecordView | None,
+    expected: RecordView | None,
+    actual: RecordView | None,
+    *,
+    say_prefix: Callable[[str, str], None],
+) -> list[_Finding]:
+    say = say_prefix
+    if expected is None or actual is None:
+        if expected != actual:
+            say(
+                "record_agrees_with_model",
+                f"left {_label(actual)}; the spec leaves {_label(expected)}",
+            )
+        return []
+    if actual.status != expected.status:
+        src = S.NONE if before is None else S(before.status)
+        moved = actual.status != src.value
+        forbidden = moved and not is_allowed(src, S(actual.status))
+        say(
+            "allowed_transitions_only" if forbidden else "record_agrees_with_model",
+            f"left the record {actual.status} (from {src.value}); the spec leaves it "
+            f"{expected.status}",
+        )
+        return []
+    if actual.attempt != expected.attempt:
+        say(
+            "acquire_agrees_with_model"
+            if op.op is OpName.TRY_ACQUIRE_LOCK
+            else "record_agrees_with_model",
+            f"left attempt (token) {actual.attempt}; the spec says {expected.attempt}",
+        )
+    if not actual.utc or not _same(actual.updated_at, expected.updated_at):
+        say(
+            "timestamps_in_utc",
+            f"stamped updated_at {fmt(actual.updated_at)}"
+            + ("" if actual.utc else " (not aware UTC)")
+            + f"; the store clock read {fmt(expected.updated_at)}",
+        )
+        return []
+    if not _same(actual.locked_until, expected.locked_until):
+        if expected.locked_until is None:
+            prop = "completion_releases_lock"
+        elif op.op is OpName.TRY_ACQUIRE_LOCK:
+            prop = "lock_duration_honoured"
+        else:
+            prop = "record_agrees_with_model"
+        say(
+            prop,
+            f"left locked_until {_instant(actual.locked_until)}; the spec says "
+            f"{_instant(expected.locked_until)}",
+        )
+    if actual.data != expected.data:
+        say(
+            "data_round_trip",
+            f"reads back data {actual.data} where {expected.data} was written or kept "
+            "(digests of the canonical JSON)",
+        )
+    if not _same(actual.created_at, expected.created_at):
+        superseding = op.op is OpName.UPSERT and before is not None and before.status == "processed"
+        say(
+            "upsert_keeps_history" if superseding else "record_agrees_with_model",
+            f"left created_at {fmt(actual.created_at)}; the spec says "
+            f"{fmt(expected.created_at)}"
+            + (" (a superseding upsert inserts a new record)" if superseding else ""),
+        )
+    if not _same(actual.retain_until, expected.retain_until):
+        say(
+            "record_agrees_with_model",
+            f"left retain_until {_instant(actual.retain_until)}; the spec says "
+            f"{_instant(expected.retain_until)} (write instant + the node's retention)",
+        )
+    return []
+
+
+# --- sweeps ----------------------------------------------------------------------------------
+
+
+def _judge_sweep(op: Op) -> list[_Finding]:
+    changed, due = set(op.keys), set(op.candidates)
+    at = fmt(op.store_time or 0.0)
+    found = []
+    if op.op is OpName.RESET_EXPIRED_LOCKS:
+        for key in sorted(changed - due):
+            found.append(
+                _Finding(
+                    "sweep_only_expired",
+                    f"key {key}: the lock sweep op #{op.index} at store {at} changed a record "
+                    "that was not an expired lock",
+                    op.index,
+                )
+            )
+        for key in sorted(due - changed):
+            found.append(
+                _Finding(
+                    "sweep_resets_expired",
+                    f"key {key}: the lock sweep op #{op.index} at store {at} left an expired "
+                    "lock Processing",
+                    op.index,
+                )
+            )
+        return found
+    for key in sorted(changed - due):
+        found.append(
+            _Finding(
+                "retention_sweep_agrees_with_model",
+                f"key {key}: the retention sweep op #{op.index} at store {at} changed a record "
+                "not past its retain_until (or a live lock)",
+                op.index,
+            )
+        )
+    for key in sorted(due - changed):
+        found.append(
+            _Finding(
+                "retention_sweep_agrees_with_model",
+                f"key {key}: the retention sweep op #{op.index} at store {at} kept a record "
+                "past its retain_until",
+                op.index,
+            )
+        )
+    return found
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _stale_property(before: RecordView | None) -> str:
+    """A spent token on a completed record is its own class: the lost-reply retry."""
+    spent = before is not None and before.status in _COMPLETED_RECORD
+    return "spent_token_rejected" if spent else "stale_write_rejected"
+
+
+def _isolation(history: History, info: KeyInfo, other: str) -> str:
+    """Which part of the key the store lost, reading the returned key part by part."""
+    theirs = history.keys.get(other)
+    if theirs is not None:
+        if theirs.tenant != info.tenant:
+            return "tenant_isolation"
+        if theirs.scope != info.scope:
+            return "scope_isolation"
+        if theirs.entity != info.entity or theirs.item_entity_key != info.item_entity_key:
+            return "entity_isolation"
+        return "distinct_keys_distinct_records"
+    # A key no caller used: compare it with ours from the left, component by component.
+    prefixes = (
+        ("tenant_isolation", f"{info.tenant}/"),
+        ("scope_isolation", f"{info.tenant}/{info.scope}/"),
+        ("entity_isolation", f"{info.tenant}/{info.scope}/{info.entity}/{info.item_entity_key}/"),
+    )
+    for prop, prefix in prefixes:
+        if not other.startswith(prefix):
+            return prop
+    return "distinct_keys_distinct_records"
+
+
+def _context(info: KeyInfo, op: Op) -> StateHandlerContext:
+    retention = None if info.retention is None else dt.timedelta(seconds=info.retention)
+    config = HandlerConfig(
+        lock_duration=dt.timedelta(seconds=info.lock_duration), retention=retention
+    )
+    return StateHandlerContext(
+        scope_id=info.scope,
+        scope_code=Scope(info.scope).code,
+        entity_id=info.entity,
+        entity_execution_id=op.execution,
+        tenant_id=info.tenant,
+        source_app_id="",
+        handler_config=config,
+        item_key=info.item,
+        item_entity_key=info.item_entity_key,
+        lock_token=op.token if op.op.is_write and op.op is not OpName.TRY_ACQUIRE_LOCK else None,
+    )
+
+
+def _record(ctx: StateHandlerContext, view: RecordView, epoch: dt.datetime) -> ModelRecord:
+    def at(seconds: float | None) -> dt.datetime | None:
+        return None if seconds is None else epoch + dt.timedelta(seconds=seconds)
+
+    return ModelRecord(
+        key=ctx.record_key,
+        status=S(view.status),
+        attempt=view.attempt,
+        locked_until=at(view.locked_until),
+        data=None if view.data is None else _MARK + view.data,
+        error_detail=None,
+        entity_execution_id="",
+        source_app_id="",
+        created_at=epoch + dt.timedelta(seconds=view.created_at),
+        updated_at=epoch + dt.timedelta(seconds=view.updated_at),
+        retain_until=at(view.retain_until),
+    )
+
+
+def _sec(instant: dt.datetime | None, epoch: dt.datetime) -> float | None:
+    return None if instant is None else round((instant - epoch).total_seconds(), 6)
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) <= _EPSILON
+
+
+def _instant(value: float | None) -> str:
+    return "none" if value is None else fmt(value)
+
+
+def _label(view: RecordView | None) -> str:
+    if view is None:
+        return "that did not exist"
+    lock = "" if view.locked_until is None else f", locked until {fmt(view.locked_until)}"
+    return f"{view.status} (attempt {view.attempt}{lock})"

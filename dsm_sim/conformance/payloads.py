@@ -1,0 +1,168 @@
+"""Payloads and error details from the whole documented domain, and an exact comparison.
+
+A world whose data is ``{"amount": 0..9}`` passes a handler that stores data
+in a ``jsonb`` column: then a NUL in a string makes ``set`` fail after the
+charge, and ``1.5e300`` reads back as another number.  So the kit draws JSON
+objects with NUL and escapes in strings, astral and combining characters,
+floats such as ``1e300``, ``-0.0`` and ``5e-324``, big integers, nesting, and
+sizes near the limit; error details likewise, after the cleaning the node API
+applies (:func:`reference_engine.record.clean_error_detail`).
+
+"Reads back as written" is decided by :func:`data_difference`, which tells
+``-0.0`` from ``0.0``, ``1`` from ``1.0`` and ``True`` from ``1`` (Python's
+``==`` does not), and names the first place where two payloads differ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hypothesis import strategies as st
+
+from reference_engine.record import MAX_DATA_BYTES, MAX_ERROR_DETAIL, clean_error_detail
+
+__all__ = ["DATA", "ERRORS", "PLAIN_DATA", "data_difference"]
+
+#: Strings that stores get wrong: NUL (PostgreSQL text and jsonb refuse it),
+#: JSON's escapes, line and paragraph separators, a BOM, combining and astral
+#: characters, quotes and backslashes.
+STRINGS: tuple[str, ...] = (
+    "",
+    "a\x00b",
+    "\x00",
+    "\\u0000",
+    '"quoted" \\ back\\slash',
+    "line\nbreak\r\ttab\b\f\x1f",
+    "\u2028\u2029",
+    "\ufeffbom",
+    "cafe\u0301",
+    "caf\u00e9",
+    "\U0001f600\U0001d11e",
+    "\u00df\u03a9",
+    "'; DROP TABLE process_state_logs; --",
+)
+#: Numbers at the edges of IEEE doubles and of 64-bit integers, and the
+#: ones whose type or sign a store's numeric conversion loses.
+NUMBERS: tuple[object, ...] = (
+    1e300,
+    1.5e300,
+    -0.0,
+    0.0,
+    5e-324,
+    2.2250738585072014e-308,
+    1.7976931348623157e308,
+    0.1,
+    0.30000000000000004,
+    1.0,
+    1,
+    2**53 + 1,
+    2**63 - 1,
+    2**63,
+    -(2**63) - 1,
+    2**64,
+    10**30,
+    True,
+    False,
+    None,
+)
+_SCALARS = st.sampled_from((*STRINGS, *NUMBERS))
+#: A value is a scalar, or a short list or object of scalars: two or three
+#: draws each, so a payload costs the search little.
+_VALUES = (
+    _SCALARS
+    | st.lists(_SCALARS, max_size=3)
+    | st.dictionaries(st.sampled_from(STRINGS), _SCALARS, max_size=2)
+)
+#: Nested as deep as a result plausibly is, and beyond what a recursive
+#: decoder with a small stack handles.
+_DEEP = st.sampled_from((20, 40)).map(lambda depth: {"deep": _nest(depth)})
+#: Just under and just over the size limit once serialised, in one-, two- and
+#: four-byte characters: a limit counted in characters instead of bytes, or a
+#: column sized in characters, shows here.
+_NEAR_LIMIT = st.builds(
+    lambda char, over: {"blob": char * ((MAX_DATA_BYTES + over) // len(char.encode("utf-8")))},
+    st.sampled_from(("x", "\u00e9", "\U0001f600")),
+    st.sampled_from((-16, 64)),
+)
+_SMALL = st.fixed_dictionaries(
+    {"amount": st.integers(0, 9)}, optional={"note": st.sampled_from(("a", "b'", "\u00e9\u2713"))}
+)
+_DOMAIN = st.dictionaries(st.sampled_from(STRINGS), _VALUES, min_size=1, max_size=3)
+
+#: The small, readable payloads first (what a shrunk story shows), then the
+#: domain; the deep and near-limit ones are rarer, as they are costly to store.
+DATA: st.SearchStrategy[dict[str, Any] | None] = st.one_of(
+    st.none(), _SMALL, _DOMAIN, _DOMAIN, _DOMAIN, _DEEP | _NEAR_LIMIT
+)
+
+#: For rules where the payload is beside the point (a race, a retry): cheap to draw.
+PLAIN_DATA: st.SearchStrategy[dict[str, Any] | None] = st.none() | _SMALL
+
+#: Error details as the node API passes them on: cleaned (no NUL, valid
+#: UTF-8) and at most :data:`MAX_ERROR_DETAIL` characters, which in astral
+#: characters is four times as many bytes.
+ERRORS: st.SearchStrategy[str] = st.sampled_from(
+    (
+        "card declined",
+        "timeout after 30s",
+        *(text for text in STRINGS if text),
+        *(char * MAX_ERROR_DETAIL for char in ("x", "\u00e9", "\U0001f600")),
+        "x" * (MAX_ERROR_DETAIL + 10),
+    )
+).map(clean_error_detail)
+
+
+def _nest(depth: int) -> Any:
+    value: Any = "bottom"
+    for level in range(depth):
+        value = [value] if level % 2 else {"n": value}
+    return value
+
+
+def data_difference(written: object, read: object, path: str = "data") -> str | None:
+    """Where ``read`` differs from ``written`` as JSON, or None when they are the same.
+
+    Types count (``1`` is not ``1.0``, ``True`` is not ``1``), and so does
+    the sign of zero; object key order does not.
+    """
+    if type(written) is not type(read):
+        if isinstance(written, Mapping) and isinstance(read, Mapping):
+            pass  # any mapping reads back as a JSON object
+        elif _is_list(written) and _is_list(read):
+            pass
+        else:
+            return f"{path} is {_short(read)} ({type(read).__name__}); written {_short(written)} ({type(written).__name__})"
+    if isinstance(written, Mapping):
+        assert isinstance(read, Mapping)
+        if set(written) != set(read):
+            missing = sorted(set(written) - set(read))
+            extra = sorted(set(read) - set(written))
+            return f"{path} has keys {sorted(read)!r}; written {sorted(written)!r} (missing {missing!r}, extra {extra!r})"
+        for key in sorted(written):
+            if (found := data_difference(written[key], read[key], f"{path}[{key!r}]")) is not None:
+                return found
+        return None
+    if _is_list(written):
+        assert isinstance(read, Sequence)
+        assert isinstance(written, Sequence)
+        if len(written) != len(read):
+            return f"{path} has {len(read)} elements; written {len(written)}"
+        for index, (one, other) in enumerate(zip(written, read, strict=True)):
+            if (found := data_difference(one, other, f"{path}[{index}]")) is not None:
+                return found
+        return None
+    if isinstance(written, float) and isinstance(read, float):
+        same = written == read and math.copysign(1.0, written) == math.copysign(1.0, read)
+        return None if same else f"{path} is {read!r}; written {written!r}"
+    return None if written == read else f"{path} is {_short(read)}; written {_short(written)}"
+
+
+def _is_list(value: object) -> bool:
+    return isinstance(value, list | tuple)
+
+
+def _short(value: object) -> str:
+    text = ascii(value)
+    return text if len(text) <= 60 else f"{text[:40]}… ({len(text)} characters)"

@@ -1,0 +1,517 @@
+"""Races between different operations, with the clock moving inside them.
+
+Racing acquire against acquire finds check-then-insert; it never finds a
+completion that reads the token, yields, and then writes over the record the
+sweep just reset, a release that lands on the lock another worker just took
+over, a retention sweep that expires a lock acquired between its ``SELECT``
+and its ``UPDATE``, or an acquire that checks expiry with one reading of the
+clock and stamps ``locked_until`` with another.  So :meth:`RaceRules.race`
+starts two or three different operations on one item at once — acquire,
+complete, release, upsert, skip, either sweep, exists — optionally with the
+clock stepping forward or back while they run, after putting the clock on
+the item's own boundary (its lock expiry, its end of retention).
+
+The interleaving is the kit's choice, not the event loop's: each call (and
+the clock move) starts after a drawn number of yields to the loop, so a
+handler that awaits between its read and its write is interleaved with the
+others at a point the seed replays.  (A handler whose calls block in threads
+or on the network interleaves as its store does; a race found there replays
+as far as the store allows.)
+
+Judging is by linearisation: the outcome is correct iff some order of the
+racing calls, each replayed on the reference model at a reading of the clock
+it could have taken, gives every call the answer the handler gave and leaves
+the records the handler shows.  A call reads the clock once, anywhere between
+its start and its end, and its write may land after a call that read the
+clock later: a handler that takes ``now`` and then awaits its store does
+exactly that, and is right to.  So a call that started before the clock move
+and ended after it may have read either side of it, whatever its place in the
+order.  The order in which the handler's calls finished is tried first.  When
+no order explains the outcome, the order explaining the most answers is kept,
+and the first call it cannot explain is judged as a plain call would be, with
+the race named in the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import enum
+import functools
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
+from dsm_sim.conformance import judges as J
+from dsm_sim.conformance import properties as P
+from dsm_sim.conformance import world as W
+from dsm_sim.conformance.explain import at, offset
+from dsm_sim.conformance.operations import OperationRules
+from dsm_sim.conformance.worlds import Role
+from dsm_sim.model import ItemRef, ModelRecord, Outcome, ReferenceModel, outcome_of
+from reference_engine.context import StateHandlerContext
+from reference_engine.errors import LockError
+from reference_engine.record import StateRecord
+from reference_engine.status import IdempotencyStatus
+
+__all__ = ["ClockMove", "Instant", "RaceOp", "RaceRules"]
+
+S = IdempotencyStatus
+
+
+class RaceOp(enum.Enum):
+    """One call in a race.  Complete and release are made by the item's newest holder."""
+
+    ACQUIRE = "acquire"
+    COMPLETE = "complete"
+    RELEASE = "release"
+    UPSERT = "upsert"
+    SKIP = "skip"
+    SWEEP = "sweep"
+    RETENTION = "retention"
+    EXISTS = "exists"
+
+    def __repr__(self) -> str:
+        return f"RaceOp.{self.name}"
+
+
+class Instant(enum.Enum):
+    """Where the clock stands when the race starts."""
+
+    NOW = "now"
+    LOCK_EXPIRY = "lock_expiry"  # on locked_until: still live
+    PAST_LOCK = "past_lock"  # 1 µs later: expired
+    PAST_RETENTION = "past_retention"  # 1 µs past retain_until
+
+    def __repr__(self) -> str:
+        return f"Instant.{self.name}"
+
+
+class ClockMove(enum.Enum):
+    """How the clock moves while the calls run."""
+
+    NONE = "none"
+    SECOND = "second"
+    PAST_LOCK = "past_lock"
+    BACK = "back"
+
+    def __repr__(self) -> str:
+        return f"ClockMove.{self.name}"
+
+    def delta(self, ref: ItemRef) -> dt.timedelta:
+        if self is ClockMove.SECOND:
+            return dt.timedelta(seconds=1)
+        if self is ClockMove.PAST_LOCK:
+            return ref.config.lock_duration + dt.timedelta(seconds=1)
+        if self is ClockMove.BACK:
+            return dt.timedelta(seconds=-60)
+        return dt.timedelta(0)
+
+
+#: The first call of a race is a worker's write or acquisition; the second is
+#: what contends with it; a third joins sometimes.  Drawing them this way makes
+#: completion against sweep, release against takeover, acquire against the
+#: retention sweep and upsert against acquire common, not one draw in sixty.
+WRITERS = (RaceOp.COMPLETE, RaceOp.RELEASE, RaceOp.ACQUIRE, RaceOp.UPSERT, RaceOp.SKIP)
+CONTENDERS = (
+    RaceOp.SWEEP,
+    RaceOp.ACQUIRE,
+    RaceOp.RETENTION,
+    RaceOp.UPSERT,
+    RaceOp.RELEASE,
+    RaceOp.COMPLETE,
+    RaceOp.EXISTS,
+)
+THIRD: tuple[RaceOp | None, ...] = (None, None, *RaceOp)
+
+ModelCall = Callable[[ReferenceModel, dt.datetime], Any]
+
+
+@dataclass(slots=True)
+class _Call:
+    """One racing call: who makes it, and how it runs on the handler and on a model."""
+
+    op: RaceOp
+    actor: str
+    worker: int
+    ctx: StateHandlerContext | None
+    hold: W.Hold | None
+    text: str
+    handler_call: Callable[[], Awaitable[Any]]
+    model_call: ModelCall
+
+
+@dataclass(slots=True)
+class _Replay:
+    """One order of the racing calls, replayed on a copy of the model."""
+
+    order: tuple[int, ...]  # call indices; -1 is the clock move
+    model: ReferenceModel
+    outcomes: dict[int, Outcome]
+    before: dict[int, tuple[ModelRecord | None, dt.datetime]]
+    agreeing: int
+    consistent: bool = False
+
+
+_CLOCK = -1
+
+
+def _readings(
+    log: Sequence[tuple[str, int]], call: int, t0: dt.datetime, t1: dt.datetime
+) -> tuple[dt.datetime, ...]:
+    """The clock readings ``call`` could have taken: before the move, after it, or either."""
+    at_ = {entry: i for i, entry in enumerate(log)}
+    move = at_.get(("start", _CLOCK))
+    start, end = at_.get(("start", call)), at_.get(("end", call))
+    if move is None or start is None or end is None:
+        return (t0, t1)
+    if end < move:
+        return (t0,)
+    if start > move:
+        return (t1,)
+    return (t0, t1)
+
+
+class RaceRules(OperationRules):
+    """Different operations on one item at once, interleaved where the seed says."""
+
+    @rule(
+        item=W.ITEMS,
+        ops=st.tuples(
+            st.sampled_from(WRITERS), st.sampled_from(CONTENDERS), st.sampled_from(THIRD)
+        ).map(lambda drawn: [op for op in drawn if op is not None]),
+        workers=st.lists(W.WORKER, min_size=3, max_size=3),
+        delays=st.lists(st.integers(0, 2), min_size=4, max_size=4),
+        instant=st.sampled_from(tuple(Instant)),
+        move=st.sampled_from(tuple(ClockMove)),
+        data=W.PLAIN_DATA,
+    )
+    def race(
+        self,
+        item: Role,
+        ops: list[RaceOp],
+        workers: list[int],
+        delays: list[int],
+        instant: Instant,
+        move: ClockMove,
+        data: dict[str, Any] | None,
+    ) -> None:
+        if self.diverged:
+            return
+        ref = self._ref(item)
+        needs_holder = {RaceOp.COMPLETE, RaceOp.RELEASE} & set(ops)
+        if needs_holder and self._newest_hold(ref) is None and self.holds:
+            # A completion or release needs a holder: race on the item last locked.
+            ref = self.holds[-1].ref
+        self._place_clock(ref, instant)
+        calls = [c for i, op in enumerate(ops) if (c := self._call(op, ref, workers[i], data))]
+        if len(calls) < 2 and move is ClockMove.NONE:
+            return
+        t0 = self.clock.now()
+        t1 = t0 + move.delta(ref)
+        moves = move is not ClockMove.NONE
+        got, log = self._run(calls, delays, move.delta(ref) if moves else None)
+        observed = self._observe()
+        view = {r: o.value for r, o in observed.items() if o.error is None}
+        replay = self._linearise(ref, calls, got, log, t0, t1, moves, view)
+        self._adopt(ref, calls, replay)
+        parts = [f"{c.actor} {c.text} -> {self._shown(c, got[i])}" for i, c in enumerate(calls)]
+        if moves:
+            parts.append(f"clock {offset(move.delta(ref))}")
+        self._step("race", " ‖ ".join(parts), f"now {at(self.clock.now())}")
+        self._count(calls)
+        if not replay.consistent:
+            self._report(self._explain(ref, calls, got, replay))
+        # An upsert may compress acquire and complete into one step (Failed -> Processed).
+        upserted = any(c.op is RaceOp.UPSERT for c in calls)
+        self._after_step("upsert" if upserted else "race", observed, steps=len(calls) + upserted)
+
+    # --- setting up ---------------------------------------------------------------------------
+
+    def _place_clock(self, ref: ItemRef, instant: Instant) -> None:
+        record = self.model.current.get(ref.record_key)
+        if instant is Instant.NOW or record is None:
+            return
+        if instant in (Instant.LOCK_EXPIRY, Instant.PAST_LOCK):
+            if record.status is not S.PROCESSING or record.locked_until is None:
+                return
+            extra = dt.timedelta(microseconds=0 if instant is Instant.LOCK_EXPIRY else 1)
+            self.clock.set(record.locked_until + extra)
+            what = "lock expiry" if instant is Instant.LOCK_EXPIRY else "lock expiry +1µs"
+        else:
+            if record.retain_until is None:
+                return
+            self.clock.set(record.retain_until + dt.timedelta(microseconds=1))
+            what = "retention end +1µs"
+        self._move(f"moves to {ref.name}'s {what}")
+
+    def _newest_hold(self, ref: ItemRef) -> W.Hold | None:
+        for hold in reversed(self.holds):
+            if hold.ref == ref:
+                return hold
+        return None
+
+    def _call(
+        self, op: RaceOp, ref: ItemRef, worker: int, data: dict[str, Any] | None
+    ) -> _Call | None:
+        handler = self.handler
+        if op is RaceOp.SWEEP:
+            return _Call(
+                op, "catch-up worker", 0, None, None, "reset_expired_locks()",
+                handler.reset_expired_locks,
+                lambda model, now: model.reset_expired_locks(now),
+            )  # fmt: skip
+        if op is RaceOp.RETENTION:
+            return _Call(
+                op, "retention worker", 0, None, None, "expire_past_retention()",
+                handler.expire_past_retention,
+                lambda model, now: model.expire_past_retention(now),
+            )  # fmt: skip
+        hold = self._newest_hold(ref) if op in (RaceOp.COMPLETE, RaceOp.RELEASE) else None
+        if op in (RaceOp.COMPLETE, RaceOp.RELEASE):
+            if hold is None:
+                return None
+            worker = hold.worker
+        elif op is RaceOp.ACQUIRE:
+            hold = self._hold(worker, ref)
+        ctx = self._ctx(ref, worker, hold)
+        actor = f"worker {worker}" if hold is None else hold.who
+        token = "" if hold is None else f" with token {hold.token}"
+        if op is RaceOp.ACQUIRE:
+            return _Call(
+                op, actor, worker, ctx, hold, f"try_acquire_lock({ref.name})",
+                lambda: handler.try_acquire_lock(ctx),
+                lambda model, now: model.try_acquire_lock(ctx, now),
+            )  # fmt: skip
+        if op is RaceOp.COMPLETE:
+            return _Call(
+                op, actor, worker, ctx, hold, f"set(Processed) on {ref.name}{token}",
+                lambda: handler.set(ctx, S.PROCESSED, data),
+                lambda model, now: model.set(ctx, S.PROCESSED, data, now),
+            )  # fmt: skip
+        if op is RaceOp.RELEASE:
+            return _Call(
+                op, actor, worker, ctx, hold, f"release_lock_as_failed on {ref.name}{token}",
+                lambda: handler.release_lock_as_failed(ctx, "card declined"),
+                lambda model, now: model.release_lock_as_failed(ctx, "card declined", now),
+            )  # fmt: skip
+        if op is RaceOp.UPSERT:
+            return _Call(
+                op, actor, worker, ctx, None, f"upsert(data={J.short_data(data)}) on {ref.name}",
+                lambda: handler.upsert(ctx, data),
+                lambda model, now: model.upsert(ctx, data, now),
+            )  # fmt: skip
+        if op is RaceOp.SKIP:
+            return _Call(
+                op, actor, worker, ctx, None, f"set(Skipped) on {ref.name}",
+                lambda: handler.set(ctx, S.SKIPPED, None),
+                lambda model, now: model.set(ctx, S.SKIPPED, None, now),
+            )  # fmt: skip
+        return _Call(
+            op, actor, worker, ctx, None, f"exists({ref.name})",
+            lambda: handler.exists(ctx),
+            lambda model, now: model.exists(ctx, now),
+        )  # fmt: skip
+
+    # --- running ------------------------------------------------------------------------------
+
+    def _run(
+        self, calls: Sequence[_Call], delays: Sequence[int], move: dt.timedelta | None
+    ) -> tuple[list[Outcome], list[tuple[str, int]]]:
+        """Start every call (and the clock move) after its drawn number of yields.
+
+        Returns the outcomes and the log of starts and ends, in the order they
+        happened, from which the judge learns which side of the clock move each
+        call could have read.
+        """
+        log: list[tuple[str, int]] = []
+
+        def delayed(
+            event: int, delay: int, call: Callable[[], Awaitable[Any]]
+        ) -> Callable[[], Any]:
+            async def run() -> Any:
+                for _ in range(delay):
+                    await asyncio.sleep(0)
+                log.append(("start", event))
+                try:
+                    return await call()
+                finally:
+                    log.append(("end", event))
+
+            return run
+
+        async def clock_move() -> None:
+            assert move is not None
+            self.clock.advance(move)
+
+        runners = [delayed(i, delays[i], c.handler_call) for i, c in enumerate(calls)]
+        if move is not None:
+            runners.append(delayed(_CLOCK, delays[-1], clock_move))
+        outcomes = self.driver.gather(runners)
+        return outcomes[: len(calls)], log
+
+    # --- judging ------------------------------------------------------------------------------
+
+    def _linearise(
+        self,
+        ref: ItemRef,
+        calls: Sequence[_Call],
+        got: Sequence[Outcome],
+        log: Sequence[tuple[str, int]],
+        t0: dt.datetime,
+        t1: dt.datetime,
+        moves: bool,
+        view: dict[ItemRef, StateRecord | None],
+    ) -> _Replay:
+        events = [*range(len(calls)), *([_CLOCK] if moves else [])]
+        finished = tuple(e for kind, e in log if kind == "end" and e in events)
+        first = finished if len(finished) == len(events) else tuple(events)
+        orders = [first, *(o for o in itertools.permutations(events) if o != first)]
+        best: _Replay | None = None
+        for order in orders:
+            replay = self._replay(order, calls, got, t0, t1)
+            replay.consistent = replay.agreeing == len(calls) and self._shows(view, replay.model)
+            if replay.consistent:
+                return replay
+            if best is None or replay.agreeing > best.agreeing:
+                best = replay
+        assert best is not None
+        if moves:
+            # Atomic calls explain nothing: let each call that spanned the clock
+            # move read either side of it, wherever its write landed.
+            readings = [_readings(log, i, t0, t1) for i in range(len(calls))]
+            for order in itertools.permutations(range(len(calls))):
+                for nows in itertools.product(*readings):
+                    replay = self._replay(order, calls, got, t0, t1, nows)
+                    replay.consistent = replay.agreeing == len(calls) and self._shows(
+                        view, replay.model
+                    )
+                    if replay.consistent:
+                        return replay
+        return best
+
+    def _replay(
+        self,
+        order: Sequence[int],
+        calls: Sequence[_Call],
+        got: Sequence[Outcome],
+        t0: dt.datetime,
+        t1: dt.datetime,
+        nows: Sequence[dt.datetime] | None = None,
+    ) -> _Replay:
+        """Replay ``order``; a call reads ``nows[call]`` if given, else the clock where it stands."""
+        model = copy.deepcopy(self.model)
+        now = t0
+        outcomes: dict[int, Outcome] = {}
+        before: dict[int, tuple[ModelRecord | None, dt.datetime]] = {}
+        for event in order:
+            if event == _CLOCK:
+                now = t1
+                continue
+            if nows is not None:
+                now = nows[event]
+            call = calls[event]
+            key = None if call.ctx is None else call.ctx.record_key
+            record = None if key is None else W.copy_record(model.current.get(key))
+            before[event] = (record, now)
+            outcomes[event] = outcome_of(functools.partial(call.model_call, model, now))
+        agreeing = sum(1 for i, o in outcomes.items() if got[i].agrees_with(o))
+        return _Replay(tuple(order), model, outcomes, before, agreeing)
+
+    def _shows(self, view: dict[ItemRef, StateRecord | None], model: ReferenceModel) -> bool:
+        """Does the handler's world read back as ``model`` says it must?"""
+        now = self.clock.now()
+        model_view = self._model_view(model)
+        if len(view) != len(model_view):
+            return False
+        for ref in self.world:
+            has_history = any(r.key == ref.record_key for r in model.superseded)
+            if J.judge_record(ref, view.get(ref), model_view[ref], now, has_history=has_history):
+                return False
+        return True
+
+    def _adopt(self, ref: ItemRef, calls: Sequence[_Call], replay: _Replay) -> None:
+        """Make the chosen order the model's history, and book locks taken and given up."""
+        self.model = replay.model
+        for index in replay.order:
+            if index == _CLOCK:
+                continue
+            call, want = calls[index], replay.outcomes[index]
+            if call.op is RaceOp.ACQUIRE:
+                self._acquired(ref, call.worker, want)
+            elif call.hold is not None and (
+                want.error is None or isinstance(want.error, LockError)
+            ):
+                if call.hold in self.holds:
+                    self.holds.remove(call.hold)
+                self.spent.pop(call.hold, None)
+                if want.error is None and self.holder.get(ref) == call.worker:
+                    del self.holder[ref]
+
+    def _count(self, calls: Sequence[_Call]) -> None:
+        self._checked("errors_agree_with_model")
+        names = {
+            RaceOp.ACQUIRE: ("at_most_one_live_lock", "acquire_agrees_with_model"),
+            RaceOp.COMPLETE: ("stale_write_rejected",),
+            RaceOp.RELEASE: ("stale_write_rejected",),
+            RaceOp.SWEEP: ("sweep_only_expired",),
+            RaceOp.RETENTION: ("retention_sweep_agrees_with_model",),
+            RaceOp.EXISTS: ("exists_agrees_with_model",),
+        }
+        for call in calls:
+            self._checked(*names.get(call.op, ()))
+
+    @staticmethod
+    def _shown(call: _Call, outcome: Outcome) -> str:
+        if call.op is RaceOp.ACQUIRE:
+            return outcome.describe_grant()
+        if outcome.error is None and outcome.value is None:
+            return "ok"
+        return outcome.describe()
+
+    def _explain(
+        self, ref: ItemRef, calls: Sequence[_Call], got: Sequence[Outcome], replay: _Replay
+    ) -> P.Finding | None:
+        names = [("the clock move" if e == _CLOCK else calls[e].text) for e in replay.order]
+        context = (
+            f"in a race of {', '.join(c.text for c in calls)}, no order of the calls "
+            f"explains what the handler did; taking them as {' then '.join(names)}: "
+        )
+        for index in replay.order:
+            if index == _CLOCK or got[index].agrees_with(replay.outcomes[index]):
+                continue
+            finding = self._judge_call(ref, calls[index], got[index], replay, index)
+            if finding is not None:
+                return P.Finding(finding.property, context + finding.message)
+        return None  # every answer agrees: the records read back are judged next
+
+    def _judge_call(
+        self, ref: ItemRef, call: _Call, got: Outcome, replay: _Replay, index: int
+    ) -> P.Finding | None:
+        want = replay.outcomes[index]
+        record, now = replay.before[index]
+        if call.op is RaceOp.ACQUIRE:
+            return J.judge_acquire(ref, call.worker, got, want, record, self.holder.get(ref), now)
+        if call.op is RaceOp.EXISTS:
+            return J.judge_exists(ref, call.worker, got, want, record, now)
+        if call.op is RaceOp.SWEEP:
+            if got.error is None and isinstance(got.value, int) and isinstance(want.value, int):
+                name = "sweep_only_expired" if got.value > want.value else "sweep_resets_expired"
+                return P.Finding(
+                    name,
+                    f"reset_expired_locks() at {at(now)} reported {got.value} resets; "
+                    f"expected {want.value}",
+                )
+            return J.judge_sweep({}, got, want, now)
+        if call.op is RaceOp.RETENTION:
+            return J.judge_retention_sweep(got, want, 0, now)
+        token = None if call.hold is None else call.hold.token
+        spent_by = None if call.hold is None else self.spent.get(call.hold)
+        return J.judge_write(
+            call.text, ref, call.worker, token, got, want, record, now, spent_by=spent_by
+        )

@@ -1,0 +1,117 @@
+"""Lost replies and fresh executions: what a real worker sees that a test usually hides.
+
+A worker that sees a ``StoreError`` or a timeout after its write actually
+landed still holds its token and retries (the invoice node retries ``set``
+after a charge), or gives up and releases.  That token is *spent*: the
+write it stood for has happened.  ``docs/semantics.md`` says what happens
+next, and the kit holds every handler to it: a write with a spent token is
+refused with ``StaleLockError`` and changes nothing (property
+``spent_token_rejected``).  Above all it never moves a Processed record to
+Failed: that hands finished work to the next delivery, a second charge.
+
+An acquisition's reply can be lost too: the lock is taken, the worker does
+not know its token, and may read the record back to find it is the holder
+(its own execution id is on the record).
+
+Every kit worker starts with one execution id and may start fresh ones (a
+redelivered message is a new execution of the node); the execution it left
+behind keeps its tokens and may wake later, a stale writer of the same worker.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
+from dsm_sim.conformance import world as W
+from dsm_sim.conformance.operations import OperationRules
+from dsm_sim.conformance.worlds import Role
+from reference_engine.status import IdempotencyStatus
+
+__all__ = ["LandedWrite", "ReplyRules"]
+
+S = IdempotencyStatus
+
+
+class LandedWrite(enum.Enum):
+    """Which completing write lands while its reply is lost."""
+
+    SET = "set"
+    RELEASE = "release"
+    UPSERT = "upsert"
+
+    def __repr__(self) -> str:
+        return f"LandedWrite.{self.name}"
+
+
+class ReplyRules(OperationRules):
+    """Writes and acquisitions whose replies are lost, the retries after them, redeliveries."""
+
+    @rule(pick=st.integers(0, 5), kind=st.sampled_from(tuple(LandedWrite)), data=W.PLAIN_DATA)
+    def write_lands_reply_lost(
+        self, pick: int, kind: LandedWrite, data: dict[str, Any] | None
+    ) -> None:
+        """A holder's completing write lands, and the holder sees an error instead."""
+        hold = self._pick_hold(pick)
+        if self.diverged or hold is None:
+            return
+        if kind is LandedWrite.SET:
+            self._set(hold.worker, hold.ref, S.PROCESSED, data, hold=hold, reply_lost=True)
+        elif kind is LandedWrite.RELEASE:
+            self._release(hold.worker, hold.ref, "timeout after 30s", hold=hold, reply_lost=True)
+        else:
+            self._upsert(hold.worker, hold.ref, data, hold=hold, reply_lost=True)
+
+    @rule(pick=st.integers(0, 5), release=st.booleans(), data=W.PLAIN_DATA)
+    def retry_landed_write(self, pick: int, release: bool, data: dict[str, Any] | None) -> None:
+        """The caller of a landed write retries ``set(Processed)``, or gives up and releases.
+
+        Either way with its spent token; the record must not move.
+        """
+        hold = self._pick_hold(pick, spent=True)
+        if self.diverged or hold is None:
+            return
+        if release:
+            self._release(hold.worker, hold.ref, "gave up after a timeout", hold=hold)
+        else:
+            self._set(hold.worker, hold.ref, S.PROCESSED, data, hold=hold)
+
+    @rule(worker=W.WORKER, item=W.ITEMS)
+    def acquire_reply_lost(self, worker: int, item: Role) -> None:
+        """The lock is taken, but the worker never learns its token."""
+        self._acquire(worker, self._ref(item), reply_lost=True)
+
+    @rule(worker=W.WORKER, item=W.ITEMS)
+    def reads_back_own_lock(self, worker: int, item: Role) -> None:
+        """After a lost reply the worker reads the record back; if its own execution holds
+        the lock, it carries on with the token the record shows."""
+        if self.diverged:
+            return
+        ref = self._ref(item)
+        self.get(worker, item)
+        record = self.model.current.get(ref.record_key)
+        execution = self._execution(worker)
+        if (
+            self.diverged
+            or record is None
+            or not W.is_live(record, self.clock.now())
+            or record.entity_execution_id != execution
+            or any(h.ref == ref and h.token == record.attempt for h in self.holds)
+        ):
+            return
+        self.holds.append(W.Hold(worker, ref, record.attempt, execution))
+        self._step(
+            f"worker {worker}", f"recognises its own lock on {ref.name}", f"token {record.attempt}"
+        )
+
+    @rule(worker=W.WORKER)
+    def new_delivery(self, worker: int) -> None:
+        """The worker starts a fresh execution (a redelivered message); the one it leaves
+        behind keeps its tokens and may still wake and write."""
+        if self.diverged:
+            return
+        self.deliveries[worker] += 1
+        self._step(f"worker {worker}", f"starts execution {self._execution(worker)}")

@@ -1,0 +1,759 @@
+"""``ExecHandler``: a handler in another process, in any language, behind the handler Protocol.
+
+The harness starts the user's command, speaks the protocol of
+``docs/protocol.md`` over its stdin and stdout (or connects to a handler that
+is a server, over TCP with the same framing), and hands the kit an object
+that looks like any in-process handler.  Requests carry ids, so the kit's
+races really are concurrent: several requests are on the wire before the
+first answer, and answers may come back in any order.  ``now`` is read from
+the clock the factory was given, once per request, so the kit's clock
+jumps reach the process as data.
+
+Nothing here may hang the harness: every wait has a timeout, a process that
+dies or writes garbage fails the requests in flight with a named
+:class:`~dsm_sim.protocol.errors.ProtocolError` carrying its stderr tail, and
+``close`` always kills and reaps the process.  The timeout is a timer on the
+loop rather than ``asyncio.wait_for``, because the simulator drives handler
+coroutines step by step inside a task of its own, where a ``wait_for`` would
+cancel the driver instead of failing the request.
+
+Every request line sent is kept (:attr:`ExecHandler.transcript`), so the
+shrunk counterexample of a verification can be written out as a replay file
+(:mod:`dsm_sim.protocol.replay`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import copy
+import itertools
+import json
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dsm_sim.protocol import wire
+from dsm_sim.protocol.errors import (
+    HandlerExitedError,
+    HandlerInternalError,
+    HandlerStartError,
+    HandlerTimeoutError,
+    MalformedResponseError,
+    ProtocolError,
+    UnexpectedResponseError,
+    VersionMismatchError,
+)
+from dsm_sim.protocol.schema import PROTOCOL_VERSION, problem
+from reference_engine.clock import Clock
+from reference_engine.context import StateHandlerContext
+from reference_engine.errors import ConfigurationError, DsmError
+from reference_engine.record import StateRecord
+from reference_engine.status import IdempotencyStatus
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "MAX_LINE_BYTES",
+    "TIMEOUT_ENV",
+    "ExecFactory",
+    "ExecHandler",
+    "Target",
+    "TcpAddress",
+    "describe_target",
+    "exec_factory",
+    "parse_address",
+    "preflight",
+    "tcp_factory",
+]
+
+#: Seconds a request may wait for its answer; a store under load answers in milliseconds.
+DEFAULT_TIMEOUT = 10.0
+TIMEOUT_ENV = "DSM_EXEC_TIMEOUT"
+#: The longest answer line read: a record with a payload at the size limit,
+#: escaped, is well under this; a runaway writer is stopped here, not in memory.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+#: How much of the process's stderr an error quotes.
+STDERR_TAIL_BYTES = 4096
+#: How many protocol failures a factory keeps for the report.
+MAX_RECORDED_FAILURES = 20
+
+
+def default_timeout() -> float:
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from exc
+    if not value > 0:
+        raise ConfigurationError(f"{TIMEOUT_ENV}={raw!r} must be a positive number of seconds")
+    return value
+
+
+def split_command(command: str | Sequence[str]) -> list[str]:
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    if not argv:
+        raise ConfigurationError("the handler command is empty; give e.g. --exec 'node handler.js'")
+    return argv
+
+
+@dataclass(frozen=True, slots=True)
+class TcpAddress:
+    """Where a handler that is a server listens (``--exec-tcp host:port``)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_address(text: str, *, listen: bool = False) -> TcpAddress:
+    """``host:port`` (``[::1]:port`` for IPv6) as a :class:`TcpAddress`, or a usage error.
+
+    ``listen``: the address to bind, where port 0 asks the system for a free one.
+    """
+    host, sep, port = text.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    low = 0 if listen else 1
+    if not sep or not host or not port.isdigit() or not low <= int(port) < 65536:
+        example = "--tcp 127.0.0.1:0" if listen else "--exec-tcp 127.0.0.1:7411"
+        raise ConfigurationError(
+            f"{text!r} is not a TCP address; give host:port with a port from {low} to 65535, "
+            f"e.g. {example}"
+        )
+    return TcpAddress(host, int(port))
+
+
+#: A handler process to start (a command line) or a handler server to connect to.
+Target = str | Sequence[str] | TcpAddress
+
+
+def describe_target(target: Target) -> str:
+    """The target as the user gave it: the command line, or ``tcp host:port``."""
+    if isinstance(target, TcpAddress):
+        return f"tcp {target}"
+    return target if isinstance(target, str) else shlex.join(list(target))
+
+
+@dataclass(slots=True)
+class _Pending:
+    op: str
+    label: str
+    ctx: StateHandlerContext | None
+    future: asyncio.Future[Any]
+    #: Hand back the whole answer (schema-checked) instead of its decoded result.
+    raw: bool = False
+
+
+class ExecHandler:
+    """A :class:`~reference_engine.handler.StateHandler` served by a process over the protocol.
+
+    The process is started by :meth:`open` (one process per handler, so each
+    handler starts empty, as the kit requires) and ended by :meth:`close`.
+    A :class:`TcpAddress` target connects to a server instead: one connection
+    per handler, and the server gives each connection an empty store.
+    """
+
+    def __init__(
+        self,
+        command: Target,
+        clock: Clock,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        failures: list[DsmError] | None = None,
+    ) -> None:
+        self.address = command if isinstance(command, TcpAddress) else None
+        self.argv = [] if isinstance(command, TcpAddress) else split_command(command)
+        self.command = describe_target(command)
+        self.clock = clock
+        self.timeout = default_timeout() if timeout is None else timeout
+        self.env = None if env is None else dict(env)
+        self.cwd = cwd
+        #: What the process said about itself on ``open``.
+        self.concurrent = False
+        self.name = ""
+        #: Every request line written, in order: the raw material of a replay file.
+        self.transcript: list[bytes] = []
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader_stream: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._answered: set[int] = set()
+        self._broken: DsmError | None = None
+        self._stderr: collections.deque[bytes] = collections.deque()
+        self._stderr_size = 0
+        self._reader: asyncio.Task[None] | None = None
+        self._stderr_reader: asyncio.Task[None] | None = None
+        self._one_at_a_time = asyncio.Lock()
+        #: Every protocol failure this handler met, in order (shared by a factory's handlers).
+        self.failures: list[DsmError] = [] if failures is None else failures
+
+    def __repr__(self) -> str:
+        return f"ExecHandler({self.command!r})"
+
+    @property
+    def _peer(self) -> str:
+        return "handler process" if self.address is None else f"handler server at {self.address}"
+
+    def _record(self, error: DsmError) -> None:
+        # The kit's story names only the error's class; the report quotes these in full.
+        if len(self.failures) < MAX_RECORDED_FAILURES:
+            self.failures.append(error)
+
+    # --- the process or connection ---------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Start the process (or connect to the server) without shaking hands.
+
+        :meth:`open` is this plus the handshake; ``dsm replay`` sends the
+        ``open`` of its file instead.
+        """
+        if self._writer is not None:
+            return
+        if self.address is not None:
+            await self._connect_tcp(self.address)
+            return
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=None if self.env is None else {**os.environ, **self.env},
+                cwd=self.cwd,
+                limit=MAX_LINE_BYTES,
+            )
+        except OSError as exc:
+            error = HandlerStartError(
+                f"cannot start the handler command {self.command!r}: {exc}", command=self.command
+            )
+            self._record(error)
+            raise error from exc
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._reader_stream, self._writer = self._process.stdout, self._process.stdin
+        loop = asyncio.get_running_loop()
+        self._reader = loop.create_task(
+            self._read_answers(), name=f"dsm-exec-stdout[{self._process.pid}]"
+        )
+        self._stderr_reader = loop.create_task(
+            self._read_stderr(), name=f"dsm-exec-stderr[{self._process.pid}]"
+        )
+
+    async def _connect_tcp(self, address: TcpAddress) -> None:
+        try:
+            self._reader_stream, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(address.host, address.port, limit=MAX_LINE_BYTES),
+                self.timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            why = (
+                f"no connection within {self.timeout:g}s" if isinstance(exc, TimeoutError) else exc
+            )
+            error = HandlerStartError(
+                f"cannot connect to the handler server at {address}: {why}; start it first "
+                "(e.g. dsm serve --tcp HOST:PORT MODULE:FACTORY) and give its address",
+                command=self.command,
+            )
+            self._record(error)
+            raise error from exc
+        self._reader = asyncio.get_running_loop().create_task(
+            self._read_answers(), name=f"dsm-exec-tcp[{address}]"
+        )
+
+    async def open(self) -> None:
+        if self._writer is not None:
+            return
+        await self.connect()
+        try:
+            result = await self._call("open", {"protocol": PROTOCOL_VERSION})
+            if result["protocol"] != PROTOCOL_VERSION:
+                raise VersionMismatchError(offered=PROTOCOL_VERSION, answered=result["protocol"])
+        except BaseException:
+            await self._shutdown()
+            raise
+        self.concurrent = bool(result["concurrent"])
+        self.name = str(result.get("name", ""))
+
+    async def close(self) -> None:
+        """Ask the process to close, then make sure it is gone, whatever it did."""
+        if self._writer is None:
+            return
+        try:
+            if self._broken is None:
+                await self._call("close", {})
+        finally:
+            await self._shutdown()
+
+    async def disconnect(self) -> None:
+        """End the process or connection without sending ``close`` (a replay file sends its own)."""
+        await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        if not writer.is_closing():
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+        returncode: int | None = None
+        process = self._process
+        if process is not None:
+            try:
+                await asyncio.wait_for(process.wait(), self.timeout)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+            returncode = process.returncode
+        for task in (self._reader, self._stderr_reader):
+            if task is None:
+                continue
+            # On a timeout wait_for cancels it: a grandchild process keeps the pipe open.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(task, 1.0)
+        if self._broken is None:
+            self._broken = HandlerExitedError(
+                request="any request after close",
+                returncode=returncode,
+                stderr_tail="",
+                peer=self._peer,
+            )
+
+    async def _read_stderr(self) -> None:
+        process = self._process
+        assert process is not None and process.stderr is not None
+        while chunk := await process.stderr.read(4096):
+            self._stderr.append(chunk)
+            self._stderr_size += len(chunk)
+            while self._stderr_size - len(self._stderr[0]) >= STDERR_TAIL_BYTES:
+                self._stderr_size -= len(self._stderr.popleft())
+
+    def stderr_tail(self) -> str:
+        text = b"".join(self._stderr)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+        return "\n".join(text.splitlines()[-20:])
+
+    async def _settled_stderr(self) -> str:
+        """The stderr tail once the process has written its last words (briefly waited for)."""
+        if self._stderr_reader is not None and not self._stderr_reader.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._stderr_reader), 0.5)
+        return self.stderr_tail()
+
+    async def _read_answers(self) -> None:
+        stream = self._reader_stream
+        assert stream is not None
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:  # the line outgrew the reader's limit
+                self._break(
+                    MalformedResponseError(
+                        f"the handler wrote a line longer than {MAX_LINE_BYTES} bytes",
+                        request=self._in_flight(),
+                        expected=f"one JSON answer per line, at most {MAX_LINE_BYTES} bytes",
+                    )
+                )
+                self._kill()
+                return
+            except ConnectionError:
+                line = b""  # a server that reset the connection: reported as closed
+            if not line:
+                break
+            if line.strip():
+                self._dispatch(line)
+        returncode: int | None = None
+        if self._process is not None:
+            with contextlib.suppress(TimeoutError):
+                returncode = await asyncio.wait_for(self._process.wait(), 1.0)
+        tail = await self._settled_stderr()
+        self._break(
+            HandlerExitedError(
+                request=self._in_flight(), returncode=returncode, stderr_tail=tail, peer=self._peer
+            )
+        )
+
+    def _kill(self) -> None:
+        """Stop a peer that can no longer be trusted: kill the process, or drop the connection."""
+        if self._process is not None:
+            if self._process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._process.kill()
+        elif self._writer is not None:
+            self._writer.transport.abort()
+
+    def _in_flight(self) -> str:
+        labels = [pending.label for pending in self._pending.values()]
+        return ", ".join(labels) if labels else "no request (none was in flight)"
+
+    def _break(self, error: DsmError) -> None:
+        """The stream can no longer be trusted: fail what is in flight and every later call."""
+        if self._broken is None:
+            self._broken = error
+            if self._pending or not isinstance(error, HandlerExitedError):
+                self._record(error)
+        for pending in self._pending.values():
+            if not pending.future.done():
+                pending.future.set_exception(copy.copy(error))
+        self._pending.clear()
+
+    # --- answers -------------------------------------------------------------------------
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
+            shown = line[:120].decode("utf-8", "replace").rstrip("\n")
+            self._break(
+                MalformedResponseError(
+                    f"the handler wrote a line that is not JSON ({exc}) while answering "
+                    f"{self._in_flight()}: {shown!r}",
+                    request=self._in_flight(),
+                    expected="one JSON answer per line",
+                )
+            )
+            self._kill()
+            return
+        if not isinstance(message, dict) or not isinstance(message.get("id"), int):
+            found = problem("response", message)
+            field = found.field if found is not None else "id"
+            self._break(
+                MalformedResponseError(
+                    f"the handler wrote an answer without an integer id while answering "
+                    f"{self._in_flight()}: {wire.short(message)}",
+                    request=self._in_flight(),
+                    field=field or "id",
+                    expected="an object with the integer id of the request it answers",
+                )
+            )
+            self._kill()
+            return
+        response_id = message["id"]
+        pending = self._pending.pop(response_id, None)
+        if pending is None:
+            again = "answered already" if response_id in self._answered else "was never sent"
+            self._break(
+                UnexpectedResponseError(
+                    f"the handler answered request id {response_id}, which {again} "
+                    f"(in flight: {self._in_flight()})",
+                    response_id=response_id,
+                    request=f"request {response_id}",
+                )
+            )
+            self._kill()
+            return
+        self._answered.add(response_id)
+        try:
+            value = (
+                self._check_raw(pending, message) if pending.raw else self._decode(pending, message)
+            )
+        except DsmError as exc:
+            if isinstance(exc, ProtocolError | HandlerInternalError):
+                self._record(exc)
+            if not pending.future.done():
+                pending.future.set_exception(exc)
+            return
+        if not pending.future.done():
+            pending.future.set_result(value)
+
+    def _check_raw(self, pending: _Pending, message: dict[str, Any]) -> dict[str, Any]:
+        """The whole answer, once the schema has accepted it (``dsm replay`` prints it as is)."""
+        found = problem("response", message)
+        if found is None and "result" in message and "error" not in message:
+            found = problem(f"result_{pending.op}", message["result"], prefix="result")
+        if found is not None:
+            raise MalformedResponseError(
+                f"the answer to {pending.label} breaks the protocol schema at "
+                f"{found.field or 'the top level'}: {found.message} (expected {found.expected})",
+                request=pending.label,
+                field=found.field,
+                expected=found.expected,
+            )
+        return message
+
+    def _decode(self, pending: _Pending, message: dict[str, Any]) -> Any:
+        has_result, has_error = "result" in message, "error" in message
+        if has_result == has_error:
+            which = "both 'result' and 'error'" if has_result else "neither 'result' nor 'error'"
+            raise MalformedResponseError(
+                f"the answer to {pending.label} has {which}: {wire.short(message)}",
+                request=pending.label,
+                field="result" if has_result else "",
+                expected="exactly one of 'result' and 'error'",
+            )
+        found = problem("response", message)
+        if found is None and has_result:
+            found = problem(f"result_{pending.op}", message["result"], prefix="result")
+        if found is not None:
+            raise MalformedResponseError(
+                f"the answer to {pending.label} breaks the protocol schema at "
+                f"{found.field or 'the top level'}: {found.message} (expected {found.expected})",
+                request=pending.label,
+                field=found.field,
+                expected=found.expected,
+            )
+        if has_error:
+            body = message["error"]
+            if body["kind"] == "bad_request":
+                raise ProtocolError(
+                    f"the handler refused {pending.label} as malformed: {body['message']}",
+                    request=pending.label,
+                )
+            if body["kind"] == "internal":
+                raise HandlerInternalError(
+                    f"the handler failed on {pending.label}: {body['message']}",
+                    request=pending.label,
+                    error_type=str(body.get("type", "")),
+                )
+            raise wire.decode_error(body, pending.ctx)
+        return message["result"]
+
+    # --- requests ------------------------------------------------------------------------
+
+    async def _call(
+        self, op: str, args: dict[str, Any], ctx: StateHandlerContext | None = None
+    ) -> Any:
+        if self._writer is None:
+            raise ProtocolError(f"{op} was called before open()", request=op)
+        if self._broken is not None:
+            raise copy.copy(self._broken)
+        if self.concurrent:
+            return await self._exchange(next(self._ids), op, args, ctx)
+        async with self._one_at_a_time:  # ids in the order the requests go out
+            return await self._exchange(next(self._ids), op, args, ctx)
+
+    async def send_raw(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """Send one request message as it is (its own id and ``now``); the whole answer back.
+
+        ``dsm replay`` sends the lines of a replay file this way, one at a time.
+        The answer is schema-checked like any other; an error answer is
+        returned, not raised, so it can be shown next to its request.
+        """
+        if self._writer is None:
+            raise ProtocolError("send_raw was called before connect()", request="replay")
+        if self._broken is not None:
+            raise copy.copy(self._broken)
+        request_id = message.get("id")
+        if not isinstance(request_id, int) or request_id in self._pending:
+            raise ProtocolError(
+                f"a replayed request needs an id not in flight, got {request_id!r}",
+                request="replay",
+                field="id",
+                expected="a positive integer not in flight",
+            )
+        # A file may reuse an id once its earlier request was answered.
+        self._answered.discard(request_id)
+        op = str(message.get("op", "?"))
+        answer: dict[str, Any] = await self._exchange(
+            request_id, op, {}, None, raw=True, prepared=dict(message)
+        )
+        return answer
+
+    async def _exchange(
+        self,
+        request_id: int,
+        op: str,
+        args: dict[str, Any],
+        ctx: StateHandlerContext | None,
+        *,
+        raw: bool = False,
+        prepared: dict[str, Any] | None = None,
+    ) -> Any:
+        writer = self._writer
+        assert writer is not None
+        if self._broken is not None:  # broke while this call waited for its turn
+            raise copy.copy(self._broken)
+        if prepared is not None:
+            message = prepared
+            item = (
+                message.get("context", {}).get("item_key")
+                if isinstance(message.get("context"), dict)
+                else None
+            )
+        else:
+            message = {"id": request_id, "op": op, "now": wire.encode_instant(self.clock.now())}
+            if ctx is not None:
+                message["context"] = wire.encode_context(ctx)
+            message.update(args)
+            item = None if ctx is None else ctx.item_key
+        label = f"request {request_id} ({op}{'' if item is None else ' ' + repr(item)})"
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._pending[request_id] = _Pending(op, label, ctx, future, raw)
+        # A timer, not wait_for: see the module's docstring.
+        timer = loop.call_later(self.timeout, self._time_out, request_id, label)
+        line = wire.encode_line(message)
+        self.transcript.append(line)
+        try:
+            try:
+                writer.write(line)
+                # Inside the deadline: a peer that stops reading fills the pipe, and the
+                # timer's kill wakes this drain.
+                await writer.drain()
+            except ConnectionError:
+                pass  # the peer is gone; the reader reports how, with its stderr
+            return await future
+        finally:
+            timer.cancel()
+
+    def _time_out(self, request_id: int, label: str) -> None:
+        pending = self._pending.pop(request_id, None)
+        if pending is None or pending.future.done():
+            return
+        error = HandlerTimeoutError(
+            request=label, timeout=self.timeout, stderr_tail=self.stderr_tail()
+        )
+        pending.future.set_exception(error)
+        self._break(error)
+        self._kill()
+
+    # --- the handler Protocol ------------------------------------------------------------
+
+    async def exists(self, ctx: StateHandlerContext) -> bool:
+        result: bool = await self._call("exists", {}, ctx)
+        return result
+
+    async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
+        result = await self._call("get", {}, ctx)
+        return None if result is None else wire.decode_record(result)
+
+    async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
+        result: int | None = await self._call("try_acquire_lock", {}, ctx)
+        return result
+
+    async def set(
+        self,
+        ctx: StateHandlerContext,
+        status: IdempotencyStatus,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        data_json = wire.wire_data(data, status)
+        wire_status = status.value if isinstance(status, IdempotencyStatus) else str(status)
+        await self._call("set", {"status": wire_status, "data_json": data_json}, ctx)
+
+    async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
+        await self._call("release_lock_as_failed", {"error_detail": error_detail}, ctx)
+
+    async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
+        await self._call("upsert", {"data_json": wire.wire_data(data)}, ctx)
+
+    async def reset_expired_locks(self) -> int:
+        result: int = await self._call("reset_expired_locks", {})
+        return result
+
+    async def expire_past_retention(self) -> int:
+        result: int = await self._call("expire_past_retention", {})
+        return result
+
+
+class ExecFactory:
+    """A handler factory for a command line (or a server's address): each call builds a handler.
+
+    Each handler runs on its own process (or connection).  The request lines
+    of the latest handler built are kept in :attr:`last_transcript`: after a
+    failing verification run, that is the shrunk counterexample Hypothesis
+    replayed last.
+    """
+
+    def __init__(
+        self,
+        command: Target,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        if not isinstance(command, TcpAddress):
+            split_command(command)  # an empty command is a usage error now, not at the first open
+        self.target = command
+        self.command = describe_target(command)
+        self.timeout = timeout
+        self.env = env
+        self.cwd = cwd
+        # Not importable by name: a printed reproduction says "your_factory" instead
+        # of naming this class, which would not build the same handler.
+        kind = "exec-tcp" if isinstance(command, TcpAddress) else "exec"
+        shown = str(command) if isinstance(command, TcpAddress) else self.command
+        self.__qualname__ = f"<{kind} {shown}>"
+        #: Protocol failures of every handler built here, first ones first.
+        self.failures: list[DsmError] = []
+        #: The request lines of the latest handler built, as sent.
+        self.last_transcript: list[bytes] = []
+
+    def __call__(self, clock: Clock) -> ExecHandler:
+        handler = ExecHandler(
+            self.target,
+            clock,
+            timeout=self.timeout,
+            env=self.env,
+            cwd=self.cwd,
+            failures=self.failures,
+        )
+        self.last_transcript = handler.transcript
+        return handler
+
+    def __repr__(self) -> str:
+        if isinstance(self.target, TcpAddress):
+            return f"tcp_factory({str(self.target)!r})"
+        return f"exec_factory({self.command!r})"
+
+    def _identity(self) -> tuple[object, ...]:
+        env = None if self.env is None else tuple(sorted(self.env.items()))
+        target = self.target if isinstance(self.target, TcpAddress) else self.command
+        return (target, self.timeout, env, self.cwd)
+
+    # Equal for the same command line: the pytest suite verifies once per factory,
+    # and each test's fixture builds a new one.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ExecFactory) and self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+
+def exec_factory(
+    command: str | Sequence[str],
+    *,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> ExecFactory:
+    """``(clock) -> handler`` for the handler process ``command`` starts."""
+    return ExecFactory(command, timeout=timeout, env=env, cwd=cwd)
+
+
+def tcp_factory(address: str | TcpAddress, *, timeout: float | None = None) -> ExecFactory:
+    """``(clock) -> handler`` for a handler server at ``host:port``: one connection per handler."""
+    target = parse_address(address) if isinstance(address, str) else address
+    return ExecFactory(target, timeout=timeout)
+
+
+def preflight(factory: ExecFactory) -> str | None:
+    """Start the process once and shake hands: why it cannot be verified, or None.
+
+    A command that is misspelt or speaks another protocol would otherwise fail
+    every test case the same way; said once, before the run, it is a usage error.
+    """
+    from reference_engine.clock import ManualClock
+
+    async def probe() -> None:
+        handler = factory(ManualClock())
+        try:
+            await handler.open()
+        finally:
+            await handler.close()
+
+    try:
+        asyncio.run(probe())
+    except DsmError as exc:
+        return str(exc)
+    return None

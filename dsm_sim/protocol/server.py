@@ -1,0 +1,298 @@
+"""``dsm serve MODULE:FACTORY``: any Python handler factory, served over the protocol.
+
+This is how the protocol itself is verified: the in-memory handler served
+here and driven through :class:`~dsm_sim.protocol.client.ExecHandler` must
+pass the kit exactly as it does in process, so any loss on the wire (an
+instant cut to milliseconds, a payload re-parsed, an error kind mapped to
+the wrong class) shows as a violation of the reference model.
+
+The served handler's clock is the ``now`` of the request it is answering:
+each request runs as its own task, and a context variable carries that
+task's ``now``, so concurrent requests never see each other's instant.
+Requests are validated against the schema too; a malformed one is answered
+with error kind ``bad_request``.
+
+``dsm serve --tcp HOST:PORT`` listens instead, with the same framing: each
+connection is a session of its own, with its own handler built on its
+``open`` (so each starts with an empty store, as the kit's test cases
+need), and the server runs until it is stopped.  It prints the address it
+listens on as its first line on stdout (port 0 picks a free one), so a
+script can start it and read where to connect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import contextvars
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import IO, Any
+
+from dsm_sim.protocol import wire
+from dsm_sim.protocol.client import TcpAddress, parse_address
+from dsm_sim.protocol.schema import PROTOCOL_VERSION, SchemaProblem, load_schema, problem
+from reference_engine.errors import ConfigurationError
+from reference_engine.handler import HandlerFactory, StateHandler
+from reference_engine.status import IdempotencyStatus
+
+__all__ = ["RequestClock", "Server", "configure", "main", "serve", "serve_tcp"]
+
+#: The operations of the protocol, as the schema names them.
+_OPS = tuple(load_schema()["$defs"]["request"]["properties"]["op"]["enum"])
+_NOW: contextvars.ContextVar[dt.datetime] = contextvars.ContextVar("dsm_request_now")
+#: The longest request line read (a payload at the size limit, escaped, fits many times).
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+
+class _BadRequest(Exception):
+    """A well-formed request this server cannot serve (another version, a call before open)."""
+
+
+class RequestClock:
+    """The clock a served handler reads: the ``now`` of the request it is serving.
+
+    Outside any request (a factory reading the clock while it builds the
+    handler) it answers the latest request's instant.
+    """
+
+    def __init__(self) -> None:
+        self.latest: dt.datetime | None = None
+
+    def now(self) -> dt.datetime:
+        instant = _NOW.get(None) or self.latest
+        if instant is None:
+            raise RuntimeError("no request has been received yet, so there is no 'now'")
+        return instant
+
+    def __repr__(self) -> str:
+        return f"RequestClock(latest={self.latest!r})"
+
+
+class Server:
+    """Answers protocol requests with one handler built by ``factory`` on ``open``."""
+
+    def __init__(self, factory: HandlerFactory, send: Callable[[bytes], None]) -> None:
+        self.factory = factory
+        self.send = send
+        self.clock = RequestClock()
+        self.handler: StateHandler | None = None
+        self.closed = False
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def write(self, message: dict[str, Any]) -> None:
+        # One synchronous write per answer: concurrent tasks never interleave a line.
+        self.send(wire.encode_line(message))
+
+    def receive(self, line: bytes) -> None:
+        """Start answering one request line (as a task of its own)."""
+        try:
+            message = json.loads(line)
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            sys.stderr.write(f"dsm serve: a request line is not JSON ({exc}); ignored\n")
+            return
+        request_id = message.get("id") if isinstance(message, dict) else None
+        op = message.get("op") if isinstance(message, dict) else None
+        found: SchemaProblem | None
+        if op not in _OPS:
+            found = SchemaProblem("op", f"one of {', '.join(_OPS)}", f"unknown op {op!r}")
+        else:  # the op's own shape gives a precise field; the union would not
+            found = problem(f"request_{op}", message)
+        if found is not None or not isinstance(request_id, int):
+            if isinstance(request_id, int) and request_id >= 1:
+                where = found.field if found is not None else "id"
+                why = found.message if found is not None else "no integer id"
+                self.write(
+                    {
+                        "id": request_id,
+                        "error": {"kind": "bad_request", "message": f"{where}: {why}"},
+                    }
+                )
+            else:
+                sys.stderr.write(
+                    f"dsm serve: a request without a usable id: {wire.short(message)}\n"
+                )
+            return
+        now = wire.decode_instant(message["now"])
+        self.clock.latest = now
+        task = asyncio.get_running_loop().create_task(
+            self._answer(message, now), context=contextvars.copy_context()
+        )
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _answer(self, message: dict[str, Any], now: dt.datetime) -> None:
+        _NOW.set(now)
+        request_id = message["id"]
+        try:
+            result = await self._perform(message)
+        except _BadRequest as exc:
+            self.write({"id": request_id, "error": {"kind": "bad_request", "message": str(exc)}})
+            return
+        except Exception as exc:  # every refusal (and any crash) is an answer, never a dead server
+            self.write({"id": request_id, "error": wire.encode_error(exc)})
+            return
+        self.write({"id": request_id, "result": result})
+
+    async def _perform(self, message: dict[str, Any]) -> Any:
+        op = message["op"]
+        if op == "open":
+            if message["protocol"] != PROTOCOL_VERSION:
+                raise _BadRequest(
+                    f"this server speaks protocol {PROTOCOL_VERSION}, not {message['protocol']}"
+                )
+            if self.handler is None:
+                self.handler = self.factory(self.clock)
+            await self.handler.open()
+            name = getattr(self.factory, "__qualname__", type(self.factory).__name__)
+            return {"protocol": PROTOCOL_VERSION, "concurrent": True, "name": f"dsm serve {name}"}
+        handler = self.handler
+        if handler is None:
+            raise _BadRequest(f"{op} before open")
+        if op == "close":
+            self.closed = True
+            await handler.close()
+            return None
+        calls: dict[str, Callable[[], Awaitable[Any]]] = {
+            "reset_expired_locks": handler.reset_expired_locks,
+            "expire_past_retention": handler.expire_past_retention,
+        }
+        if op in calls:
+            return await calls[op]()
+        ctx = wire.decode_context(message["context"])
+        if op == "exists":
+            return await handler.exists(ctx)
+        if op == "get":
+            record = await handler.get(ctx)
+            return None if record is None else wire.encode_record(record)
+        if op == "try_acquire_lock":
+            return await handler.try_acquire_lock(ctx)
+        if op == "set":
+            status = IdempotencyStatus(message["status"])
+            await handler.set(ctx, status, _data(message["data_json"]))
+            return None
+        if op == "release_lock_as_failed":
+            await handler.release_lock_as_failed(ctx, message["error_detail"])
+            return None
+        assert op == "upsert"
+        await handler.upsert(ctx, _data(message["data_json"]))
+        return None
+
+
+def _data(data_json: str | None) -> Any:
+    return None if data_json is None else json.loads(data_json)
+
+
+async def serve(factory: HandlerFactory, out: IO[bytes]) -> None:
+    """Answer requests from stdin until ``close`` has been answered or stdin ends."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_REQUEST_BYTES)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+
+    def send(line: bytes) -> None:
+        out.write(line)
+        out.flush()
+
+    await _session(factory, reader, send)
+
+
+async def serve_tcp(
+    factory: HandlerFactory, address: TcpAddress, announce: Callable[[str], None]
+) -> None:
+    """Serve every connection to ``address`` as a session of its own, until cancelled."""
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await _session(factory, reader, writer.write)
+        except ConnectionError:
+            pass  # the harness dropped the connection (a timeout): nothing left to answer
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    server = await asyncio.start_server(
+        on_connection, address.host, address.port, limit=MAX_REQUEST_BYTES
+    )
+    host, port = server.sockets[0].getsockname()[:2]
+    announce(str(TcpAddress(host, port)))
+    async with server:
+        await server.serve_forever()
+
+
+async def _session(
+    factory: HandlerFactory, reader: asyncio.StreamReader, send: Callable[[bytes], None]
+) -> None:
+    server = Server(factory, send)
+    while not server.closed:
+        try:
+            line = await reader.readline()
+        except ValueError:
+            sys.stderr.write(f"dsm serve: a request line is over {MAX_REQUEST_BYTES} bytes\n")
+            break
+        except ConnectionError:
+            break  # the harness dropped the connection (a timeout): the session ends
+        if not line:
+            break
+        if line.strip():
+            server.receive(line)
+        await asyncio.sleep(0)  # let the request's task start in arrival order
+    if server.tasks:
+        await asyncio.gather(*server.tasks, return_exceptions=True)
+    if server.handler is not None and not server.closed:
+        await server.handler.close()
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tcp",
+        metavar="HOST:PORT",
+        default=None,
+        help="listen on this TCP address instead of stdin/stdout, one session per "
+        "connection (port 0 picks a free port; the address is printed first)",
+    )
+    parser.add_argument(
+        "factory",
+        metavar="MODULE:FACTORY",
+        help="handler factory to serve on stdin/stdout, e.g. "
+        "reference_engine.handlers.memory:in_memory_handler",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    from reference_engine.registry import load_factory
+
+    try:
+        factory = load_factory(args.factory)
+        address = None if args.tcp is None else parse_address(args.tcp, listen=True)
+    except ConfigurationError as exc:
+        sys.stderr.write(f"dsm serve: {exc}\n")
+        return 2
+    if address is not None:
+        return _main_tcp(factory, address)
+    # The protocol owns stdout: anything the handler prints goes to stderr instead.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr
+    try:
+        asyncio.run(serve(factory, out))
+    finally:
+        out.close()
+    return 0
+
+
+def _main_tcp(factory: HandlerFactory, address: TcpAddress) -> int:
+    def announce(where: str) -> None:
+        print(f"dsm serve: listening on {where}", flush=True)
+
+    try:
+        asyncio.run(serve_tcp(factory, address, announce))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:  # the address is taken, or not ours to bind
+        sys.stderr.write(f"dsm serve: cannot listen on {address}: {exc}\n")
+        return 2
+    return 0

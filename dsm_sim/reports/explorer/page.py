@@ -1,0 +1,73 @@
+"""What a template needs to embed the explorer: inline data, script, style, static rows.
+
+The data goes into a ``<script type="application/json">`` element; every
+``<`` is written as a JSON escape so no text in a history (keys are arbitrary strings) can close
+that element early.  The faults are also rendered as a plain table, so a
+reader without JavaScript still sees where the run was disturbed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from markupsafe import Markup
+
+from dsm_sim.history import History
+from dsm_sim.reports.explorer.diagram import Diagram, state_diagram
+from dsm_sim.reports.explorer.model import (
+    Chapter,
+    FaultRow,
+    TraceViolation,
+    explorer_data,
+    fault_rows,
+)
+
+__all__ = ["ExplorerView", "explorer_view"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExplorerView:
+    """The explorer as a template places it."""
+
+    data_json: Markup
+    script: Markup
+    style: Markup
+    diagram: Diagram
+    faults: tuple[FaultRow, ...]
+    data: dict[str, Any]
+
+
+def _asset(name: str) -> str:
+    return resources.files("dsm_sim.reports.explorer").joinpath("assets", name).read_text("utf-8")
+
+
+def explorer_view(
+    history: History,
+    violations: tuple[TraceViolation, ...] = (),
+    *,
+    title: str = "",
+    chapters: tuple[Chapter, ...] = (),
+    store_clock: dict[int, float] | None = None,
+) -> ExplorerView:
+    diagram = state_diagram()
+    data = explorer_data(
+        history,
+        violations,
+        title=title,
+        chapters=chapters,
+        store_clock=store_clock,
+        diagram=diagram,
+    )
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False, sort_keys=True)
+    text = text.replace("<", "\\u003c")
+    return ExplorerView(
+        data_json=Markup(text),
+        script=Markup(_asset("explorer.js").replace("</", "<\\/")),
+        style=Markup(_asset("explorer.css")),
+        diagram=diagram,
+        faults=fault_rows(history),
+        data=data,
+    )

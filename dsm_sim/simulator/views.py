@@ -1,0 +1,66 @@
+"""Records reduced to what the checker compares: store-clock seconds and a data digest.
+
+The digest is taken over the canonical JSON the engine itself writes, so two
+payloads that read back equal as JSON documents (same keys, same numbers,
+same strings, NUL included) have one digest and any change has another.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from dsm_sim.history import RecordView, key_of
+from reference_engine.record import StateRecord
+
+__all__ = ["digest", "view_of"]
+
+
+def digest(data: Mapping[str, Any] | None) -> str | None:
+    """A short, stable fingerprint of a payload (``None`` for no payload)."""
+    if data is None:
+        return None
+    try:
+        text = json.dumps(
+            data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError):
+        text = "not-json:" + repr(data)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _aware_utc(instant: dt.datetime | None) -> bool:
+    return instant is None or (
+        instant.tzinfo is not None and instant.utcoffset() == dt.timedelta(0)
+    )
+
+
+def _seconds(instant: dt.datetime | None, epoch: dt.datetime) -> float | None:
+    if instant is None:
+        return None
+    if instant.tzinfo is None:  # a naive instant is read as UTC wall time; utc=False flags it
+        instant = instant.replace(tzinfo=dt.UTC)
+    return round((instant - epoch).total_seconds(), 6)
+
+
+def view_of(record: StateRecord | None, epoch: dt.datetime) -> RecordView | None:
+    """The checker's view of ``record``; instants as seconds since ``epoch``."""
+    if record is None:
+        return None
+    stamps = (record.locked_until, record.created_at, record.updated_at, record.retain_until)
+    created = _seconds(record.created_at, epoch)
+    updated = _seconds(record.updated_at, epoch)
+    return RecordView(
+        key=key_of(record.key),
+        status=record.status.value,
+        attempt=record.attempt,
+        locked_until=_seconds(record.locked_until, epoch),
+        created_at=0.0 if created is None else created,
+        updated_at=0.0 if updated is None else updated,
+        retain_until=_seconds(record.retain_until, epoch),
+        data=digest(record.data),
+        utc=all(_aware_utc(s) for s in stamps),
+    )

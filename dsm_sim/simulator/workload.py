@@ -1,0 +1,245 @@
+"""What a run delivers: the workflow's nodes, the items, their keys and payloads, the messages.
+
+Keys and payloads come in two styles.  Plain keys are invoice numbers.
+Varied keys are chosen to differ only in ways stores get wrong: case,
+surrounding whitespace, Unicode NFC against NFD, full-width letters, and
+characters that mean something to SQL, Redis, JSON or a path.  A store that
+trims, folds or normalises a key makes two of them share a record.  Varied
+payloads cover the JSON domain the engine documents: NUL inside strings, the
+largest and smallest floats, negative zero, integers past 64 bits, deep
+nesting, empty containers and keys, quotes and SQL text.  Both are fixed
+lists, the same for every seed, so a failure replays exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dsm_sim.scenario import KeyStyle, NodeKind, NodeSpec, PayloadStyle, Scenario
+from reference_engine.context import MAX_KEY_LENGTH
+from reference_engine.engine.definitions import Element
+from reference_engine.engine.executor import Message
+from reference_engine.nodes import correction, invoice, screening
+
+__all__ = [
+    "APP",
+    "VARIED_KEYS",
+    "VARIED_TENANTS",
+    "WORKFLOW",
+    "Delivery",
+    "element_of",
+    "invoice_ids",
+    "nodes_of",
+    "payload_details",
+    "tenant_ids",
+    "workload",
+]
+
+APP = "app-1"
+WORKFLOW = "billing"
+#: The node a scenario without ``[[nodes]]`` runs (its id is in every older history).
+DEFAULT_NODE_ID = "invoice-dispatch-1"
+
+#: Item keys that a faithful store keeps apart; each group differs only in one way.
+VARIED_KEYS: tuple[str, ...] = (
+    "INV-0001",
+    "inv-0001",
+    "k" * 251 + "-0001",  # 256 characters, the limit: a shorter key column cuts these two
+    "k" * 251 + "-0002",
+    " INV-0001",
+    "INV-0001 ",
+    "caf\u00e9-0002",  # NFC
+    "cafe\u0301-0002",  # NFD: reads the same, is not the same key
+    "\uff29\uff2e\uff36-0003",  # full-width INV
+    "INV-0003",
+    "O'Brien\"; DROP TABLE process_state_logs; --",
+    '{"$gt": ""}',
+    "key:with:colons*?[x]{y}",
+    "tab\tand\nnewline",
+    "100%_done\\",
+    "a/b/c",
+    "\u01c5-title-case",
+    "\U0001f4b6-euro",
+)
+
+#: Tenant ids that a faithful store keeps apart (case, space, NFC/NFD), for varied keys.
+VARIED_TENANTS: tuple[str, ...] = (
+    "tenant-a",
+    "Tenant-A",
+    "tenant-a ",
+    "tenant-\u00e9",
+    "tenant-e\u0301",
+    "TENANT-B",
+    "tenant-b",
+    "t",
+    "T",
+    "tenant:c",
+)
+
+_TYPES = {
+    NodeKind.INVOICE: invoice.NODE_TYPE,
+    NodeKind.CORRECTION: correction.NODE_TYPE,
+    NodeKind.SCREENING: screening.NODE_TYPE,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message to deliver, the node it is for, and the key it is mainly about."""
+
+    message: Message
+    node: str
+    #: (tenant, item key, item entity key) of the record the message is mainly about.
+    item: tuple[str, str, str]
+
+
+def nodes_of(scenario: Scenario) -> tuple[NodeSpec, ...]:
+    """The scenario's nodes; one invoice node with the run's lock duration by default."""
+    if scenario.nodes:
+        return scenario.nodes
+    return (NodeSpec(DEFAULT_NODE_ID, NodeKind.INVOICE, "Element", scenario.lock_duration),)
+
+
+def element_of(node: NodeSpec) -> Element:
+    options: dict[str, Any] = {"lockDuration": node.lock_duration}
+    options["retention"] = "30d" if node.retention == 30 * 86400.0 else node.retention
+    settings = {"dataStateMachine": {"handler": "sim", "scope": node.scope, "options": options}}
+    return Element(id=node.id, workflow_id=WORKFLOW, node_type=_TYPES[node.kind], settings=settings)
+
+
+def invoice_ids(scenario: Scenario) -> list[str]:
+    """One id per invoice number (tenants share numbers, so a key without tenant collides)."""
+    count = -(-scenario.items // scenario.tenants)
+    if scenario.keys is KeyStyle.PLAIN:
+        return [f"inv-{n + 1:04d}" for n in range(count)]
+    size = len(VARIED_KEYS)
+    return [_fit(VARIED_KEYS[n % size], "" if n < size else f"~{n // size}") for n in range(count)]
+
+
+def _fit(key: str, suffix: str) -> str:
+    """``key + suffix`` within the engine's key limit, cutting the key rather than the suffix."""
+    return key[: MAX_KEY_LENGTH - len(suffix)] + suffix
+
+
+def tenant_ids(scenario: Scenario) -> list[str]:
+    if scenario.keys is KeyStyle.PLAIN:
+        return [f"tenant-{n + 1}" for n in range(scenario.tenants)]
+    return list(VARIED_TENANTS[: scenario.tenants])
+
+
+def _nested(depth: int) -> Mapping[str, Any]:
+    value: dict[str, Any] = {"leaf": [depth, -depth, depth / 7]}
+    for level in range(depth):
+        value = {f"level{level}": value}
+    return value
+
+
+def payload_details(style: PayloadStyle, n: int) -> Mapping[str, Any]:
+    """The details object a message carries into the stored data."""
+    if style is PayloadStyle.PLAIN:
+        return {"note": f"invoice {n}"}
+    return {
+        "memo": f"line one\x00line two {n}",
+        "largest": 1.7976931348623157e308,
+        "smallest": 5e-324,
+        "tenth_plus_fifth": 0.1 + 0.2,
+        "negative_zero": -0.0,
+        "past_64_bits": 2**70 + n,
+        "min_int64": -(2**63),
+        "nested": _nested(16),
+        "unicode": "e\u0301 \u00e9 \U0001f4b6 \u202e",
+        "empty": {"": "", "list": [], "object": {}},
+        "mixed": [None, True, False, 0, "", [[]], {"k": None}],
+        "quotes": "'\"\\ `${x}` %s {0}",
+        "sql": "'); DELETE FROM process_state_logs; --",
+        "key with spaces": n,
+    }
+
+
+def workload(scenario: Scenario, seed: int, rng: random.Random) -> list[tuple[float, Delivery]]:
+    """Every message of the run with its arrival time, in arrival order.
+
+    A run with only the default invoice node draws arrivals exactly as it
+    always has, so its histories do not move.
+    """
+    ids = invoice_ids(scenario)
+    tenants = tenant_ids(scenario)
+    items = [
+        (tenants[i % scenario.tenants], ids[i // scenario.tenants]) for i in range(scenario.items)
+    ]
+    nodes = nodes_of(scenario)
+    if not scenario.nodes:
+        arrivals = sorted((round(rng.uniform(0, scenario.arrival_window), 6), it) for it in items)
+        node = nodes[0]
+        return [
+            (
+                at,
+                Delivery(
+                    Message(
+                        id=f"msg-{tenant}-{item}",
+                        payload={"invoiceId": item, "amount": 100 * n},
+                        tenant_id=tenant,
+                        source_app_id=APP,
+                    ),
+                    node.id,
+                    (tenant, item, ""),
+                ),
+            )
+            for n, (at, (tenant, item)) in enumerate(arrivals, start=1)
+        ]
+    lines_rng = random.Random(f"{seed}/lines")
+    planned: list[tuple[float, int, Delivery]] = []
+    for n, (tenant, item) in enumerate(items, start=1):
+        details = payload_details(scenario.payloads, n)
+        for node in nodes:
+            for delivery in _messages(node, tenant, item, n, details, lines_rng):
+                at = round(rng.uniform(0, scenario.arrival_window), 6)
+                planned.append((at, len(planned), delivery))
+    planned.sort(key=lambda p: (p[0], p[1]))
+    return [(at, delivery) for at, _, delivery in planned]
+
+
+def _messages(
+    node: NodeSpec,
+    tenant: str,
+    item: str,
+    n: int,
+    details: Mapping[str, Any],
+    rng: random.Random,
+) -> list[Delivery]:
+    base = f"msg-{tenant}-{node.id}-{item}"
+    if node.kind is NodeKind.INVOICE:
+        payload: dict[str, Any] = {"invoiceId": item, "amount": 100 * n}
+        return [_delivery(base, payload, tenant, node, (tenant, item, ""))]
+    if node.kind is NodeKind.CORRECTION:
+        return [
+            _delivery(
+                f"{base}-r{rev}",
+                {"invoiceId": item, "revision": rev, "amount": 100 * n + rev, "details": details},
+                tenant,
+                node,
+                (tenant, item, correction.revision_key(rev)),
+            )
+            for rev in range(1, node.revisions + 1)
+        ]
+    lines = []
+    for j in range(1, node.lines + 1):
+        draw = rng.random()
+        amount = 0 if draw < 0.2 else -5 if draw < 0.3 else 10 * j + n
+        lines.append({"id": _fit(item, f":L{j}"), "amount": amount})
+    payload = {"invoiceId": item, "lines": lines, "details": details}
+    return [_delivery(base, payload, tenant, node, (tenant, str(lines[0]["id"]), item))]
+
+
+def _delivery(
+    message_id: str,
+    payload: Mapping[str, Any],
+    tenant: str,
+    node: NodeSpec,
+    item: tuple[str, str, str],
+) -> Delivery:
+    message = Message(id=message_id, payload=payload, tenant_id=tenant, source_app_id=APP)
+    return Delivery(message, node.id, item)

@@ -1,0 +1,430 @@
+#!/usr/bin/env node
+// An in-memory DataStateMachine handler speaking the dsm handler protocol
+// (docs/protocol.md): one JSON request per line on stdin, one JSON answer per
+// line on stdout. Plain Node.js, no packages: it is meant to be read as the
+// model for a handler in JavaScript or TypeScript, and it follows
+// reference_engine/model.py rule for rule.
+//
+// Instants are kept as integer microseconds since the epoch, never as Date:
+// a Date holds milliseconds, and the kit judges retention 1 microsecond either
+// side of a record's end. Payloads are kept as the JSON text the harness sent:
+// JSON.parse would turn 1.0 into 1 and round integers past 2**53.
+//
+//   node handlers/node/memory.js
+//   DSM_NODE_BUG=no_fencing node handlers/node/memory.js   (a deliberately broken store)
+//
+// DSM_NODE_BUG switches on one realistic bug, so a test can show the kit
+// catching it through the protocol:
+//   no_fencing         a holder's write lands whatever token the record carries
+//   check_then_insert  acquire reads, waits a moment (a store round trip), then writes
+//   inclusive_sweep    the catch-up sweep takes locked_until <= now: a live lock, at its last instant
+
+"use strict";
+
+const PROTOCOL_VERSION = 1;
+const MAX_DATA_BYTES = 256 * 1024;
+const SWEEP_ERROR_DETAIL = "lock expired; reset by the catch-up sweep";
+const BUG = process.env.DSM_NODE_BUG || "";
+if (!["", "no_fencing", "check_then_insert", "inclusive_sweep"].includes(BUG)) {
+  process.stderr.write(`memory.js: unknown DSM_NODE_BUG=${BUG}\n`);
+  process.exit(2);
+}
+
+// The transition table of reference_engine/status.py.
+const TRANSITIONS = {
+  none: ["processing", "skipped"],
+  processing: ["processed", "failed", "skipped", "expired"],
+  processed: ["superseded", "skipped", "expired"],
+  failed: ["processing", "skipped", "expired"],
+  superseded: ["skipped", "expired"],
+  skipped: ["skipped", "expired"],
+  expired: ["processing", "skipped"],
+};
+const COMPLETED = new Set(["processed", "skipped"]);
+const ACQUIRABLE = new Set(["none", "failed", "expired"]);
+const SETTABLE = new Set(["processed", "failed", "skipped", "expired"]);
+const NEEDS_LOCK = new Set(["processed", "failed"]);
+
+const label = (status) => status.charAt(0).toUpperCase() + status.slice(1);
+
+class Refusal extends Error {
+  constructor(kind, message, fields) {
+    super(message);
+    this.body = Object.assign({ kind, message }, fields || {});
+  }
+}
+
+// --- time: integer microseconds ------------------------------------------------------------
+
+const INSTANT = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?Z$/;
+
+function parseInstant(text) {
+  const m = INSTANT.exec(text);
+  if (!m) throw new Refusal("bad_request", `not an instant: ${JSON.stringify(text)}`);
+  const ms = Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], +m[6]);
+  const micros = m[7] ? +(m[7] + "000000").slice(0, 6) : 0;
+  return ms * 1000 + micros;
+}
+
+function formatInstant(us) {
+  if (us === null) return null;
+  const ms = Math.floor(us / 1000);
+  const rest = us - ms * 1000;
+  return new Date(ms).toISOString().slice(0, 23) + String(rest).padStart(3, "0") + "Z";
+}
+
+// --- the store -------------------------------------------------------------------------------
+
+const current = new Map(); // record key -> record
+const superseded = []; // Superseded records, oldest first
+
+function recordKey(ctx) {
+  return {
+    tenant_id: ctx.tenant_id,
+    scope_id: ctx.scope_id,
+    entity_id: ctx.entity_id,
+    item_entity_key: ctx.item_entity_key,
+    item_key: ctx.item_key,
+  };
+}
+
+function keyText(ctx) {
+  // JSON of the parts: no separator can make two different keys collide.
+  return JSON.stringify([ctx.tenant_id, ctx.scope_id, ctx.entity_id, ctx.item_entity_key, ctx.item_key]);
+}
+
+function isLive(record, now) {
+  return record.status === "processing" && record.locked_until !== null && now <= record.locked_until;
+}
+
+function effectiveStatus(record, now) {
+  if (!record) return "none";
+  if (record.status === "processing" && !isLive(record, now)) return "failed";
+  return record.status;
+}
+
+function checkTransition(source, target, ctx) {
+  if (!TRANSITIONS[source].includes(target)) {
+    const allowed = TRANSITIONS[source].map(label).sort();
+    throw new Refusal(
+      "forbidden_transition",
+      `transition ${label(source)} -> ${label(target)} is not allowed for item ${JSON.stringify(ctx.item_key)}; allowed from ${label(source)}: ${allowed.join(", ")}`,
+      { source: label(source), target: label(target), allowed, item_key: ctx.item_key },
+    );
+  }
+}
+
+function requireHolder(ctx, record) {
+  const token = ctx.lock_token;
+  if (BUG === "no_fencing" && record) return record;
+  if (!record || record.status !== "processing" || record.attempt !== token) {
+    throw new Refusal(
+      "stale_lock",
+      `stale lock on item ${JSON.stringify(ctx.item_key)}: this execution holds fencing token ${token}, but the record is ${record ? `${label(record.status)} with token ${record.attempt}` : "gone"}; this write is rejected`,
+      {
+        item_key: ctx.item_key,
+        token,
+        current_token: record ? record.attempt : null,
+        status: record ? label(record.status) : "None",
+      },
+    );
+  }
+  return record;
+}
+
+function refuseLiveLock(ctx, record, now) {
+  if (record && isLive(record, now)) {
+    throw new Refusal(
+      "lock_held",
+      `item ${JSON.stringify(ctx.item_key)} is locked by another worker until ${formatInstant(record.locked_until)}`,
+      { item_key: ctx.item_key, locked_until: formatInstant(record.locked_until) },
+    );
+  }
+}
+
+function checkData(dataJson) {
+  if (dataJson === null) return;
+  const size = Buffer.byteLength(dataJson, "utf8");
+  if (size > MAX_DATA_BYTES) {
+    throw new Refusal(
+      "payload_too_large",
+      `data payload is ${size} bytes serialised; the limit is ${MAX_DATA_BYTES} bytes`,
+      { size, limit: MAX_DATA_BYTES },
+    );
+  }
+}
+
+function retainUntil(ctx, now) {
+  return ctx.retention_us === null ? null : now + ctx.retention_us;
+}
+
+// Insert or update the current record; a data of null keeps the stored data,
+// an error_detail left undefined keeps the stored one.
+function write(ctx, now, record, change) {
+  if (!record) {
+    current.set(keyText(ctx), {
+      key: recordKey(ctx),
+      status: change.status,
+      attempt: change.attempt || 0,
+      locked_until: change.locked_until,
+      data_json: change.data_json === undefined ? null : change.data_json,
+      error_detail: typeof change.error_detail === "string" ? change.error_detail : null,
+      entity_execution_id: ctx.entity_execution_id,
+      source_app_id: ctx.source_app_id,
+      created_at: now,
+      updated_at: now,
+      retain_until: retainUntil(ctx, now),
+    });
+    return;
+  }
+  record.status = change.status;
+  record.locked_until = change.locked_until;
+  if (change.attempt !== undefined) record.attempt = change.attempt;
+  if (change.data_json !== undefined && change.data_json !== null) record.data_json = change.data_json;
+  if (change.error_detail !== undefined) record.error_detail = change.error_detail;
+  record.entity_execution_id = ctx.entity_execution_id;
+  record.source_app_id = ctx.source_app_id;
+  record.updated_at = now;
+  record.retain_until = retainUntil(ctx, now);
+}
+
+function acquire(ctx, now, record) {
+  const source = effectiveStatus(record, now);
+  if (!ACQUIRABLE.has(source)) return null;
+  checkTransition(source, "processing", ctx);
+  const token = record ? record.attempt + 1 : 1;
+  write(ctx, now, record, {
+    status: "processing",
+    attempt: token,
+    locked_until: now + ctx.lock_duration_us,
+    error_detail: null,
+  });
+  return token;
+}
+
+const ops = {
+  exists(req, now) {
+    return COMPLETED.has(effectiveStatus(current.get(keyText(req.context)), now));
+  },
+
+  get(req) {
+    const record = current.get(keyText(req.context));
+    return record ? wireRecord(record) : null;
+  },
+
+  try_acquire_lock(req, now) {
+    const ctx = req.context;
+    if (BUG === "check_then_insert") {
+      // The bug: read, then write after a round trip to the store, with no
+      // condition on the write: two racers both see the item free.
+      const seen = current.get(keyText(ctx));
+      if (!ACQUIRABLE.has(effectiveStatus(seen, now))) return null;
+      const token = seen ? seen.attempt + 1 : 1;
+      return new Promise((resolve) =>
+        setTimeout(() => {
+          write(ctx, now, current.get(keyText(ctx)), {
+            status: "processing",
+            attempt: token,
+            locked_until: now + ctx.lock_duration_us,
+            error_detail: null,
+          });
+          resolve(token);
+        }, 5),
+      );
+    }
+    return acquire(ctx, now, current.get(keyText(ctx)));
+  },
+
+  set(req, now) {
+    const ctx = req.context;
+    const status = req.status;
+    if (!SETTABLE.has(status)) {
+      const use = status === "superseded" ? "upsert()" : "try_acquire_lock()";
+      throw new Refusal("unsupported_status", `set() cannot write status ${label(status)}; use ${use} instead`, {
+        status: label(status),
+        use,
+      });
+    }
+    checkData(req.data_json);
+    const record = current.get(keyText(ctx));
+    if (ctx.lock_token !== null) {
+      const held = requireHolder(ctx, record);
+      checkTransition("processing", status, ctx);
+      write(ctx, now, held, { status, data_json: req.data_json, locked_until: null });
+      return null;
+    }
+    refuseLiveLock(ctx, record, now);
+    if (NEEDS_LOCK.has(status)) {
+      throw new Refusal(
+        "lock_not_held",
+        `set(${label(status)}) on item ${JSON.stringify(ctx.item_key)} needs the processing lock; call try_acquire_lock first`,
+        { item_key: ctx.item_key, operation: `set(${label(status)})` },
+      );
+    }
+    checkTransition(effectiveStatus(record, now), status, ctx);
+    write(ctx, now, record, {
+      status,
+      data_json: req.data_json,
+      locked_until: null,
+      attempt: record ? record.attempt : 0,
+    });
+    return null;
+  },
+
+  release_lock_as_failed(req, now) {
+    const ctx = req.context;
+    if (ctx.lock_token === null) {
+      throw new Refusal(
+        "lock_not_held",
+        `release_lock_as_failed on item ${JSON.stringify(ctx.item_key)} needs the processing lock; call try_acquire_lock first`,
+        { item_key: ctx.item_key, operation: "release_lock_as_failed" },
+      );
+    }
+    const held = requireHolder(ctx, current.get(keyText(ctx)));
+    write(ctx, now, held, { status: "failed", locked_until: null, error_detail: req.error_detail });
+    return null;
+  },
+
+  upsert(req, now) {
+    const ctx = req.context;
+    checkData(req.data_json);
+    const key = keyText(ctx);
+    const record = current.get(key);
+    if (ctx.lock_token !== null) {
+      const held = requireHolder(ctx, record);
+      write(ctx, now, held, { status: "processed", data_json: req.data_json, locked_until: null });
+      return null;
+    }
+    refuseLiveLock(ctx, record, now);
+    const source = effectiveStatus(record, now);
+    if (ACQUIRABLE.has(source)) {
+      // The happy path compressed: acquire and complete in one step.
+      write(ctx, now, record, {
+        status: "processed",
+        data_json: req.data_json,
+        locked_until: null,
+        attempt: record ? record.attempt + 1 : 1,
+        error_detail: null,
+      });
+      return null;
+    }
+    checkTransition(source, "superseded", ctx);
+    record.status = "superseded";
+    record.updated_at = now;
+    superseded.push(record);
+    current.delete(key);
+    write(ctx, now, undefined, {
+      status: "processed",
+      data_json: req.data_json,
+      locked_until: null,
+      attempt: record.attempt,
+    });
+    return null;
+  },
+
+  reset_expired_locks(req, now) {
+    let count = 0;
+    for (const record of current.values()) {
+      const past = BUG === "inclusive_sweep" ? record.locked_until <= now : record.locked_until < now;
+      if (record.status === "processing" && record.locked_until !== null && past) {
+        record.status = "failed";
+        record.locked_until = null;
+        record.error_detail = SWEEP_ERROR_DETAIL;
+        record.updated_at = now;
+        count += 1;
+      }
+    }
+    return count;
+  },
+
+  expire_past_retention(req, now) {
+    let count = 0;
+    for (const record of [...current.values(), ...superseded]) {
+      if (
+        record.retain_until !== null &&
+        record.retain_until < now &&
+        record.status !== "expired" &&
+        !isLive(record, now)
+      ) {
+        record.status = "expired";
+        record.locked_until = null;
+        record.updated_at = now;
+        count += 1;
+      }
+    }
+    return count;
+  },
+};
+
+function wireRecord(record) {
+  return {
+    key: record.key,
+    status: record.status,
+    attempt: record.attempt,
+    locked_until: formatInstant(record.locked_until),
+    data_json: record.data_json,
+    error_detail: record.error_detail,
+    entity_execution_id: record.entity_execution_id,
+    source_app_id: record.source_app_id,
+    created_at: formatInstant(record.created_at),
+    updated_at: formatInstant(record.updated_at),
+    retain_until: formatInstant(record.retain_until),
+  };
+}
+
+// --- the protocol ----------------------------------------------------------------------------
+
+let closed = false;
+
+function answer(message) {
+  process.stdout.write(JSON.stringify(message) + "\n");
+}
+
+function handle(line) {
+  let req;
+  try {
+    req = JSON.parse(line);
+  } catch (err) {
+    process.stderr.write(`memory.js: a request is not JSON (${err.message}); ignored\n`);
+    return;
+  }
+  const id = req && req.id;
+  const reply = (result) => answer({ id, result: result === undefined ? null : result });
+  const refuse = (err) => {
+    if (err instanceof Refusal) answer({ id, error: err.body });
+    else answer({ id, error: { kind: "internal", message: String(err && err.stack), type: String(err && err.name) } });
+  };
+  try {
+    const now = parseInstant(req.now);
+    if (req.op === "open") {
+      if (req.protocol !== PROTOCOL_VERSION) {
+        throw new Refusal("bad_request", `this handler speaks protocol ${PROTOCOL_VERSION}, not ${req.protocol}`);
+      }
+      return reply({ protocol: PROTOCOL_VERSION, concurrent: true, name: "node in-memory" + (BUG ? ` (bug: ${BUG})` : "") });
+    }
+    if (req.op === "close") {
+      closed = true;
+      return reply(null);
+    }
+    const op = Object.prototype.hasOwnProperty.call(ops, req.op) ? ops[req.op] : null;
+    if (!op) throw new Refusal("bad_request", `unknown op ${JSON.stringify(req.op)}`);
+    const result = op(req, now);
+    if (result instanceof Promise) result.then(reply, refuse);
+    else reply(result);
+  } catch (err) {
+    refuse(err);
+  }
+}
+
+let buffered = "";
+process.stdin.setEncoding("utf8");
+process.stdin.on("data", (chunk) => {
+  buffered += chunk;
+  let end;
+  while (!closed && (end = buffered.indexOf("\n")) >= 0) {
+    const line = buffered.slice(0, end);
+    buffered = buffered.slice(end + 1);
+    if (line.trim()) handle(line);
+  }
+  if (closed) process.stdin.destroy();
+});

@@ -1,0 +1,499 @@
+"""The handler protocol: named errors for every way a process can break it, and the kit through it.
+
+The misbehaving processes are small Python scripts, so each failure is exact
+and quick; the real handlers (``dsm serve`` of the in-memory handler, the
+Node.js and Java handlers) must pass the kit at the ``dev`` profile with seed
+0, and a deliberately broken Node handler must be caught.  Node and Java are
+skipped where missing, and a failure under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsm_sim.conformance.runner import verify
+from dsm_sim.protocol.client import ExecHandler, exec_factory
+from dsm_sim.protocol.errors import (
+    HandlerExitedError,
+    HandlerStartError,
+    HandlerTimeoutError,
+    MalformedResponseError,
+    ProtocolError,
+    UnexpectedResponseError,
+    VersionMismatchError,
+)
+from reference_engine.clock import ManualClock
+from reference_engine.context import StateHandlerContext
+from reference_engine.errors import DsmError, StaleLockError
+from reference_engine.status import IdempotencyStatus
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_HANDLER = ROOT / "handlers" / "node" / "memory.js"
+JAVA_HANDLER = ROOT / "handlers" / "java" / "MemoryHandler.java"
+CTX = StateHandlerContext(
+    scope_id=4,
+    scope_code="Element",
+    entity_id="flow-1",
+    entity_execution_id="run-1",
+    tenant_id="t1",
+    source_app_id="app-1",
+).for_item("INV-1")
+
+#: A handler process that answers ``open`` and ``close`` properly and misbehaves
+#: on every other request in the way its first argument names.
+FAKE = textwrap.dedent(
+    """
+    import json, sys, time
+    mode = sys.argv[1]
+    held = []
+
+    def say(message):
+        sys.stdout.write(json.dumps(message) + "\\n")
+        sys.stdout.flush()
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        rid = req["id"]
+        if req["op"] == "open":
+            if mode == "die_on_open":
+                sys.stderr.write("fatal: cannot reach the store at db:5432\\n")
+                sys.exit(3)
+            say({"id": rid, "result": {"protocol": 2 if mode == "version" else 1, "concurrent": True}})
+        elif req["op"] == "close":
+            say({"id": rid, "result": None})
+            break
+        elif mode == "garbage":
+            say("not an answer")  # a JSON string, not an object
+            print("Traceback (most recent call last):", flush=True)
+        elif mode == "not_json":
+            print("Traceback (most recent call last):", flush=True)
+        elif mode == "wrong_type":
+            say({"id": rid, "result": "one"})
+        elif mode == "bad_record":
+            say({"id": rid, "result": {"key": {}, "status": "processing", "attempt": "1"}})
+        elif mode == "unknown_kind":
+            say({"id": rid, "error": {"kind": "lock_lost", "message": "gone"}})
+        elif mode == "stale":
+            say({"id": rid, "error": {"kind": "stale_lock", "message": "fenced off", "current_token": 2}})
+        elif mode == "die":
+            sys.stderr.write("fatal: store unreachable\\n")
+            sys.stderr.flush()
+            sys.exit(3)
+        elif mode == "hang":
+            time.sleep(60)
+        elif mode == "huge":
+            sys.stdout.write('{"id": %d, "result": "' % rid + "x" * (20 * 1024 * 1024) + '"}\\n')
+            sys.stdout.flush()
+        elif mode == "unknown_id":
+            say({"id": rid + 100, "result": 1})
+        elif mode == "duplicate":
+            say({"id": rid, "result": 1})
+            say({"id": rid, "result": 1})
+        elif mode == "reverse":
+            held.append(rid)
+            if len(held) == 3:  # answer three requests in the opposite order
+                for token, other in enumerate(reversed(held), start=1):
+                    say({"id": other, "result": other * 10})
+                held.clear()
+    """
+)
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is not None:
+        return path
+    message = f"{tool} is not installed"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message} (CI=true: a missing tool is a failure, not a skip)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Any:
+    script = tmp_path / "fake_handler.py"
+    script.write_text(FAKE, encoding="utf-8")
+
+    def handler(mode: str, timeout: float = 5.0) -> ExecHandler:
+        return ExecHandler([sys.executable, str(script), mode], ManualClock(), timeout=timeout)
+
+    return handler
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def _one_call(handler: ExecHandler, call: str = "try_acquire_lock") -> Any:
+    await handler.open()
+    try:
+        if call == "get":
+            return await handler.get(CTX)
+        return await handler.try_acquire_lock(CTX)
+    finally:
+        await handler.close()
+
+
+# --- named errors --------------------------------------------------------------------------
+
+
+def test_a_json_value_that_is_not_an_answer_is_named(fake: Any) -> None:
+    with pytest.raises(MalformedResponseError) as caught:
+        _run(_one_call(fake("garbage")))
+    assert "request 2 (try_acquire_lock 'INV-1')" in caught.value.request
+    assert caught.value.field == "id"
+    assert "integer id" in caught.value.expected or "id" in caught.value.expected
+
+
+def test_a_line_that_is_not_json_is_named(fake: Any) -> None:
+    with pytest.raises(MalformedResponseError) as caught:
+        _run(_one_call(fake("not_json")))
+    assert "not JSON" in str(caught.value)
+    assert "Traceback" in str(caught.value)
+    assert "try_acquire_lock" in caught.value.request
+
+
+def test_a_result_of_the_wrong_type_names_the_field_and_what_was_expected(fake: Any) -> None:
+    with pytest.raises(MalformedResponseError) as caught:
+        _run(_one_call(fake("wrong_type")))
+    error = caught.value
+    assert error.field == "result"
+    assert "integer" in error.expected
+    assert "request 2 (try_acquire_lock" in error.request
+    assert "'one'" in str(error)
+
+
+def test_a_record_field_of_the_wrong_type_is_found_inside_the_record(fake: Any) -> None:
+    with pytest.raises(MalformedResponseError) as caught:
+        _run(_one_call(fake("bad_record"), "get"))
+    assert caught.value.field.startswith("result")
+    assert "get" in caught.value.request
+
+
+def test_an_unknown_error_kind_is_named(fake: Any) -> None:
+    with pytest.raises(MalformedResponseError) as caught:
+        _run(_one_call(fake("unknown_kind")))
+    assert caught.value.field == "error.kind"
+    assert "stale_lock" in caught.value.expected  # the closed list is quoted
+
+
+def test_a_known_error_kind_raises_the_python_error_with_its_fields(fake: Any) -> None:
+    with pytest.raises(StaleLockError) as caught:
+        _run(_one_call(fake("stale")))
+    assert caught.value.current_token == 2
+    assert caught.value.item_key == "INV-1"  # taken from the request
+    assert str(caught.value) == "fenced off"  # the handler's own message
+
+
+def test_a_line_over_the_limit_is_named_not_read_into_memory(fake: Any) -> None:
+    with pytest.raises(MalformedResponseError, match="longer than") as caught:
+        _run(_one_call(fake("huge")))
+    assert "try_acquire_lock" in caught.value.request
+
+
+def test_a_dying_process_is_reported_with_its_stderr_tail(fake: Any) -> None:
+    with pytest.raises(HandlerExitedError) as caught:
+        _run(_one_call(fake("die")))
+    assert caught.value.returncode == 3
+    assert "fatal: store unreachable" in caught.value.stderr_tail
+    assert "fatal: store unreachable" in str(caught.value)
+    assert "try_acquire_lock" in caught.value.request
+
+
+def test_a_process_dying_on_open_is_reported_with_its_stderr_tail(fake: Any) -> None:
+    with pytest.raises(HandlerExitedError) as caught:
+        _run(fake("die_on_open").open())
+    assert "cannot reach the store" in str(caught.value)
+    assert "open" in caught.value.request
+
+
+def test_a_silent_process_times_out_and_is_killed(fake: Any) -> None:
+    handler = fake("hang", timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(HandlerTimeoutError) as caught:
+        _run(_one_call(handler))
+    assert time.monotonic() - started < 5
+    assert caught.value.timeout == 0.5
+    assert "try_acquire_lock" in caught.value.request
+    assert handler._process is not None and handler._process.returncode is not None
+
+
+def test_an_answer_to_a_request_never_sent_is_named(fake: Any) -> None:
+    with pytest.raises(UnexpectedResponseError) as caught:
+        _run(_one_call(fake("unknown_id")))
+    assert caught.value.response_id == 102
+    assert "never sent" in str(caught.value)
+
+
+def test_a_duplicate_answer_breaks_the_next_call(fake: Any) -> None:
+    async def two_calls() -> None:
+        handler = fake("duplicate")
+        await handler.open()
+        try:
+            assert await handler.try_acquire_lock(CTX) == 1
+            await asyncio.sleep(0.2)  # the duplicate arrives
+            await handler.try_acquire_lock(CTX)
+        finally:
+            await handler.close()
+
+    with pytest.raises(UnexpectedResponseError, match="answered already"):
+        _run(two_calls())
+
+
+def test_another_protocol_version_is_refused(fake: Any) -> None:
+    with pytest.raises(VersionMismatchError):
+        _run(fake("version").open())
+
+
+def test_a_command_that_does_not_exist_is_named() -> None:
+    handler = ExecHandler(["/nonexistent/handler-binary"], ManualClock())
+    with pytest.raises(HandlerStartError, match="cannot start"):
+        _run(handler.open())
+
+
+def test_answers_out_of_order_reach_their_callers(fake: Any) -> None:
+    async def race() -> list[int | None]:
+        handler = fake("reverse")
+        await handler.open()
+        try:
+            return list(await asyncio.gather(*(handler.try_acquire_lock(CTX) for _ in range(3))))
+        finally:
+            await handler.close()
+
+    # Requests 2, 3, 4 are answered 4, 3, 2, each with ten times its own id.
+    assert _run(race()) == [20, 30, 40]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        MalformedResponseError("bad", request="request 2 (get)", field="result", expected="null"),
+        UnexpectedResponseError("dup", response_id=7, request="request 7"),
+        HandlerExitedError(request="request 3 (set)", returncode=1, stderr_tail="boom"),
+        HandlerTimeoutError(request="request 4 (get)", timeout=2.0, stderr_tail=""),
+        HandlerStartError("cannot start", command="nope"),
+        VersionMismatchError(offered=1, answered=2),
+    ],
+)
+def test_protocol_errors_survive_pickle(error: ProtocolError) -> None:
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert isinstance(copy, DsmError)
+    assert str(copy) == str(error)
+    assert copy.__dict__ == error.__dict__
+
+
+def test_factories_for_one_command_are_one_factory() -> None:
+    # The pytest suite verifies once per factory; each fixture call builds a new one.
+    assert exec_factory("node h.js") == exec_factory("node h.js")
+    assert hash(exec_factory("node h.js")) == hash(exec_factory("node h.js"))
+    assert exec_factory("node h.js") != exec_factory("node h.js", env={"DSM_NODE_BUG": "x"})
+
+
+def test_verify_refuses_a_command_that_does_not_start(capsys: pytest.CaptureFixture[str]) -> None:
+    from reference_engine.cli import main
+
+    code = main(["verify", "--exec", "/nonexistent/handler-binary", "--profile", "dev"])
+    assert code == 2
+    assert "does not start" in capsys.readouterr().err
+
+
+def test_verify_quotes_a_dying_process_with_its_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reference_engine.cli import main
+
+    script = tmp_path / "fake_handler.py"
+    script.write_text(FAKE, encoding="utf-8")
+    command = f"{sys.executable} {script} die"
+    code = main(["verify", "--exec", command, "--profile", "dev", "--seed", "0", "--stop-on-first"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "HandlerExitedError: the handler process exited with status 3" in out
+    assert "fatal: store unreachable" in out
+
+
+# --- the kit through the protocol -----------------------------------------------------------
+
+
+def _assert_passed(report: Any) -> None:
+    assert report.passed, "\n\n".join(r.render() for r in report.violations) or report.error
+
+
+def test_memory_handler_served_over_the_protocol_passes_the_kit() -> None:
+    # The whole dev budget runs against one "dsm serve --tcp" process (same server
+    # code, no process start per test case) in test_protocol_harness.py; here the
+    # stdin/stdout transport of "dsm serve" gets a few test cases of its own.
+    command = [sys.executable, "-m", "reference_engine.cli", "serve"]
+    command.append("reference_engine.handlers.memory:in_memory_handler")
+    report = verify(exec_factory(command), profile="dev", seed=0, max_examples=4)
+    _assert_passed(report)
+    assert report.test_cases >= 4 and report.steps > 0
+
+
+def test_node_handler_passes_the_kit(capsys: pytest.CaptureFixture[str]) -> None:
+    node = _need("node")
+    from reference_engine.cli import main
+
+    code = main(["verify", "--exec", f"{node} {NODE_HANDLER}", "--profile", "dev", "--seed", "0"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.rstrip().endswith("PASSED")
+    assert "--exec" in out.splitlines()[0]
+
+
+# no_fencing is caught (and replayed from its replay file) in test_protocol_harness.py.
+@pytest.mark.parametrize(
+    ("bug", "caught"),
+    [
+        ("check_then_insert", "at_most_one_live_lock"),
+        ("inclusive_sweep", "sweep_only_expired"),
+    ],
+)
+def test_node_handler_bugs_are_caught_through_the_protocol(bug: str, caught: str) -> None:
+    node = _need("node")
+    factory = exec_factory([node, str(NODE_HANDLER)], env={"DSM_NODE_BUG": bug})
+    report = verify(factory, profile="dev", seed=0, stop_on_first=True)
+    assert not report.passed
+    assert [v.name for v in report.violations] == [caught]
+
+
+@pytest.fixture(scope="module")
+def java_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    javac = _need("javac")
+    out = tmp_path_factory.mktemp("java-handler")
+    subprocess.run([javac, "-d", str(out), str(JAVA_HANDLER)], check=True, timeout=120)
+    return out
+
+
+def test_java_handler_passes_the_kit(java_classes: Path) -> None:
+    java = _need("java")
+    command = [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
+    command += ["-cp", str(java_classes), "MemoryHandler"]
+    report = verify(exec_factory(command), profile="dev", seed=0)
+    _assert_passed(report)
+
+
+def test_java_handler_without_fencing_is_caught(java_classes: Path) -> None:
+    java = _need("java")
+    command = [java, "-XX:TieredStopAtLevel=1", "-cp", str(java_classes), "MemoryHandler"]
+    factory = exec_factory(command, env={"DSM_JAVA_BUG": "no_fencing"})
+    report = verify(factory, profile="dev", seed=0, stop_on_first=True)
+    assert [v.name for v in report.violations] == ["stale_write_rejected"]
+
+
+def test_payloads_travel_as_canonical_json_text() -> None:
+    # A handler stores this text as is, so 1.0 stays a float and 2**64 exact.
+    from dsm_sim.protocol import wire
+
+    assert wire.wire_data({"b": 1.0, "a": 2**64}) == '{"a":18446744073709551616,"b":1.0}'
+    assert wire.wire_data(None) is None
+
+
+def test_requests_are_schema_valid_and_carry_microseconds() -> None:
+    from dsm_sim.protocol import wire
+    from dsm_sim.protocol.schema import problem
+
+    message = {
+        "id": 1,
+        "op": "set",
+        "now": wire.encode_instant(ManualClock().now() + dt.timedelta(microseconds=7)),
+        "context": wire.encode_context(CTX.for_item("INV-1", lock_token=3)),
+        "status": IdempotencyStatus.PROCESSED.value,
+        "data_json": None,
+    }
+    assert problem("request", message) is None
+    assert message["now"].endswith(".000007Z")
+    assert message["context"]["lock_duration_us"] == 30 * 60 * 1_000_000
+
+
+# --- the fast schema check agrees with jsonschema ------------------------------------------
+
+_VALID_RECORD: dict[str, Any] = {
+    "key": {
+        "tenant_id": "t1",
+        "scope_id": 4,
+        "entity_id": "flow-1",
+        "item_entity_key": "",
+        "item_key": "INV-1",
+    },
+    "status": "processing",
+    "attempt": 1,
+    "locked_until": "2026-03-02T09:30:00.000000Z",
+    "data_json": '{"a":1}',
+    "error_detail": None,
+    "entity_execution_id": "run-1",
+    "source_app_id": "app-1",
+    "created_at": "2026-03-02T09:00:00Z",
+    "updated_at": "2026-03-02T09:00:00.5Z",
+    "retain_until": None,
+}
+_ODD_VALUES: tuple[object, ...] = (
+    None,
+    "x",
+    "",
+    0,
+    -1,
+    7,
+    True,
+    [],
+    {},
+    ["a"],
+    "2026-03-02 09:00:00",
+)
+
+
+def _variants(value: dict[str, Any]) -> Iterator[object]:
+    """``value`` with each field dropped, replaced by odd values, plus an extra field."""
+    yield value
+    yield {**value, "extra": 1}
+    for name in value:
+        yield {k: v for k, v in value.items() if k != name}
+        for odd in _ODD_VALUES:
+            yield {**value, name: odd}
+
+
+@pytest.mark.parametrize(
+    ("definition", "valid"),
+    [
+        ("result_get", _VALID_RECORD),
+        ("key", _VALID_RECORD["key"]),
+        ("response", {"id": 3, "result": None}),
+        ("response", {"id": 3, "error": {"kind": "stale_lock", "message": "m", "token": 1}}),
+        ("error", {"kind": "lock_held", "message": "m", "allowed": ["Failed"], "size": 3}),
+        ("result_open", {"protocol": 1, "concurrent": True, "name": "n"}),
+        ("request_open", {"id": 1, "op": "open", "now": "2026-03-02T09:00:00Z", "protocol": 1}),
+    ],
+)
+def test_the_fast_check_agrees_with_jsonschema(definition: str, valid: dict[str, Any]) -> None:
+    from dsm_sim.protocol.schema import conforms, validator
+
+    assert conforms(definition, valid)
+    checked = 0
+    for variant in _variants(valid):
+        by_jsonschema = validator(definition).is_valid(variant)
+        assert conforms(definition, variant) == by_jsonschema, variant
+        checked += 1
+    assert checked > 20
+
+
+def test_the_fast_check_refuses_a_float_token_which_jsonschema_would_accept() -> None:
+    from dsm_sim.protocol.schema import problem
+
+    found = problem("result_try_acquire_lock", 1.0, prefix="result")
+    assert found is not None and "integer" in found.expected

@@ -1,0 +1,338 @@
+"""The protocol beyond ``dsm verify --exec``: the simulator, handlers that are servers, replays.
+
+* ``dsm run --handler exec:CMD``: the Node handler keeps every invariant of a
+  shipped scenario, its ``no_fencing`` mode is caught, and the simulated
+  clock reaches it as ``now``.
+* ``--exec-tcp``: the in-memory handler served by ``dsm serve --tcp`` on an
+  ephemeral port passes the kit, one connection per test case on one
+  shared server process.
+* Replay files: a violation found through the protocol leaves the request
+  lines of its shrunk counterexample, which ``dsm replay`` sends again, and
+  which answer differently on the correct handler.
+
+Node is skipped where missing, and a failure under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dsm_sim.protocol.client import exec_factory, parse_address, tcp_factory
+from dsm_sim.protocol.replay import read_replay, replay
+from dsm_sim.protocol.schema import problem
+from dsm_sim.scenario import load_scenarios
+from dsm_sim.simulator.clock import DEFAULT_EPOCH
+from dsm_sim.simulator.run import run_scenario
+from reference_engine.cli import main
+from reference_engine.errors import ConfigurationError
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_HANDLER = ROOT / "handlers" / "node" / "memory.js"
+SERVED = "reference_engine.handlers.memory:in_memory_handler"
+
+
+def _node() -> str:
+    path = shutil.which("node")
+    if path is not None:
+        return path
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail("node is not installed (CI=true: a missing tool is a failure, not a skip)")
+    pytest.skip("node is not installed")
+
+
+# --- dsm run --handler exec:CMD ------------------------------------------------------------
+
+#: Slow workers outlive their lock, the sweep resets it and a late copy takes
+#: over: the first worker's set must be fenced off.
+SLOW_WORKER = ROOT / "scenarios" / "slow-worker.toml"
+
+
+def test_node_handler_keeps_every_invariant_of_a_scenario_on_simulated_time() -> None:
+    node = _node()
+    (scenario,) = load_scenarios(SLOW_WORKER)
+    factory = exec_factory([node, str(NODE_HANDLER)])
+    result = run_scenario(scenario, 1, factory, handler_name=f"exec:{node} {NODE_HANDLER}")
+    assert result.passed, result.violated
+    # Locks expired and were fenced off: only simulated time, sent as now, can do that
+    # in a run that takes two real seconds.
+    assert result.stats["stale_writes_rejected"], result.stats
+    instants = [json.loads(line)["now"] for line in factory.last_transcript]
+    assert (
+        instants[0]
+        == "2026-01-01T09:00:00.000000Z"
+        == DEFAULT_EPOCH.strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+    )
+    assert max(instants) >= "2026-01-01T09:04:00", "the run's 4 faulty minutes reached the handler"
+
+
+def test_node_handler_without_fencing_fails_the_scenario(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = _node()
+    spec = f"exec:{node} {NODE_HANDLER}"
+    monkeypatch.setenv("DSM_NODE_BUG", "no_fencing")  # inherited by the handler process
+    code = main(["run", str(SLOW_WORKER), "--seed", "1", "--handler", spec])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "fencing_rejects_stale_writes" in out
+    assert "stale write accepted" in out
+    assert f"--handler '{spec}'" in out  # the replay line pastes into a shell
+
+
+def test_run_refuses_a_handler_command_that_does_not_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["run", str(SLOW_WORKER), "--seed", "1", "--handler", "exec:/nonexistent/handler"])
+    assert code == 2
+    assert "does not start" in capsys.readouterr().err
+
+
+def test_a_silent_handler_in_the_simulator_is_a_named_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The simulator drives handler coroutines by hand: the timeout must still
+    # fail the request with its own error instead of cancelling the driver.
+    script = tmp_path / "silent.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import json, sys, time
+            for line in sys.stdin:
+                req = json.loads(line)
+                if req["op"] in ("open", "close"):
+                    answer = {"protocol": 1, "concurrent": True} if req["op"] == "open" else None
+                    print(json.dumps({"id": req["id"], "result": answer}), flush=True)
+                else:
+                    time.sleep(60)
+            """
+        ),
+        encoding="utf-8",
+    )
+    # Long enough for a Python start-up on a loaded machine: open must not time out.
+    monkeypatch.setenv("DSM_EXEC_TIMEOUT", "1.5")
+    command = f"{sys.executable} {script}"
+    code = main(["run", str(SLOW_WORKER), "--seed", "1", "--handler", f"exec:{command}"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert (
+        "FAIL slow-worker seed 1: the handler broke the protocol, so the run stopped: "
+        "HandlerTimeoutError: the handler process did not answer request 2 (get"
+    ) in out
+    assert "0/0 runs kept every invariant; 1 stopped by a protocol error" in out
+
+
+# --- --exec-tcp ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served_tcp() -> Iterator[str]:
+    """``dsm serve --tcp`` of the in-memory handler on a free port: its address."""
+    command = [sys.executable, "-m", "reference_engine.cli", "serve", "--tcp", "127.0.0.1:0"]
+    process = subprocess.Popen(
+        [*command, SERVED], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        found = re.search(r"listening on (127\.0\.0\.1:\d+)", first)
+        if found is None:
+            process.kill()
+            _, err = process.communicate(timeout=10)
+            pytest.fail(f"dsm serve --tcp did not announce its address: {first!r} {err}")
+        yield found.group(1)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_memory_handler_served_over_tcp_passes_the_kit(
+    served_tcp: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["verify", "--exec-tcp", served_tcp, "--profile", "dev", "--seed", "0"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.rstrip().endswith("PASSED")
+    assert f"--exec-tcp {served_tcp}" in out.splitlines()[0]
+
+
+def test_each_tcp_connection_starts_with_an_empty_store(served_tcp: str) -> None:
+    import asyncio
+
+    from reference_engine.clock import ManualClock
+    from reference_engine.context import StateHandlerContext
+
+    ctx = StateHandlerContext(
+        scope_id=4,
+        scope_code="Element",
+        entity_id="flow-1",
+        entity_execution_id="run-1",
+        tenant_id="t1",
+        source_app_id="app-1",
+    ).for_item("INV-1")
+    factory = tcp_factory(served_tcp)
+
+    async def acquire_twice() -> list[int | None]:
+        first, second = factory(ManualClock()), factory(ManualClock())
+        await first.open()
+        await second.open()
+        try:
+            return [await first.try_acquire_lock(ctx), await second.try_acquire_lock(ctx)]
+        finally:
+            await first.close()
+            await second.close()
+
+    assert asyncio.run(acquire_twice()) == [1, 1]
+
+
+def test_a_tcp_address_nobody_listens_on_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = main(["verify", "--exec-tcp", f"127.0.0.1:{port}", "--profile", "dev"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "cannot connect to the handler server" in err
+    assert main(["verify", "--exec-tcp", "localhost", "--profile", "dev"]) == 2
+    assert "not a TCP address" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "listen", "host", "port"),
+    [
+        ("127.0.0.1:7411", False, "127.0.0.1", 7411),
+        ("[::1]:7411", False, "::1", 7411),
+        ("localhost:0", True, "localhost", 0),
+    ],
+)
+def test_tcp_addresses_are_parsed(text: str, listen: bool, host: str, port: int) -> None:
+    address = parse_address(text, listen=listen)
+    assert (address.host, address.port) == (host, port)
+    assert parse_address(str(address), listen=listen) == address
+
+
+@pytest.mark.parametrize("text", ["localhost", "127.0.0.1:0", ":7411", "h:70000", "h:x"])
+def test_a_bad_tcp_address_says_what_is_allowed(text: str) -> None:
+    with pytest.raises(ConfigurationError, match="host:port with a port from 1 to 65535"):
+        parse_address(text)
+
+
+# --- replay files ------------------------------------------------------------------------------
+
+
+def test_a_violation_leaves_a_replay_file_that_reproduces_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = _node()
+    command = f"{node} {NODE_HANDLER}"
+    replays = tmp_path / "replays"
+    with monkeypatch.context() as patched:
+        patched.setenv("DSM_NODE_BUG", "no_fencing")
+        code = main(
+            [
+                *("verify", "--exec", command, "--profile", "dev", "--seed", "0"),
+                *("--stop-on-first", "--replay-dir", str(replays)),
+                *("--cache-dir", str(tmp_path / "cache")),
+            ]
+        )
+    captured = capsys.readouterr()
+    assert code == 1, captured.out
+    assert "FAILED (1 violated: stale_write_rejected)" in captured.out
+    (path,) = replays.glob("*.jsonl")
+    assert path.name == "stale_write_rejected-seed0.jsonl"
+    assert f"dsm replay {path} --exec '{command}'" in captured.err
+
+    lines = path.read_text(encoding="utf-8").splitlines()
+    requests = [json.loads(line) for line in lines]
+    assert all(problem("request", r) is None for r in requests)
+    assert requests[0]["op"] == "open"
+    assert [r["id"] for r in requests] == sorted({r["id"] for r in requests})
+
+    broken = exec_factory([node, str(NODE_HANDLER)], env={"DSM_NODE_BUG": "no_fencing"})
+    correct = exec_factory([node, str(NODE_HANDLER)])
+    on_broken, broke = replay(read_replay(path), broken)
+    on_correct, _ = replay(read_replay(path), correct)
+    assert broke is None and len(on_broken) == len(requests)
+    # The stale write the kit reported lands on the broken handler and is fenced
+    # off by the correct one; up to there, both answer alike.
+    differing = [
+        (b, c)
+        for b, c in zip(on_broken, on_correct, strict=True)
+        if b.answer is not None
+        and c.answer is not None
+        and b.answer != c.answer
+        and b.request["op"] != "open"
+    ]
+    assert differing, "the replay answers the same on both handlers"
+    first_broken, first_correct = differing[0]
+    assert first_correct.error_kind == "stale_lock"
+    assert first_broken.error_kind is None
+    assert first_broken.request["op"] in ("set", "release_lock_as_failed", "upsert")
+    assert first_broken.request["context"]["lock_token"] is not None
+
+    # The same file, by the command line, against the correct handler.
+    assert main(["replay", str(path), "--exec", command]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"^! .*-> ERROR stale_lock", shown, re.MULTILINE), shown
+    assert f"{len(requests)} request(s) answered" in shown
+
+
+def test_plain_stdin_replay_works_too(tmp_path: Path) -> None:
+    # A replay file is line-delimited requests: "CMD < file.jsonl" needs no harness.
+    node = _node()
+    path = tmp_path / "two.jsonl"
+    now = "2026-03-02T09:00:00.000000Z"
+    context = {
+        "tenant_id": "t1",
+        "source_app_id": "app-1",
+        "scope_id": 4,
+        "scope_code": "Element",
+        "entity_id": "flow-1",
+        "entity_execution_id": "run-1",
+        "item_entity_key": "",
+        "item_key": "INV-1",
+        "lock_duration_us": 1_800_000_000,
+        "retention_us": None,
+        "lock_token": None,
+    }
+    messages = [
+        {"id": 1, "op": "open", "now": now, "protocol": 1},
+        {"id": 2, "op": "try_acquire_lock", "now": now, "context": context},
+        {"id": 3, "op": "try_acquire_lock", "now": now, "context": context},
+        {"id": 4, "op": "close", "now": now},
+    ]
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages), encoding="utf-8")
+    with path.open("rb") as stdin:
+        done = subprocess.run(
+            [node, str(NODE_HANDLER)], stdin=stdin, capture_output=True, timeout=30, check=True
+        )
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.decode().splitlines())}
+    assert sorted(answers) == [1, 2, 3, 4]
+    assert sorted([answers[2]["result"], answers[3]["result"]], key=str) == [1, None]
+
+
+def test_a_replay_file_that_is_not_requests_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        '{"id": 1, "op": "open", "now": "2026-03-02T09:00:00Z", "protocol": 1}\n'
+        '{"id": 2, "op": "teleport"}\n',
+        encoding="utf-8",
+    )
+    assert main(["replay", str(path), "--exec", "true"]) == 2
+    assert f"{path}:2 is not a protocol request" in capsys.readouterr().err
