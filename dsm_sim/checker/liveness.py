@@ -61,9 +61,10 @@ def _expected_deliveries(history: History) -> int:
 def _abandoned(history: History, key: str, allowed: frozenset[str]) -> str:
     """Which injected fault left ``key`` locked by an execution that could not finish, if any.
 
-    A worker that crashed holding the lock, or an acquire whose reply was lost
+    A worker that crashed holding the lock, an acquire whose reply was lost
     (the lock landed, the node saw a ``StoreError`` and gave the delivery
-    back), leaves a live lock that every later delivery skips.
+    back), or a holder that could not give its lock back leaves a live lock
+    that every later delivery skips.
     """
     if CRASH_REASON in allowed:
         crashes = history.events_for(key, EventKind.CRASH)
@@ -77,6 +78,35 @@ def _abandoned(history: History, key: str, allowed: frozenset[str]) -> str:
         ]
         if unknown:
             return f"an acquire whose reply was lost (op #{unknown[-1]})"
+        stranded = _stranded_holder(history, key)
+        if stranded:
+            return stranded
+    return ""
+
+
+_LOCK_ENDING = (OpName.SET, OpName.RELEASE_LOCK_AS_FAILED, OpName.UPSERT)
+
+
+def _stranded_holder(history: History, key: str) -> str:
+    """A holder that tried to give its lock back, and every attempt met a store error.
+
+    Its release (or completion) did not land, or landed with its reply lost,
+    so from the node's side the lock may still be live: the delivery fails
+    with ``StoreError`` and the redeliveries find the lock held until it
+    expires, exactly as after a lost acquire reply.
+    """
+    ops = history.ops_for(key)
+    granted = [
+        op.token
+        for op in ops
+        if op.op is OpName.TRY_ACQUIRE_LOCK and op.ok and op.token is not None
+    ]
+    for token in reversed(granted):
+        ending = [op for op in ops if op.op in _LOCK_ENDING and op.token == token]
+        if ending and all(op.error == "StoreError" or op.outcome is Outcome.INFO for op in ending):
+            return (
+                f"a holder whose lock-ending writes all met a store error (op #{ending[-1].index})"
+            )
     return ""
 
 
@@ -89,7 +119,8 @@ def every_delivery_settles(history: History) -> InvariantResult:
       raises ``RuntimeError`` on every ``exists``): a violation;
     * a delivered item that ends neither done nor dead-lettered is accepted
       only when an injected fault left it locked by an execution that could
-      not finish (a crash, an acquire whose reply was lost): the later
+      not finish (a crash, an acquire whose reply was lost, a holder whose
+      every release or completion met a store error): the later
       deliveries found the lock live and skipped, and the sweep reset it after
       the last delivery.  Otherwise it is a violation: the item was delivered
       and silently dropped.

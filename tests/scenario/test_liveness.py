@@ -151,6 +151,33 @@ def test_an_item_abandoned_to_a_crashed_holder_is_explained_when_crashes_are_inj
     assert dropped("StoreError") != []  # the crash itself was not a fault of the scenario
 
 
+def _stranded(release: Outcome, error: str | None, allowed: str) -> list[str]:
+    """A holder whose one release met ``release``/``error``; the item ends Failed by the sweep."""
+    rec = HistoryRecorder(lock_duration=60.0, sweep_interval=20.0, meta={REASONS_META: allowed})
+    rec.event(EventKind.DELIVERY, 0.0, process="broker", key=K, detail="m delivery 1")
+    index = rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, 1.0)
+    rec.complete(index, Outcome.OK, 1.1, result=1, token=1, store_time=1.1)
+    index = rec.invoke("w1", OpName.RELEASE_LOCK_AS_FAILED, K, 2.0, token=1)
+    rec.complete(index, release, 2.1, error=error, store_time=2.1)
+    rec.final_state(K, "failed", 1, 400.0, 400.0)
+    result = checker.every_delivery_settles(rec.freeze())
+    return [v.message for v in result.violations if "dropped" in v.message]
+
+
+def test_an_item_stranded_by_a_release_that_met_a_store_error_is_explained() -> None:
+    """The release did not land (or its reply was lost): redeliveries skip the live lock."""
+    assert _stranded(Outcome.FAIL, "StoreError", "Crash,StoreError") == []
+    assert _stranded(Outcome.INFO, "StoreError", "StoreError") == []
+
+
+def test_a_stranded_holder_explains_nothing_when_its_release_landed_or_no_store_fault_runs() -> (
+    None
+):
+    assert _stranded(Outcome.OK, None, "Crash,StoreError") != []
+    assert _stranded(Outcome.FAIL, "StoreError", "Crash") != []
+    assert _stranded(Outcome.FAIL, "StaleLockError", "Crash,StoreError") != []
+
+
 def test_a_history_without_deliveries_is_not_judged() -> None:
     rec = HistoryRecorder(lock_duration=60.0)
     result = checker.every_delivery_settles(rec.freeze())
