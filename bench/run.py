@@ -28,6 +28,8 @@ BENCHMARKS = {
     "simulator": "bench_simulator",
     "jobs": "bench_jobs",
     "catalogue": "bench_catalogue",
+    "protocol": "bench_protocol",
+    "peers": "bench_peers",
 }
 
 

@@ -141,6 +141,9 @@ class RecordView:
     retain_until: float | None
     data: str | None
     utc: bool = True
+    #: (error_detail, source_app_id, entity_execution_id) as stored; ``None`` when the
+    #: recorder did not read them (histories written before they were recorded).
+    audit: tuple[str | None, str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -153,10 +156,12 @@ class RecordView:
             "retain_until": _t(self.retain_until),
             "data": self.data,
             "utc": self.utc,
+            **({} if self.audit is None else {"audit": list(self.audit)}),
         }
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> RecordView:
+        audit = raw.get("audit")
         return cls(
             key=str(raw["key"]),
             status=str(raw["status"]),
@@ -167,6 +172,7 @@ class RecordView:
             retain_until=_opt(raw.get("retain_until")),
             data=raw.get("data"),
             utc=bool(raw.get("utc", True)),
+            audit=None if audit is None else (audit[0], str(audit[1]), str(audit[2])),
         )
 
 
@@ -235,7 +241,9 @@ class Op:
     store executed the call (outside the history, at the same instant):
     ``before``/``after`` are those reads (``None``: no record).  It is set even
     on an ``info`` call whose write landed, because the recorder knows.
-    ``data`` is the digest of the payload a write carried.
+    ``data`` is the digest of the payload a write carried; ``detail`` the error
+    detail a ``release_lock_as_failed`` carried and ``app`` the call's source
+    application (``None``: not recorded).
     """
 
     index: int
@@ -261,6 +269,8 @@ class Op:
     #: (recorders that know it: the simulator).  Calls that reach the store at
     #: the same instant are ordered by it, not by when they were invoked.
     seq: int | None = None
+    detail: str | None = None
+    app: str | None = None
 
     @property
     def earliest(self) -> float:
@@ -326,6 +336,10 @@ class Op:
             out["after"] = None if self.after is None else self.after.to_json()
         if self.seq is not None:
             out["seq"] = self.seq
+        if self.detail is not None:
+            out["detail"] = self.detail
+        if self.app is not None:
+            out["app"] = self.app
         return out
 
     @classmethod
@@ -351,6 +365,8 @@ class Op:
             seq=None if raw.get("seq") is None else int(raw["seq"]),
             before=_view(raw.get("before")),
             after=_view(raw.get("after")),
+            detail=raw.get("detail"),
+            app=raw.get("app"),
         )
 
 
@@ -567,6 +583,8 @@ class HistoryRecorder:
         token: int | None = None,
         status: str | None = None,
         execution: str = "",
+        detail: str | None = None,
+        app: str | None = None,
     ) -> int:
         index = len(self._ops)
         self._ops.append(
@@ -579,6 +597,8 @@ class HistoryRecorder:
                 token=token,
                 status=status,
                 execution=execution,
+                detail=detail,
+                app=app,
             )
         )
         return index

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from reference_engine.config import HandlerConfig
+from reference_engine.config import MAX_LOCK_DURATION, MAX_RETENTION, HandlerConfig
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.model import SETTABLE, SWEEP_ERROR_DETAIL, ModelRecord, ReferenceModel
 from reference_engine.model import effective_status as effective_status
@@ -80,6 +80,18 @@ WORLD_CONFIGS: Mapping[str, HandlerConfig] = MappingProxyType(
             lock_duration=dt.timedelta(minutes=30), retention=dt.timedelta(minutes=31)
         ),
         "forever": FOREVER_CONFIG,
+        # Durations a store's conversion loses: a sub-second lock (whole
+        # seconds make it 0 s), the longest lock with the longest retention
+        # (``timedelta.seconds`` makes a day 0 s; retain_until lands past
+        # 2038, where a 32-bit epoch wraps), and fractional seconds in both.
+        "subsecond": HandlerConfig(
+            lock_duration=dt.timedelta(milliseconds=500), retention=dt.timedelta(seconds=1.5)
+        ),
+        "longest": HandlerConfig(lock_duration=MAX_LOCK_DURATION, retention=MAX_RETENTION),
+        "fractional": HandlerConfig(
+            lock_duration=dt.timedelta(seconds=1.5),
+            retention=dt.timedelta(days=2, hours=3, microseconds=250_000),
+        ),
     }
 )
 
@@ -99,11 +111,11 @@ def describe_config(config: HandlerConfig) -> str:
 
 
 def _span(delta: dt.timedelta) -> str:
-    seconds = int(delta.total_seconds())
+    seconds = delta.total_seconds()  # fractions count: 2 days and 0.25 s is not "2d"
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{delta.total_seconds():g}s"
+            return f"{int(seconds) // size}{unit}"
+    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"
 
 
 def shown(text: str) -> str:

@@ -18,7 +18,9 @@ __all__ = [
     "dsm_profile",
     "dsm_seed",
     "dsm_time_zone",
+    "factory_from_options",
     "pytest_addoption",
+    "pytest_configure",
 ]
 
 
@@ -38,6 +40,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="COMMAND",
         help="verify a handler in another process over the handler protocol "
         "(docs/protocol.md), e.g. --dsm-exec='node handlers/node/memory.js'",
+    )
+    group.addoption(
+        "--dsm-exec-tcp",
+        action="store",
+        default=None,
+        metavar="HOST:PORT",
+        help="verify a handler that is a server: one TCP connection per test case, same "
+        "framing as --dsm-exec, e.g. --dsm-exec-tcp=127.0.0.1:7411",
+    )
+    group.addoption(
+        "--dsm-exec-timeout",
+        action="store",
+        default=None,
+        metavar="SECONDS",
+        help="how long a --dsm-exec or --dsm-exec-tcp handler may take to answer one "
+        "request (default: $DSM_EXEC_TIMEOUT, else 10)",
     )
     group.addoption(
         "--dsm-profile",
@@ -64,36 +82,134 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run every conformance test case in this POSIX time zone (default: each "
         "test case draws its own)",
     )
+    group.addoption(
+        "--dsm-call-timeout",
+        action="store",
+        default=None,
+        metavar="SECONDS",
+        help="how long one in-process handler call may take before the kit reports it as "
+        "hung (default 10; --dsm-exec handlers use --dsm-exec-timeout)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Apply ``--dsm-call-timeout`` to every conformance run of the session."""
+    raw = config.getoption("--dsm-call-timeout", default=None)
+    if raw is None:
+        return
+    from dsm_sim.conformance.loop import set_default_call_timeout
+    from reference_engine.errors import ConfigurationError
+
+    try:
+        set_default_call_timeout(float(str(raw)))
+    except (ValueError, ConfigurationError) as exc:
+        raise pytest.UsageError(f"--dsm-call-timeout={raw!r}: {exc}") from None
+
+
+#: Each out-of-process target's factory, and why it cannot be verified (None: it shook
+#: hands), per session.
+_PREFLIGHTS: dict[Any, tuple[Any, str | None]] = {}
+
+
+def _exec_timeout(raw: object) -> float | None:
+    """``--dsm-exec-timeout`` as seconds: a positive number, or a failure that says so."""
+    if raw is None:
+        return None
+    try:
+        value = float(str(raw))
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 3600:
+        pytest.fail(
+            f"--dsm-exec-timeout={raw!r}: give a number of seconds above 0 and at most 3600",
+            pytrace=False,
+        )
+    return value
+
+
+def _out_of_process_factory(command: str | None, address: str | None, timeout: object) -> Any:
+    """The factory for ``--dsm-exec`` or ``--dsm-exec-tcp``, after one handshake.
+
+    As with ``dsm verify --exec``, a command that does not start (or a server
+    nobody runs) is said once, as the reason every test fails, rather than as a
+    broken conformance run per property.
+    """
+    from dsm_sim.protocol.client import exec_factory, preflight, tcp_factory
+    from reference_engine.errors import ConfigurationError
+
+    option = "--dsm-exec" if command is not None else "--dsm-exec-tcp"
+    seconds = _exec_timeout(timeout)
+    try:
+        if command is not None:
+            factory = exec_factory(command, timeout=seconds)
+        else:
+            assert address is not None
+            factory = tcp_factory(address, timeout=seconds)
+    except ConfigurationError as exc:
+        pytest.fail(f"{option}: {exc}", pytrace=False)
+    if factory not in _PREFLIGHTS:
+        _PREFLIGHTS[factory] = (factory, preflight(factory))
+    # The factory that shook hands: its next processes are already starting.
+    factory, problem = _PREFLIGHTS[factory]
+    if problem is not None:
+        what = "command does not start" if command is not None else "server does not answer"
+        pytest.fail(f"{option}: the handler {what}: {problem}", pytrace=False)
+    return factory
 
 
 @pytest.fixture
 def dsm_handler_factory(request: pytest.FixtureRequest) -> Any:
-    """The factory under test: ``--dsm-handler``, ``--dsm-exec``, or override this fixture."""
-    spec = request.config.getoption("--dsm-handler")
-    command = request.config.getoption("--dsm-exec")
-    if spec and command:
-        pytest.fail("give --dsm-handler or --dsm-exec, not both", pytrace=False)
-    if command:
-        from dsm_sim.protocol.client import exec_factory
-        from reference_engine.errors import ConfigurationError
+    """The factory under test: ``--dsm-handler``, ``--dsm-exec``, ``--dsm-exec-tcp``, or
+    override this fixture."""
+    option = request.config.getoption
+    return factory_from_options(
+        handler=option("--dsm-handler"),
+        command=option("--dsm-exec"),
+        address=option("--dsm-exec-tcp"),
+        timeout=option("--dsm-exec-timeout"),
+    )
 
-        try:
-            return exec_factory(command)
-        except ConfigurationError as exc:
-            pytest.fail(f"--dsm-exec: {exc}", pytrace=False)
-    if not spec:
+
+def factory_from_options(
+    *, handler: object, command: object, address: object, timeout: object
+) -> Any:
+    """The factory the plugin's options name (a ``pytest.fail`` that says why when they cannot).
+
+    Separate from the fixture so the rules for the options can be checked
+    without starting a pytest run per combination.
+    """
+    given = [
+        name
+        for name, value in (
+            ("--dsm-handler", handler),
+            ("--dsm-exec", command),
+            ("--dsm-exec-tcp", address),
+        )
+        if value
+    ]
+    if len(given) > 1:
+        pytest.fail(
+            f"give one of --dsm-handler, --dsm-exec and --dsm-exec-tcp, not {' and '.join(given)}",
+            pytrace=False,
+        )
+    if command or address:
+        return _out_of_process_factory(
+            str(command) if command else None, str(address) if address else None, timeout
+        )
+    if not handler:
         pytest.fail(
             "no handler to verify: pass --dsm-handler=package.module:factory (or "
-            "--dsm-exec='COMMAND' for a handler in another process), or define a "
-            "fixture named 'dsm_handler_factory' returning your factory (a callable taking "
-            "a Clock and returning a StateHandler)",
+            "--dsm-exec='COMMAND' for a handler in another process, --dsm-exec-tcp=HOST:PORT "
+            "for a handler that is a server), or define a fixture named "
+            "'dsm_handler_factory' returning your factory (a callable taking a Clock and "
+            "returning a StateHandler)",
             pytrace=False,
         )
     from reference_engine.errors import ConfigurationError
     from reference_engine.registry import load_factory
 
     try:
-        return load_factory(spec)
+        return load_factory(str(handler))
     except ConfigurationError as exc:
         pytest.fail(f"--dsm-handler: {exc}", pytrace=False)
 

@@ -84,6 +84,9 @@ class NodeKind(enum.Enum):
     CORRECTION = "correction"
     #: per line: set(Skipped) by rule, or acquire -> validate (release on failure) -> screen -> set
     SCREENING = "screening"
+    #: approve (acquire -> pay -> set), waive (lock-free Skipped), confirm (lock-free
+    #: Processed, refused, then the lock), amend (lock-free upsert), racing on one item
+    APPROVAL = "approval"
 
 
 class KeyStyle(enum.Enum):

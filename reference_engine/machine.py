@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from reference_engine.begin import Acquired, BeginResult, begin
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import LockError
 from reference_engine.handler import StateHandler
@@ -26,6 +27,8 @@ class DataStateMachine(Protocol):
     async def exists(self, item_key: str, item_entity_key: str = "") -> bool: ...
 
     async def try_acquire_lock(self, item_key: str, item_entity_key: str = "") -> bool: ...
+
+    async def begin(self, item_key: str, item_entity_key: str = "") -> BeginResult: ...
 
     async def set(
         self,
@@ -80,6 +83,17 @@ class ContextualDataStateMachine:
             return False
         self._tokens[(item_entity_key, item_key)] = token
         return True
+
+    async def begin(self, item_key: str, item_entity_key: str = "") -> BeginResult:
+        """``exists`` and ``try_acquire_lock`` in one call (one round trip where the store can).
+
+        See :mod:`reference_engine.begin`; an :class:`Acquired` token is kept
+        exactly as ``try_acquire_lock`` keeps it.
+        """
+        outcome = await begin(self.handler, self.context_for(item_key, item_entity_key))
+        if isinstance(outcome, Acquired):
+            self._tokens[(item_entity_key, item_key)] = outcome.token
+        return outcome
 
     async def set(
         self,
@@ -137,6 +151,10 @@ class NullDataStateMachine:
 
     async def try_acquire_lock(self, item_key: str, item_entity_key: str = "") -> bool:
         return True
+
+    async def begin(self, item_key: str, item_entity_key: str = "") -> BeginResult:
+        """Always :class:`Acquired`, with token 0: there is no guard and no lock."""
+        return Acquired(0)
 
     async def set(
         self,

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from dsm_sim.broken import handlers as _h
+from dsm_sim.broken import instances as _i
 from dsm_sim.broken import keys as _k
+from dsm_sim.broken import lifecycle as _l
 from dsm_sim.broken import payloads as _p
 from dsm_sim.broken import timing as _t
 from dsm_sim.broken import writes as _w
@@ -45,7 +47,13 @@ def _spec(
 CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
     dict(
         [
-            _spec("check_then_insert_acquire", _h.CheckThenInsertAcquire, "at_most_one_live_lock"),
+            _spec(
+                "check_then_insert_acquire",
+                _h.CheckThenInsertAcquire,
+                "at_most_one_live_lock",
+                # Its write puts back the record it read, over a write that came between.
+                "allowed_transitions_only",
+            ),
             _spec("acquire_over_processed", _h.AcquireOverProcessed, "allowed_transitions_only"),
             _spec("sweep_ignores_locked_until", _h.SweepIgnoresLockedUntil, "sweep_only_expired"),
             _spec("inclusive_lock_boundary", _h.InclusiveLockBoundary, "at_most_one_live_lock"),
@@ -60,7 +68,13 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 "retention_sweep_agrees_with_model",
             ),
             _spec("set_keeps_lock", _h.SetKeepsLock, "completion_releases_lock"),
-            _spec("release_keeps_lock", _h.ReleaseKeepsLock, "completion_releases_lock"),
+            _spec(
+                "release_keeps_lock",
+                _h.ReleaseKeepsLock,
+                "completion_releases_lock",
+                # The lock it keeps still honours the token the release spent.
+                "stale_write_rejected",
+            ),
             _spec("exists_true_for_failed", _h.ExistsTrueForFailed, "exists_agrees_with_model"),
             _spec(
                 "exists_true_for_processing", _h.ExistsTrueForProcessing, "exists_agrees_with_model"
@@ -127,6 +141,8 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 "acquire_agrees_with_model",
                 "at_most_one_live_lock",
                 "lock_duration_honoured",
+                # The second reading stamps the record's instants.
+                "record_agrees_with_model",
             ),
             # Fencing under spent tokens and executions; check and write apart.
             _spec(
@@ -171,8 +187,13 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 "upsert_checks_then_writes",
                 _w.UpsertChecksThenWrites,
                 "errors_agree_with_model",
+                # Its write lands on the record as it was read, stamps and all.
+                "record_agrees_with_model",
                 "at_most_one_live_lock",
                 "acquire_agrees_with_model",
+                # An upsert that writes over a lock taken in between leaves an
+                # acquire over Processed, outside the table.
+                "allowed_transitions_only",
             ),
             # Payloads and details outside the tiny domain.
             _spec("numbers_as_doubles", _p.NumbersAsDoubles, "data_round_trip"),
@@ -188,6 +209,36 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 _p.ErrorDetailTruncatedInBytes,
                 "record_agrees_with_model",
             ),
+            # Empty values, the whole number range, blank and padded details.
+            _spec("drops_empty_values", _p.DropsEmptyValues, "data_round_trip"),
+            _spec(
+                "integers_clamped_to_decimal65",
+                _p.IntegersClampedToDecimal65,
+                "data_round_trip",
+            ),
+            _spec("error_detail_trimmed", _p.ErrorDetailTrimmed, "record_agrees_with_model"),
+            # Near keys across character classes; identifiers at their maximum length.
+            _spec("accent_insensitive_keys", _k.AccentInsensitiveKeys, "key_identity"),
+            _spec("entity_id_truncated", _k.EntityIdTruncated, "entity_isolation"),
+            # Sub-second and day-long locks; retention past 2038.
+            _spec("lock_rounded_to_seconds", _t.LockRoundedToSeconds, "lock_duration_honoured"),
+            _spec(
+                "retention_as_int32_seconds",
+                _t.RetentionAsInt32Seconds,
+                "record_agrees_with_model",
+                "retention_sweep_agrees_with_model",
+            ),
+            # Objects kept after the call, source apps per worker, restarts.
+            _spec("get_returns_cached_data", _l.GetReturnsCachedData, "data_round_trip"),
+            _spec("source_app_from_insert", _l.SourceAppFromInsert, "record_agrees_with_model"),
+            _spec(
+                "close_releases_locks",
+                _l.CloseReleasesLocks,
+                "record_agrees_with_model",
+                "allowed_transitions_only",
+            ),
+            # Safety kept in the instance: caught only through one instance per worker.
+            _spec("instance_locked_acquire", _i.InstanceLockedAcquire, "at_most_one_live_lock"),
         ]
     )
 )

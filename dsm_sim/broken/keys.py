@@ -16,7 +16,9 @@ from dsm_sim.broken.handlers import _KeyCollapsingHandler
 from reference_engine.context import RecordKey
 
 __all__ = [
+    "AccentInsensitiveKeys",
     "CaseInsensitiveKeys",
+    "EntityIdTruncated",
     "JoinsKeyPartsWithColon",
     "NormalisesUnicodeKeys",
     "StripsKeys",
@@ -66,3 +68,19 @@ class TenantCaseFolded(_KeyCollapsingHandler):
 
     def _collapse(self, key: RecordKey) -> RecordKey:
         return dataclasses.replace(key, tenant_id=key.tenant_id.strip().lower())
+
+
+class AccentInsensitiveKeys(_KeyCollapsingHandler):
+    """The key column's collation ignores accents (an ``_ai`` collation): ``é`` and ``è`` share a record."""
+
+    def _collapse(self, key: RecordKey) -> RecordKey:
+        decomposed = unicodedata.normalize("NFD", key.item_key)
+        bare = "".join(char for char in decomposed if not unicodedata.combining(char))
+        return dataclasses.replace(key, item_key=bare)
+
+
+class EntityIdTruncated(_KeyCollapsingHandler):
+    """The entity id lives in a ``VARCHAR(128)`` column that truncates: ids alike for 128 characters collide."""
+
+    def _collapse(self, key: RecordKey) -> RecordKey:
+        return dataclasses.replace(key, entity_id=key.entity_id[:128])

@@ -17,8 +17,11 @@ from reference_engine.record import MAX_ERROR_DETAIL, encode_data
 from reference_engine.status import IdempotencyStatus
 
 __all__ = [
+    "DropsEmptyValues",
+    "ErrorDetailTrimmed",
     "ErrorDetailTruncatedInBytes",
     "FloatsToFifteenDigits",
+    "IntegersClampedToDecimal65",
     "JsonbRefusesNul",
     "NumbersAsDoubles",
 ]
@@ -86,3 +89,39 @@ class ErrorDetailTruncatedInBytes(InMemoryStateHandler):
     async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
         cut = error_detail.encode("utf-8")[:MAX_ERROR_DETAIL].decode("utf-8", "ignore")
         self.model.release_lock_as_failed(ctx, cut, self.clock.now())
+
+
+class DropsEmptyValues(_Rewriting):
+    """Empty lists and objects inside the data are left out, as a mapper that omits empty attributes does."""
+
+    def rewrite(self, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            kept = {key: self.rewrite(item) for key, item in value.items() if not _empty(item)}
+            return kept
+        if isinstance(value, list | tuple):
+            return [self.rewrite(item) for item in value if not _empty(item)]
+        return value
+
+
+def _empty(value: Any) -> bool:
+    return isinstance(value, Mapping | list | tuple) and not value
+
+
+#: The largest integer a ``DECIMAL(65, 0)`` column holds.
+_DECIMAL65 = 10**65 - 1
+
+
+class IntegersClampedToDecimal65(_Rewriting):
+    """Integers are stored in a ``DECIMAL(65)`` column, which clamps longer ones to 65 nines."""
+
+    def scalar(self, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return max(-_DECIMAL65, min(_DECIMAL65, value))
+        return value
+
+
+class ErrorDetailTrimmed(InMemoryStateHandler):
+    """The error detail is stored trimmed (a ``CHAR`` column, a ``strip()``): blank and padded details change."""
+
+    async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
+        self.model.release_lock_as_failed(ctx, error_detail.strip(), self.clock.now())

@@ -24,7 +24,9 @@ __all__ = [
     "AcquireRereadsClock",
     "FirstNodeOptionsForAll",
     "IgnoresConfiguredLockDuration",
+    "LockRoundedToSeconds",
     "NaiveLocalExpiry",
+    "RetentionAsInt32Seconds",
     "RetentionFromCreatedAt",
     "SweepsOnUpdatedAt",
 ]
@@ -129,3 +131,46 @@ class AcquireRereadsClock(InMemoryStateHandler):
         if token is not None and record is not None:
             record.locked_until = stamped + ctx.handler_config.lock_duration
         return token
+
+
+class LockRoundedToSeconds(InMemoryStateHandler):
+    """Lock durations are rounded to whole seconds, so a 500 ms lock lasts 0 s and a 1.5 s one 2 s."""
+
+    async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
+        lock = dt.timedelta(seconds=round(ctx.handler_config.lock_duration.total_seconds()))
+        return self.model.try_acquire_lock(_with_lock(ctx, lock), self.clock.now())
+
+
+def _int32_seconds(retention: dt.timedelta | None) -> dt.timedelta | None:
+    """``retention`` as a signed 32-bit count of whole seconds, wrapping as C's ``int`` does."""
+    if retention is None:
+        return None
+    seconds = int(retention.total_seconds())
+    return dt.timedelta(seconds=(seconds + 2**31) % 2**32 - 2**31)
+
+
+class RetentionAsInt32Seconds(InMemoryStateHandler):
+    """Retention is passed on as a signed 32-bit number of seconds: 36500 days wraps to a past instant."""
+
+    def _wrapped(self, ctx: StateHandlerContext) -> StateHandlerContext:
+        config = dataclasses.replace(
+            ctx.handler_config, retention=_int32_seconds(ctx.handler_config.retention)
+        )
+        return dataclasses.replace(ctx, handler_config=config)
+
+    async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
+        return self.model.try_acquire_lock(self._wrapped(ctx), self.clock.now())
+
+    async def set(
+        self,
+        ctx: StateHandlerContext,
+        status: IdempotencyStatus,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model.set(self._wrapped(ctx), status, data, self.clock.now())
+
+    async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
+        self.model.release_lock_as_failed(self._wrapped(ctx), error_detail, self.clock.now())
+
+    async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
+        self.model.upsert(self._wrapped(ctx), data, self.clock.now())

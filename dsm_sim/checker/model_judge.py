@@ -12,6 +12,12 @@ that differs from the model on a call the nodes make is caught on that call.
 
 Sweeps are judged from the keys they changed against the keys that were due
 (an expired lock, a record past retention) when they ran.
+
+Between two calls on a key the record must stay as the first call left it,
+unless a sweep that reports the key changed runs in between, and then it
+must be what the model's sweep makes of it.  This is what catches a store
+whose record changes behind the callers' backs: a sweep that also bumps the
+attempt, a payload kept by reference and changed by the caller afterwards.
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ def model_agreement(history: History) -> list[InvariantResult]:
                 findings.extend(_judge(history, op, info))
         elif op.op.is_sweep and op.ok:
             findings.extend(_judge_sweep(op))
+    findings.extend(_between_calls(history))
     results = []
     for name, description in JUDGED:
         mine = [f for f in findings if f.prop == name]
@@ -200,7 +207,8 @@ def _run(model: ReferenceModel, op: Op, ctx: StateHandlerContext, now: dt.dateti
         case OpName.SET:
             model.set(ctx, S(op.status or "none"), None, now)
         case OpName.RELEASE_LOCK_AS_FAILED:
-            model.release_lock_as_failed(ctx, "released", now)
+            detail = "released" if op.detail is None else op.detail
+            model.release_lock_as_failed(ctx, detail, now)
         case OpName.UPSERT:
             model.upsert(ctx, None, now)
         case _:
@@ -231,7 +239,35 @@ def _expected_view(
         updated_at=_sec(record.updated_at, epoch) or 0.0,
         retain_until=_sec(record.retain_until, epoch),
         data=kept,
+        audit=_audit_of(record) if op.after is not None and op.after.audit is not None else None,
     )
+
+
+def _audit_of(record: ModelRecord) -> tuple[str | None, str, str]:
+    return (record.error_detail, record.source_app_id, record.entity_execution_id)
+
+
+#: The audit fields in :attr:`RecordView.audit` order, as a message names them.
+AUDIT_FIELDS = ("error_detail", "source_app_id", "entity_execution_id")
+
+
+def audit_difference(
+    actual: tuple[str | None, str, str] | None, expected: tuple[str | None, str, str] | None
+) -> str | None:
+    """The first audit field that differs, worded for a message; ``None`` when they agree.
+
+    Either side unrecorded (``None``) agrees: an older history did not read them.
+    """
+    if actual is None or expected is None:
+        return None
+    for name, got, want in zip(AUDIT_FIELDS, actual, expected, strict=True):
+        if got != want:
+            return f"left {name} {_text(got)}; the spec says {_text(want)}"
+    return None
+
+
+def _text(value: str | None) -> str:
+    return "NULL" if value is None else repr(value)
 
 
 def _compare(
@@ -307,6 +343,9 @@ def _compare(
             f"left retain_until {_instant(actual.retain_until)}; the spec says "
             f"{_instant(expected.retain_until)} (write instant + the node's retention)",
         )
+    audit = audit_difference(actual.audit, expected.audit)
+    if audit is not None:
+        say("record_agrees_with_model", audit)
     return []
 
 
@@ -358,6 +397,134 @@ def _judge_sweep(op: Op) -> list[_Finding]:
     return found
 
 
+# --- between calls ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Left:
+    """What the last call read around on a key left there, and the sweeps since."""
+
+    op: Op
+    view: RecordView | None
+    sweeps: list[Op]
+
+
+def _between_calls(history: History) -> list[_Finding]:
+    """Each call's *before* against what the previous call on its key left (store order).
+
+    Only calls read around in one step are links of the chain; any other
+    call on the key (not read around, or its result unknown) breaks it, as
+    does a sweep whose outcome is unknown.  A GET changes nothing.
+    """
+    ordered = sorted((op for op in history.ops if op.seq is not None), key=lambda o: o.seq or 0)
+    left: dict[str, _Left] = {}
+    found: list[_Finding] = []
+    for op in ordered:
+        if op.op.is_sweep:
+            if not op.ok:
+                left.clear()
+                continue
+            for key in op.keys:
+                if key in left:
+                    left[key].sweeps.append(op)
+            continue
+        if op.op is OpName.GET:
+            continue
+        views = (op.before, op.after)
+        if not op.probed or any(v is not None and v.key != op.key for v in views):
+            left.pop(op.key, None)
+            continue
+        previous = left.get(op.key)
+        info = history.keys.get(op.key)
+        if previous is not None and info is not None:
+            finding = _still(history, info, previous, op)
+            if finding is not None:
+                found.append(finding)
+        left[op.key] = _Left(op, op.after, [])
+    return found
+
+
+def _still(history: History, info: KeyInfo, previous: _Left, op: Op) -> _Finding | None:
+    """A finding when ``op`` found the record other than the model says it was left."""
+    expected = previous.view
+    sweeps = []
+    for sweep in previous.sweeps:
+        if expected is None or sweep.store_time is None:
+            break
+        ctx = _context(info, op)
+        model = ReferenceModel()
+        model.current[ctx.record_key] = _record(ctx, expected, history.epoch)
+        now = history.epoch + dt.timedelta(seconds=sweep.store_time)
+        if sweep.op is OpName.RESET_EXPIRED_LOCKS:
+            changed = model.reset_expired_locks(now)
+        else:
+            changed = model.expire_past_retention(now)
+        if not changed:
+            return None  # the sweep changed what the spec keeps: judged with the sweep
+        record = model.current[ctx.record_key]
+        expected = _view_of_model(record, op.key, history.epoch, expected.audit is not None)
+        sweeps.append(sweep)
+    difference = _difference(op.before, expected)
+    if difference is None:
+        return None
+    prev = previous.op
+    via = "".join(
+        f", then the {'lock' if s.op is OpName.RESET_EXPIRED_LOCKS else 'retention'} sweep "
+        f"op #{s.index} at store {fmt(s.store_time or 0.0)}"
+        for s in sweeps
+    )
+    if sweeps:
+        last = sweeps[-1].op
+        prop = (
+            "sweep_resets_expired"
+            if last is OpName.RESET_EXPIRED_LOCKS
+            else "retention_sweep_agrees_with_model"
+        )
+    else:
+        prop = "data_round_trip" if difference.startswith("data") else "record_agrees_with_model"
+    return _Finding(
+        prop,
+        f"key {op.key}: {op.op.value} op #{op.index} by {op.process} at store "
+        f"{fmt(op.store_time or 0.0)} found the record changed since {prev.op.value} op "
+        f"#{prev.index} by {prev.process} at store {fmt(prev.store_time or 0.0)} left it{via}: "
+        f"{difference} (nothing in between may change it so)",
+        op.index,
+    )
+
+
+def _view_of_model(
+    record: ModelRecord, key: str, epoch: dt.datetime, with_audit: bool
+) -> RecordView:
+    data = record.data
+    return RecordView(
+        key=key,
+        status=record.status.value,
+        attempt=record.attempt,
+        locked_until=_sec(record.locked_until, epoch),
+        created_at=_sec(record.created_at, epoch) or 0.0,
+        updated_at=_sec(record.updated_at, epoch) or 0.0,
+        retain_until=_sec(record.retain_until, epoch),
+        data=data[len(_MARK) :] if data is not None and data.startswith(_MARK) else data,
+        audit=_audit_of(record) if with_audit else None,
+    )
+
+
+def _difference(actual: RecordView | None, expected: RecordView | None) -> str | None:
+    """The first field in which ``actual`` differs from ``expected``, worded; ``None`` if none."""
+    if actual is None or expected is None:
+        return None if actual is expected else f"it is {_label(actual)}, not {_label(expected)}"
+    if actual.data != expected.data:
+        return f"data {actual.data}, not {expected.data} (digests of the canonical JSON)"
+    if actual.status != expected.status or actual.attempt != expected.attempt:
+        return f"it is {_label(actual)}, not {_label(expected)}"
+    for name in ("locked_until", "created_at", "updated_at", "retain_until"):
+        got, want = getattr(actual, name), getattr(expected, name)
+        if not _same(got, want):
+            return f"{name} {_instant(got)}, not {_instant(want)}"
+    audit = audit_difference(actual.audit, expected.audit)
+    return None if audit is None else audit.replace("left ", "", 1)
+
+
 # --- helpers ---------------------------------------------------------------------------------
 
 
@@ -401,7 +568,7 @@ def _context(info: KeyInfo, op: Op) -> StateHandlerContext:
         entity_id=info.entity,
         entity_execution_id=op.execution,
         tenant_id=info.tenant,
-        source_app_id="",
+        source_app_id="" if op.app is None else op.app,
         handler_config=config,
         item_key=info.item,
         item_entity_key=info.item_entity_key,
@@ -419,9 +586,9 @@ def _record(ctx: StateHandlerContext, view: RecordView, epoch: dt.datetime) -> M
         attempt=view.attempt,
         locked_until=at(view.locked_until),
         data=None if view.data is None else _MARK + view.data,
-        error_detail=None,
-        entity_execution_id="",
-        source_app_id="",
+        error_detail=None if view.audit is None else view.audit[0],
+        entity_execution_id="" if view.audit is None else view.audit[2],
+        source_app_id="" if view.audit is None else view.audit[1],
         created_at=epoch + dt.timedelta(seconds=view.created_at),
         updated_at=epoch + dt.timedelta(seconds=view.updated_at),
         retain_until=at(view.retain_until),

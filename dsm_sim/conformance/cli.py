@@ -91,6 +91,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "$DSM_EXEC_TIMEOUT, else 10)",
     )
     parser.add_argument(
+        "--call-timeout",
+        type=positive_seconds(3600.0),
+        default=None,
+        metavar="SECONDS",
+        help="how long one in-process handler call (open and close included) may take "
+        "before it is reported as hung (default 10; --exec handlers use --exec-timeout)",
+    )
+    parser.add_argument(
         "--profile",
         choices=PROFILES,
         default="ci",
@@ -120,6 +128,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "$XDG_CACHE_HOME/dsm or ~/.cache/dsm); never the working directory",
     )
     parser.add_argument(
+        "--semantics",
+        metavar="PROFILE",
+        default=None,
+        help="judge by a library's declared semantics: 'powertools', or MODULE:ATTRIBUTE "
+        "naming a SemanticsProfile (default: the one the factory declares, else dsm's own; "
+        "see docs/conformance.md)",
+    )
+    parser.add_argument(
         "--stop-on-first",
         action="store_true",
         help="stop at the first violation instead of settling every property",
@@ -128,9 +144,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _header(report: VerificationReport) -> str:
     zone = report.time_zone or "drawn per test case"
+    judged = "" if report.semantics == "dsm" else f", semantics {report.semantics}"
     return (
         f"profile {report.profile}, seed {report.seed}, clock {report.clock_mode.value}, "
-        f"time zone {zone}"
+        f"time zone {zone}{judged}"
     )
 
 
@@ -144,6 +161,8 @@ def render_plain(report: object, out: TextIO) -> None:
     width = max(len(r.name) for r in report.results)
     for result in report.results:
         stopped = f"  {result.stopped} later test cases stopped here" if result.stopped else ""
+        if result.status.value == "waived":
+            stopped = f"  by design: {result.message}"
         out.write(
             f"  {result.name:<{width}}  {result.status.value.upper():<13} "
             f"{result.checks:>6} checks{stopped}\n"
@@ -210,6 +229,7 @@ def _render_rich(report: object, out: TextIO) -> None:
         ResultStatus.FLAKY: "bold magenta",
         ResultStatus.NOT_EXERCISED: "yellow",
         ResultStatus.UNSETTLED: "dim",
+        ResultStatus.WAIVED: "cyan",
     }
     for result in report.results:
         table.add_row(
@@ -217,7 +237,9 @@ def _render_rich(report: object, out: TextIO) -> None:
             f"[{style[result.status]}]{result.status.value}[/]",
             str(result.checks),
             str(result.stopped) if result.stopped else "",
-            result.summary,
+            f"by design: {result.message}"
+            if result.status is ResultStatus.WAIVED
+            else result.summary,
         )
     console.print(table)
     _write_details(report, out)
@@ -362,6 +384,8 @@ def main(args: argparse.Namespace) -> int:
             time_zone=args.tz,
             progress=update,
             on_violation=on_violation,
+            semantics=getattr(args, "semantics", None),
+            call_timeout_s=getattr(args, "call_timeout", None),
         )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")

@@ -68,14 +68,17 @@ def render_steps(steps: Sequence[Step], violation: str) -> str:
     return "\n".join(lines)
 
 
-def render_reproduction(notes: Sequence[str], factory_path: str) -> str:
+def render_reproduction(
+    notes: Sequence[str], factory_path: str, semantics: str | None = None
+) -> str:
     """Hypothesis' shrunk program, prefixed with the line that builds the machine.
 
     The program Hypothesis prints starts with ``state = <MachineName>()``; the
     prefix defines that name from the factory, so the snippet runs as pasted.
     The steps run inside ``try`` with ``state.teardown()`` in ``finally``: the
     violation raised half-way must still close the handler, or a store that
-    made a schema or key prefix for the run keeps it.
+    made a schema or key prefix for the run keeps it.  ``semantics`` names the
+    profile the run was judged by, when it was given rather than declared.
     """
     lines = [line for note in notes for line in str(note).splitlines()]
     starts = [i for i, line in enumerate(lines) if line.startswith("state = ")]
@@ -91,6 +94,7 @@ def render_reproduction(notes: Sequence[str], factory_path: str) -> str:
     steps = [line for line in steps if not line.startswith("state.teardown()")]
     name = first.split("=", 1)[1].strip().removesuffix("()") if "=" in first else "Machine"
     module, _, attr = factory_path.partition(":")
+    judged = f", semantics={semantics!r}" if semantics is not None else ""
     header = [
         "from dsm_sim.conformance.machine import build_machine",
         "from dsm_sim.conformance.races import ClockMove, Instant, RaceOp",
@@ -103,9 +107,9 @@ def render_reproduction(notes: Sequence[str], factory_path: str) -> str:
     ]
     if module and attr and "<" not in attr:
         header.append(f"from {module} import {attr.split('.')[0]}")
-        header.append(f"{name} = build_machine({attr}, name={name!r})")
+        header.append(f"{name} = build_machine({attr}, name={name!r}{judged})")
     else:
-        header.append(f"{name} = build_machine(your_factory, name={name!r})")
+        header.append(f"{name} = build_machine(your_factory, name={name!r}{judged})")
     body = [f"    {line}" for line in steps] or ["    pass"]
     closing = [f"    {line}" for line in teardown] or ["    state.teardown()"]
     return "\n".join([*header, first, "try:", *body, "finally:", *closing])

@@ -10,12 +10,14 @@ each judge is the diagnosis: the most specific explanation wins.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 
 from dsm_sim.conformance.explain import at, offset
 from dsm_sim.conformance.payloads import data_difference
 from dsm_sim.conformance.properties import ISOLATION, Finding
+from dsm_sim.conformance.semantics import DSM, SemanticsProfile, truncate
 from dsm_sim.model import ItemRef, ModelRecord, Outcome, describe_config, effective_status
 from reference_engine.errors import DsmError, StaleLockError
 from reference_engine.record import StateRecord
@@ -272,10 +274,18 @@ def judge_record(
     now: dt.datetime,
     *,
     has_history: bool,
+    semantics: SemanticsProfile = DSM,
 ) -> Finding | None:
-    """Compare ``get`` with the model's current record, field by field, most telling first."""
+    """Compare ``get`` with the model's current record, field by field, most telling first.
+
+    Instants are compared at the resolutions ``semantics`` stores them in, and
+    the audit fields only when it stores them.
+    """
     if got is None and want is None:
         return None
+    if got is not None and want is not None and not semantics.strict:
+        got = _at_resolution(got, semantics)
+        want = _model_at_resolution(want, semantics)
     if got is None or want is None:
         what = "no record" if got is None else f"a {got.status.label} record"
         expected = "none" if want is None else f"{want.status.label} (token {want.attempt})"
@@ -359,7 +369,7 @@ def judge_record(
             f"{_length(got.error_detail)}; expected {short_data(want.error_detail)}"
             f"{_length(want.error_detail)}",
         )
-    for name in ("retain_until", "created_at", "updated_at"):
+    for name in ("retain_until", "created_at", "updated_at")[: 3 if semantics.audit_fields else 1]:
         have, expect = getattr(got, name), getattr(want, name)
         if have == expect:
             continue
@@ -380,7 +390,7 @@ def judge_record(
             "record_agrees_with_model",
             f"{ref.label}'s {name} is {at(have)}; expected {at(expect)}{off}",
         )
-    if (
+    if semantics.audit_fields and (
         got.entity_execution_id != want.entity_execution_id
         or got.source_app_id != want.source_app_id
     ):
@@ -390,6 +400,26 @@ def judge_record(
             f"expected {want.entity_execution_id}/{want.source_app_id}",
         )
     return None
+
+
+def _cut(instant: dt.datetime | None, resolution: dt.timedelta) -> dt.datetime | None:
+    return None if instant is None else truncate(instant, resolution)
+
+
+def _at_resolution(record: StateRecord, semantics: SemanticsProfile) -> StateRecord:
+    return dataclasses.replace(
+        record,
+        locked_until=_cut(record.locked_until, semantics.lock_resolution),
+        retain_until=_cut(record.retain_until, semantics.stored_retention_resolution),
+    )
+
+
+def _model_at_resolution(record: ModelRecord, semantics: SemanticsProfile) -> ModelRecord:
+    return dataclasses.replace(
+        record,
+        locked_until=_cut(record.locked_until, semantics.lock_resolution),
+        retain_until=_cut(record.retain_until, semantics.stored_retention_resolution),
+    )
 
 
 def _split_differently(got: StateRecord, want: ModelRecord) -> bool:
@@ -449,14 +479,30 @@ def judge_transition(
     now: dt.datetime,
     operation: str,
     steps: int = 1,
+    *,
+    may_vanish: bool = False,
+    kept: ModelRecord | None = None,
 ) -> Finding | None:
     """A record the step changed must have moved along the transition table.
 
     A step that raced ``steps`` calls may move a record that many transitions.
+    ``may_vanish``: the semantics delete records and the model has none now
+    either, so a record that disappeared is no transition to judge.  ``kept``:
+    under such semantics, the record the model still holds (a lost record).
     """
     # A rewrite that keeps the status is no transition; the record judge weighs its fields.
     if before is None or (after is not None and after.status is before.status):
         return None
+    if after is None and may_vanish:
+        return None
+    if after is None and kept is not None:
+        return Finding(
+            "allowed_transitions_only",
+            f"{operation} made {ref.label}'s {before.status.label} record disappear at "
+            f"{at(now)}, but it is still {kept.status.label} with token {kept.attempt} "
+            f"(written by {kept.entity_execution_id}): the record of the worker that holds the "
+            "item was lost, so the next caller starts the work again",
+        )
     if after is None:
         return Finding(
             "allowed_transitions_only",

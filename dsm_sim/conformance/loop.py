@@ -4,29 +4,163 @@ Hypothesis has no async state machines, so every rule runs the handler's
 coroutines to completion on one event loop owned by the test case.  The loop
 is created with the machine and closed in its teardown, after the handler's
 ``close()``; a task still pending then is a leak the report names.
+
+Every call is bounded in real time (:func:`call_timeout`, ``dsm verify
+--call-timeout``): a call still awaiting after that long is cancelled and
+raises :class:`CallTimeoutError`, which the judges report like any wrong
+answer, with the story of the steps so far, instead of the kit hanging.
+The bound is the event loop's own timer (``asyncio.timeout``), so the kit
+never reads a clock itself.  It can only stop a call that awaits: a handler
+that blocks the thread (a synchronous sleep or socket read) or swallows the
+cancellation cannot be stopped from inside the process; verify such a
+handler out of process (``--exec``), where the process is killed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import math
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from dsm_sim.model import Outcome
+from reference_engine.errors import ConfigurationError, DsmError
 
-__all__ = ["LoopDriver"]
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT_S",
+    "MAX_CALL_TIMEOUT_S",
+    "CallTimeoutError",
+    "LoopDriver",
+    "call_timeout",
+    "default_call_timeout",
+    "set_default_call_timeout",
+    "timeouts_seen",
+    "validate_call_timeout",
+]
 
 T = TypeVar("T")
+
+#: How long one in-process handler call may take before it counts as hung.
+DEFAULT_CALL_TIMEOUT_S = 10.0
+#: The longest bound accepted.
+MAX_CALL_TIMEOUT_S = 3600.0
+#: The :class:`~reference_engine.handler.StateHandler` methods a label may name.
+_CALLS = frozenset(
+    {
+        "open",
+        "close",
+        "exists",
+        "get",
+        "try_acquire_lock",
+        "begin",
+        "set",
+        "release_lock_as_failed",
+        "upsert",
+        "reset_expired_locks",
+        "expire_past_retention",
+    }
+)
+
+
+class CallTimeoutError(DsmError):
+    """A handler call did not return within the kit's per-call timeout; it was cancelled."""
+
+    def __init__(self, *, call: str, timeout: float) -> None:
+        self.call = call
+        self.timeout = timeout
+        super().__init__(
+            f"{call} did not return within {timeout:g}s (hung: waiting for a lock or a "
+            "connection that never came?) and was cancelled. Set the limit with "
+            "--call-timeout (pytest: --dsm-call-timeout)"
+        )
+
+
+def validate_call_timeout(seconds: object) -> float:
+    """A finite number of seconds above 0 and at most :data:`MAX_CALL_TIMEOUT_S`."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigurationError(
+            f"call_timeout must be a number of seconds, got {type(seconds).__name__}"
+        )
+    value = float(seconds) if isinstance(seconds, float) or abs(seconds) < 10**9 else math.inf
+    if not math.isfinite(value) or not 0 < value <= MAX_CALL_TIMEOUT_S:
+        raise ConfigurationError(
+            f"call_timeout must be a finite number of seconds above 0 and at most "
+            f"{MAX_CALL_TIMEOUT_S:g}, got {seconds!r}"
+        )
+    return value
+
+
+class _Limit:
+    """The bound drivers built now get, the runner's default, and how many calls hit a bound."""
+
+    seconds: float | None = DEFAULT_CALL_TIMEOUT_S
+    default: float = DEFAULT_CALL_TIMEOUT_S
+    timeouts = 0
+
+
+def default_call_timeout() -> float:
+    """The bound :func:`~dsm_sim.conformance.runner.verify` uses when given none."""
+    return _Limit.default
+
+
+def set_default_call_timeout(seconds: float) -> None:
+    """Change that default for this process (the pytest plugin's ``--dsm-call-timeout``)."""
+    _Limit.default = validate_call_timeout(seconds)
+
+
+@contextmanager
+def call_timeout(seconds: float | None) -> Iterator[None]:
+    """Bound every handler call of the drivers built inside the block; None: no bound.
+
+    No bound is for handlers whose calls are bounded already (the protocol
+    client's ``--exec-timeout``), where two timers would race.
+    """
+    saved = _Limit.seconds
+    _Limit.seconds = None if seconds is None else validate_call_timeout(seconds)
+    try:
+        yield
+    finally:
+        _Limit.seconds = saved
+
+
+def timeouts_seen() -> int:
+    """Calls that hit the bound in this process so far (the runner compares before/after)."""
+    return _Limit.timeouts
+
+
+def _label(awaitable: object) -> str:
+    name = getattr(awaitable, "__name__", "")
+    return f"{name}()" if name in _CALLS else "a handler call"
 
 
 class LoopDriver:
     """One event loop for one test case."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float | object | None = _Limit) -> None:
         self.loop = asyncio.new_event_loop()
+        #: Seconds one call may take (None: unbounded); by default the :func:`call_timeout`.
+        self.timeout: float | None = (
+            _Limit.seconds if timeout is _Limit else validate_call_timeout(timeout)
+        )
 
-    def run(self, awaitable: Awaitable[T]) -> T:
-        return self.loop.run_until_complete(awaitable)
+    async def _bounded(self, awaitable: Awaitable[T], label: str | None = None) -> T:
+        if self.timeout is None:
+            return await awaitable
+        label = label or _label(awaitable)
+        bound = asyncio.timeout(self.timeout)
+        try:
+            async with bound:
+                return await awaitable
+        except TimeoutError:
+            if not bound.expired():
+                raise  # the handler's own TimeoutError, not the bound
+            _Limit.timeouts += 1
+            raise CallTimeoutError(call=label, timeout=self.timeout) from None
+
+    def run(self, awaitable: Awaitable[T], label: str | None = None) -> T:
+        """Run one call to completion; ``label`` names it if it hangs (default: its method)."""
+        return self.loop.run_until_complete(self._bounded(awaitable, label))
 
     def outcome(self, call: Callable[[], Awaitable[Any]]) -> Outcome:
         """Run one handler call; its value, or any exception it raised, becomes the outcome."""
@@ -40,14 +174,14 @@ class LoopDriver:
 
         async def one(call: Callable[[], Awaitable[Any]]) -> Outcome:
             try:
-                return Outcome(value=await call())
+                return Outcome(value=await self._bounded(call()))
             except Exception as exc:
                 return Outcome(error=exc)
 
         async def together() -> list[Outcome]:
             return list(await asyncio.gather(*(one(call) for call in calls)))
 
-        return self.run(together())
+        return self.loop.run_until_complete(together())
 
     def close(self) -> list[str]:
         """Cancel what is still pending, close the loop; return the leaked tasks' names."""
@@ -59,9 +193,10 @@ class LoopDriver:
             task.cancel()
         try:
             if pending:
-                self.run(asyncio.gather(*pending, return_exceptions=True))
-            self.run(self.loop.shutdown_asyncgens())
-            self.run(self.loop.shutdown_default_executor())
+                gathered = asyncio.gather(*pending, return_exceptions=True)
+                self.run(gathered, "the cancellation of the tasks close() left running")
+            self.run(self.loop.shutdown_asyncgens(), "the shutdown of async generators")
+            self.run(self.loop.shutdown_default_executor(), "the shutdown of executor threads")
         finally:
             self.loop.close()
         return leaked

@@ -22,9 +22,13 @@ from hypothesis.stateful import rule
 
 from dsm_sim.conformance import judges as J
 from dsm_sim.conformance import world as W
+from dsm_sim.conformance.begin import BeginRules, begins_natively
+from dsm_sim.conformance.boundaries import BoundaryRules
 from dsm_sim.conformance.clocks import ClockMode
+from dsm_sim.conformance.lifecycle import LifecycleRules
 from dsm_sim.conformance.races import RaceRules
 from dsm_sim.conformance.replies import ReplyRules
+from dsm_sim.conformance.semantics import Retention, SemanticsProfile, resolve_semantics
 from dsm_sim.conformance.spellings import SpellingRules
 from dsm_sim.conformance.worlds import Role
 from dsm_sim.model import ModelRecord, Outcome, outcome_of, shown
@@ -36,7 +40,7 @@ __all__ = ["ConformanceMachine", "build_machine"]
 S = IdempotencyStatus
 
 
-class ConformanceMachine(RaceRules, ReplyRules, SpellingRules):
+class ConformanceMachine(RaceRules, ReplyRules, SpellingRules, LifecycleRules, BoundaryRules):
     """The operations, plus races, crashes, stalls, lost replies and boundary contention."""
 
     @rule(item=W.ITEMS, guarded=st.booleans())
@@ -53,12 +57,14 @@ class ConformanceMachine(RaceRules, ReplyRules, SpellingRules):
         answers: dict[int, bool] = {}
 
         def attempt(worker: int) -> Callable[[], Any]:
+            handler = self.instances.of(worker)
+
             async def run() -> int | None:
                 if guarded:
-                    answers[worker] = await self.handler.exists(contexts[worker])
+                    answers[worker] = await handler.exists(contexts[worker])
                     if answers[worker]:
                         return None
-                return await self.handler.try_acquire_lock(contexts[worker])
+                return await handler.try_acquire_lock(contexts[worker])
 
             return run
 
@@ -201,6 +207,7 @@ def build_machine(
     stats: W.RunStats | None = None,
     name: str = "HandlerConformance",
     time_zone: str | None = None,
+    semantics: SemanticsProfile | str | None = None,
 ) -> type[ConformanceMachine]:
     """A state-machine class verifying handlers built by ``factory``.
 
@@ -208,14 +215,31 @@ def build_machine(
     properties are already known to fail (they stop a test case instead of
     failing it, so a second run can look for other violations).
     ``time_zone`` (a POSIX ``TZ``) pins every test case to one zone instead of
-    the one each draws.
+    the one each draws.  ``semantics`` is the profile the handler is judged
+    by (a name, a profile, or None for the one the factory declares, else
+    :data:`~dsm_sim.conformance.semantics.DSM`).
     """
+    profile = resolve_semantics(semantics, factory)
     namespace = {
         "factory": staticmethod(factory),
         "clock_mode": clock_mode,
         "time_zone": time_zone,
+        "semantics": profile,
         "stats": stats or W.RunStats(),
         "__module__": __name__,
         "__qualname__": name,
     }
-    return type(name, (ConformanceMachine,), namespace)
+    # begin is judged only where the handler answers it itself (dsm_sim.conformance.begin).
+    bases = (BeginRules, ConformanceMachine) if begins_natively(factory) else (ConformanceMachine,)
+    # A sweep the library does not have is no rule; the rules that land on a
+    # boundary and then sweep still read the world back there.
+    if not profile.lock_sweep:
+        namespace["reset_expired_locks"] = _read_back
+    if profile.retention is Retention.TTL:
+        namespace["expire_past_retention"] = _read_back
+    return type(name, bases, namespace)
+
+
+def _read_back(self: ConformanceMachine) -> None:
+    """In place of a sweep the library lacks: compare the world with the model, as after a step."""
+    self._after_step("sweep")

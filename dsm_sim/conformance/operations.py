@@ -20,6 +20,7 @@ rule with nothing to act on (no lock held, nothing processing) does nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -30,8 +31,11 @@ from dsm_sim.conformance import judges as J
 from dsm_sim.conformance import properties as P
 from dsm_sim.conformance import world as W
 from dsm_sim.conformance.clocks import ClockMode, ConformanceClock
+from dsm_sim.conformance.doubt import HistoryDoubt
 from dsm_sim.conformance.explain import Step, at, render_steps
+from dsm_sim.conformance.instances import HandlerInstances
 from dsm_sim.conformance.loop import LoopDriver
+from dsm_sim.conformance.semantics import DSM, ProfiledModel, Retention, SemanticsProfile
 from dsm_sim.conformance.shrinking import note_failing_run
 from dsm_sim.conformance.worlds import (
     DEFAULT_WORLD,
@@ -76,6 +80,8 @@ class OperationRules(RuleBasedStateMachine):
     stats: ClassVar[W.RunStats]
     #: When set, every test case runs in this ``TZ`` instead of the one it drew.
     time_zone: ClassVar[str | None] = None
+    #: The semantics the handler is judged by (``dsm_sim.conformance.semantics``).
+    semantics: ClassVar[SemanticsProfile] = DSM
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,7 +91,9 @@ class OperationRules(RuleBasedStateMachine):
             stats.on_test_case(stats.test_cases)
         self.clock = ConformanceClock(WORLD_START, self.clock_mode)
         self.driver = LoopDriver()
-        self.model = ReferenceModel()
+        self.model: ReferenceModel = ProfiledModel(type(self).semantics)
+        #: History rows whose end of retention a race left undecided.
+        self.doubt = HistoryDoubt()
         self.world: World = DEFAULT_WORLD
         self.observers = {ref: ref.context(W.OBSERVER) for ref in self.world}
         #: Fresh executions each worker started (a redelivery is a new execution).
@@ -107,6 +115,8 @@ class OperationRules(RuleBasedStateMachine):
         try:
             self.handler: StateHandler = type(self).factory(self.clock)
             self.driver.run(self.handler.open())
+            #: The instances racing workers call (peers on the same store, when offered).
+            self.instances = HandlerInstances(self.handler, self.driver)
         except BaseException:
             self.driver.close()
             self.clock.stop()
@@ -118,7 +128,7 @@ class OperationRules(RuleBasedStateMachine):
     def setup(self, world: World) -> None:
         """Enter the test case's world: its items, and its time zone for the whole process."""
         zone = type(self).time_zone or world.zone
-        self.world = World(world.refs, zone)
+        self.world = dataclasses.replace(world, zone=zone)
         self.zone = zone
         self.observers = {ref: ref.context(W.OBSERVER) for ref in self.world}
         self.view = dict.fromkeys(self.world)
@@ -131,7 +141,7 @@ class OperationRules(RuleBasedStateMachine):
         return self.world[item]
 
     def _execution(self, worker: int) -> str:
-        return execution_id(worker, self.deliveries[worker])
+        return self.world.execution(execution_id(worker, self.deliveries[worker]))
 
     def _hold(self, worker: int, ref: ItemRef) -> W.Hold | None:
         """The newest lock the worker's current execution holds on ``ref``."""
@@ -146,9 +156,10 @@ class OperationRules(RuleBasedStateMachine):
         return holds[pick % len(holds)] if holds else None
 
     def _ctx(self, ref: ItemRef, worker: int, hold: W.Hold | None) -> StateHandlerContext:
+        app = self.world.app(worker)
         if hold is not None:
-            return W.context_for(ref, worker, hold.token, hold.execution)
-        return W.context_for(ref, worker, None, self._execution(worker))
+            return W.context_for(ref, worker, hold.token, hold.execution, app)
+        return W.context_for(ref, worker, None, self._execution(worker), app)
 
     # --- bookkeeping -------------------------------------------------------------------------
 
@@ -199,7 +210,10 @@ class OperationRules(RuleBasedStateMachine):
         return self.driver.run(read_all())
 
     def _model_view(self, model: ReferenceModel | None = None) -> dict[ItemRef, ModelRecord | None]:
-        current = (model or self.model).current
+        model = model or self.model
+        if isinstance(model, ProfiledModel):
+            model.settle(self.clock.now())  # records a TTL dropped are gone from every view
+        current = model.current
         return {ref: current.get(ref.record_key) for ref in self.world}
 
     def _diagnose(self, ref: ItemRef, finding: P.Finding | None) -> P.Finding | None:
@@ -234,16 +248,46 @@ class OperationRules(RuleBasedStateMachine):
         model_view = self._model_view()
         for ref in self.world:
             before, after = self.view[ref], view[ref]
+            if before is not None and not self._retained(before, now):
+                before = None  # dropped by the store's TTL since it was read: no transition
             if before is not None:
                 self._checked("allowed_transitions_only")
-            self._report(J.judge_transition(ref, before, after, now, operation, steps))
+            vanishes = self.semantics.records_vanish
+            self._report(
+                J.judge_transition(
+                    ref,
+                    before,
+                    after,
+                    now,
+                    operation,
+                    steps,
+                    may_vanish=vanishes and model_view[ref] is None,
+                    kept=model_view[ref] if vanishes else None,
+                )
+            )
             self._checked(*J.record_checks(ref, model_view))
             self._report(J.judge_isolation(ref, view, model_view))
             has_history = any(r.key == ref.record_key for r in self.model.superseded)
-            self._report(J.judge_record(ref, after, model_view[ref], now, has_history=has_history))
+            self._report(
+                J.judge_record(
+                    ref,
+                    after,
+                    model_view[ref],
+                    now,
+                    has_history=has_history,
+                    semantics=self.semantics,
+                )
+            )
             if self.diverged:
                 return
         self.view = view
+
+    def _retained(self, record: StateRecord, now: dt.datetime) -> bool:
+        """Is a record read earlier still there by a TTL's rule (always, under a sweep)?"""
+        semantics = self.semantics
+        return semantics.retention is not Retention.TTL or semantics.retained(
+            record.retain_until, now
+        )
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -272,8 +316,12 @@ class OperationRules(RuleBasedStateMachine):
         else:
             shown = "no record" if got.value is None else got.value.status.label
         self._step(f"worker {worker}", f"get({ref.label})", shown)
-        # Reads change nothing, so the other items' last readings still stand.
-        self._after_step("get", {**{r: Outcome(v) for r, v in self.view.items()}, ref: got})
+        # Reads change nothing, so the other items' last readings still stand,
+        # unless the store drops records as time passes (a TTL): then read all.
+        if self.semantics.retention is Retention.TTL:
+            self._after_step("get")
+        else:
+            self._after_step("get", {**{r: Outcome(v) for r, v in self.view.items()}, ref: got})
 
     # --- the lock ----------------------------------------------------------------------------
 
@@ -329,6 +377,8 @@ class OperationRules(RuleBasedStateMachine):
         keeps its token, now spent, and may retry or release with it.
         """
         held = self._hold(worker, ref) if hold is True else hold or None
+        # A library whose flow never retries a completion: the reply arrives.
+        reply_lost = reply_lost and self.semantics.completion_retries
         token = None if held is None else held.token
         ctx = self._ctx(ref, worker, held)
         now = self.clock.now()
@@ -372,6 +422,8 @@ class OperationRules(RuleBasedStateMachine):
         data: dict[str, Any] | None,
         **how: Any,
     ) -> None:
+        if not self.semantics.can_set(status):
+            return  # the library has no such write
         self._write(
             f"set({status.label}, data={J.short_data(data)})",
             worker,
@@ -382,6 +434,8 @@ class OperationRules(RuleBasedStateMachine):
         )
 
     def _release(self, worker: int, ref: ItemRef, error: str, **how: Any) -> None:
+        if not self.semantics.supports("release_lock_as_failed"):
+            return  # the library has no release
         self._write(
             f"release_lock_as_failed({J.short_data(error)})",
             worker,
@@ -392,6 +446,8 @@ class OperationRules(RuleBasedStateMachine):
         )
 
     def _upsert(self, worker: int, ref: ItemRef, data: dict[str, Any] | None, **how: Any) -> None:
+        if not self.semantics.supports("upsert"):
+            return  # the library has no upsert
         self._write(
             f"upsert(data={J.short_data(data)})",
             worker,
@@ -467,7 +523,8 @@ class OperationRules(RuleBasedStateMachine):
         if want.value:
             self._checked("sweep_resets_expired")
         swept = {r: (before[r], after.get(r)) for r in self.world}
-        self._report(J.judge_sweep(swept, got, want, now))
+        if self.semantics.lock_sweep:  # without one, the records are judged as after any step
+            self._report(J.judge_sweep(swept, got, want, now))
         self._after_step("sweep", observed)
 
     @rule()
@@ -477,7 +534,9 @@ class OperationRules(RuleBasedStateMachine):
         now = self.clock.now()
         history = [r.status for r in self.model.superseded]
         got = self.driver.outcome(self.handler.expire_past_retention)
+        self.doubt.settle(self.model, got.value, lambda model: model.expire_past_retention(now))
         want = outcome_of(lambda: self.model.expire_past_retention(now))
+        self.doubt.prune(self.model, now)
         history_expired = sum(
             1 for old, r in zip(history, self.model.superseded, strict=True) if old is not r.status
         )
@@ -495,6 +554,7 @@ class OperationRules(RuleBasedStateMachine):
             return  # a pasted reproduction tears down in ``finally`` as well
         self._torn_down = True
         try:
+            peers_closed = self.instances.close_peers()
             closed = self.driver.outcome(self.handler.close)
             leaked = self.driver.close()
         finally:
@@ -509,6 +569,15 @@ class OperationRules(RuleBasedStateMachine):
             self._report(
                 P.Finding("closes_cleanly", f"close() raised {closed.describe()}: {closed.error}")
             )
+        for worker, peer_closed in peers_closed:
+            if peer_closed.error is not None:
+                self._report(
+                    P.Finding(
+                        "closes_cleanly",
+                        f"close() of worker {worker}'s instance (a peer on the same store) "
+                        f"raised {peer_closed.describe()}: {peer_closed.error}",
+                    )
+                )
         if leaked:
             self._report(
                 P.Finding(

@@ -15,15 +15,23 @@ applies (:func:`reference_engine.record.clean_error_detail`).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
-from reference_engine.record import MAX_DATA_BYTES, MAX_ERROR_DETAIL, clean_error_detail
+from reference_engine.record import (
+    MAX_DATA_BYTES,
+    MAX_ERROR_DETAIL,
+    MAX_INT_DIGITS,
+    clean_error_detail,
+)
 
-__all__ = ["DATA", "ERRORS", "PLAIN_DATA", "data_difference"]
+T = TypeVar("T")
+
+__all__ = ["DATA", "EMPTIES", "ERRORS", "OBJECTS", "PLAIN_DATA", "data_difference"]
 
 #: Strings that stores get wrong: NUL (PostgreSQL text and jsonb refuse it),
 #: JSON's escapes, line and paragraph separators, a BOM, combining and astral
@@ -42,6 +50,8 @@ STRINGS: tuple[str, ...] = (
     "\U0001f600\U0001d11e",
     "\u00df\u03a9",
     "'; DROP TABLE process_state_logs; --",
+    " ",
+    "  padded\t",
 )
 #: Numbers at the edges of IEEE doubles and of 64-bit integers, and the
 #: ones whose type or sign a store's numeric conversion loses.
@@ -63,11 +73,29 @@ NUMBERS: tuple[object, ...] = (
     -(2**63) - 1,
     2**64,
     10**30,
+    # Past 38 significant digits (NUMBER(38), DynamoDB, DECIMAL(38)), past
+    # DECIMAL(65), and the documented limit of MAX_INT_DIGITS digits.
+    10**38 + 1,
+    -(10**39) - 7,
+    10**65 + 3,
+    10**MAX_INT_DIGITS - 1,
+    -(10**MAX_INT_DIGITS) + 1,
+    -1,
+    0,
+    # Doubles that need all 17 significant digits.
+    2.718281828459045,
+    -1.2345678901234567e-300,
+    9007199254740993.0,
     True,
     False,
     None,
 )
-_SCALARS = st.sampled_from((*STRINGS, *NUMBERS))
+#: Empty values a store confuses with "nothing": ``if data:`` where ``if data
+#: is not None:`` belongs, an ORM dropping empty lists, a mapper removing empty
+#: objects.  (Sampled values are shared between draws; the kit never mutates
+#: a drawn value, it mutates copies.)
+EMPTIES: tuple[object, ...] = ({}, [], [[]], [{}], {"": {}}, {"list": []})
+_SCALARS = st.sampled_from((*STRINGS, *NUMBERS, *EMPTIES))
 #: A value is a scalar, or a short list or object of scalars: two or three
 #: draws each, so a payload costs the search little.
 _VALUES = (
@@ -90,25 +118,60 @@ _SMALL = st.fixed_dictionaries(
     {"amount": st.integers(0, 9)}, optional={"note": st.sampled_from(("a", "b'", "\u00e9\u2713"))}
 )
 _DOMAIN = st.dictionaries(st.sampled_from(STRINGS), _VALUES, min_size=1, max_size=3)
+#: The empty object itself, and objects of nothing but empty, zero, false and
+#: null values: each must read back as written, not as None or without its keys.
+_EMPTY: st.SearchStrategy[dict[str, Any]] = st.just({}) | st.dictionaries(
+    st.sampled_from(("items", "meta", "", "note")),
+    st.sampled_from((*EMPTIES, "", 0, 0.0, False, None)),
+    min_size=1,
+    max_size=3,
+)
+
+
+@st.composite
+def _fresh(draw: st.DrawFn, values: st.SearchStrategy[T]) -> T:
+    """A deep copy of the drawn value.
+
+    Drawn in a composite rather than by ``.map(copy.deepcopy)``: Hypothesis
+    prints a mapped value as the call that made it (``deepcopy(...)``), which
+    a pasted reproduction cannot run; a composite's value prints as itself.
+    """
+    return copy.deepcopy(draw(values))
+
 
 #: The small, readable payloads first (what a shrunk story shows), then the
 #: domain; the deep and near-limit ones are rarer, as they are costly to store.
-DATA: st.SearchStrategy[dict[str, Any] | None] = st.one_of(
-    st.none(), _SMALL, _DOMAIN, _DOMAIN, _DOMAIN, _DEEP | _NEAR_LIMIT
+#: Every draw is a fresh object (sampled lists and objects are copied): a
+#: handler that keeps the caller's dict, and a caller that changes it, must
+#: never change a value Hypothesis replays.
+DATA: st.SearchStrategy[dict[str, Any] | None] = _fresh(
+    st.one_of(st.none(), _SMALL, _DOMAIN, _DOMAIN, _EMPTY, _DOMAIN, _DEEP | _NEAR_LIMIT)
 )
+
+#: Payloads a caller holds on to after passing them (never None): see
+#: :mod:`dsm_sim.conformance.lifecycle`.
+OBJECTS: st.SearchStrategy[dict[str, Any]] = _fresh(st.one_of(_SMALL, _EMPTY, _DOMAIN))
 
 #: For rules where the payload is beside the point (a race, a retry): cheap to draw.
 PLAIN_DATA: st.SearchStrategy[dict[str, Any] | None] = st.none() | _SMALL
 
 #: Error details as the node API passes them on: cleaned (no NUL, valid
 #: UTF-8) and at most :data:`MAX_ERROR_DETAIL` characters, which in astral
-#: characters is four times as many bytes.
+#: characters is four times as many bytes.  The empty detail is a detail
+#: (not NULL, as Oracle's ``'' IS NULL`` or ``detail or None`` make it), and
+#: so is one of only whitespace, or one with whitespace at either end (which
+#: a ``CHAR`` column or a ``strip()`` changes).
 ERRORS: st.SearchStrategy[str] = st.sampled_from(
     (
         "card declined",
         "timeout after 30s",
-        *(text for text in STRINGS if text),
+        *STRINGS,
+        "\t\n \r",
+        " card declined ",
+        "Zahlung abgelehnt: Karte ung\u00fcltig",
+        "\u652f\u6255\u3044\u304c\u62d2\u5426\u3055\u308c\u307e\u3057\u305f",
         *(char * MAX_ERROR_DETAIL for char in ("x", "\u00e9", "\U0001f600")),
+        "x" * (MAX_ERROR_DETAIL - 1) + " ",
         "x" * (MAX_ERROR_DETAIL + 10),
     )
 ).map(clean_error_detail)

@@ -40,7 +40,7 @@ import datetime as dt
 import enum
 import functools
 import itertools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,7 @@ from dsm_sim.conformance import properties as P
 from dsm_sim.conformance import world as W
 from dsm_sim.conformance.explain import at, offset
 from dsm_sim.conformance.operations import OperationRules
+from dsm_sim.conformance.semantics import Retention
 from dsm_sim.conformance.worlds import Role
 from dsm_sim.model import ItemRef, ModelRecord, Outcome, ReferenceModel, outcome_of
 from reference_engine.context import StateHandlerContext
@@ -210,6 +211,10 @@ class RaceRules(OperationRules):
             ref = self.holds[-1].ref
         self._place_clock(ref, instant)
         calls = [c for i, op in enumerate(ops) if (c := self._call(op, ref, workers[i], data))]
+        if not self.semantics.completion_retries:
+            # One completion per hold: a flow that never retries one never races two.
+            held = [c.hold for c in calls]
+            calls = [c for i, c in enumerate(calls) if c.hold is None or c.hold not in held[:i]]
         if len(calls) < 2 and move is ClockMove.NONE:
             return
         t0 = self.clock.now()
@@ -219,6 +224,10 @@ class RaceRules(OperationRules):
         observed = self._observe()
         view = {r: o.value for r, o in observed.items() if o.error is None}
         replay = self._linearise(ref, calls, got, log, t0, t1, moves, view)
+        if any(c.op is RaceOp.RETENTION for c in calls):
+            if not replay.consistent:
+                replay = self._with_doubt(ref, calls, got, log, t0, t1, moves, view, replay)
+            self.doubt.prune(replay.model, min(t0, t1))
         self._adopt(ref, calls, replay)
         parts = [f"{c.actor} {c.text} -> {self._shown(c, got[i])}" for i, c in enumerate(calls)]
         if moves:
@@ -260,6 +269,16 @@ class RaceRules(OperationRules):
         self, op: RaceOp, ref: ItemRef, worker: int, data: dict[str, Any] | None
     ) -> _Call | None:
         handler = self.handler
+        semantics = self.semantics
+        if (
+            (op is RaceOp.UPSERT and not semantics.supports("upsert"))
+            or (op is RaceOp.SKIP and not semantics.can_set(S.SKIPPED))
+            or (op is RaceOp.SWEEP and not semantics.lock_sweep)
+            or (op is RaceOp.RETENTION and semantics.retention is Retention.TTL)
+        ):
+            return None  # the library has no such call
+        if op in (RaceOp.SWEEP, RaceOp.RETENTION):
+            handler = self.instances.of(0)
         if op is RaceOp.SWEEP:
             return _Call(
                 op, "catch-up worker", 0, None, None, "reset_expired_locks()",
@@ -280,6 +299,7 @@ class RaceRules(OperationRules):
         elif op is RaceOp.ACQUIRE:
             hold = self._hold(worker, ref)
         ctx = self._ctx(ref, worker, hold)
+        handler = self.instances.of(worker)
         actor = f"worker {worker}" if hold is None else hold.who
         token = "" if hold is None else f" with token {hold.token}"
         if op is RaceOp.ACQUIRE:
@@ -368,32 +388,91 @@ class RaceRules(OperationRules):
         moves: bool,
         view: dict[ItemRef, StateRecord | None],
     ) -> _Replay:
-        events = [*range(len(calls)), *([_CLOCK] if moves else [])]
+        """The first explanation in order of likelihood, or the order explaining the most answers.
+
+        When the chosen explanation writes history rows, the other explanations
+        are read to the end as well: they may differ in what no read shows (a
+        superseded row's ``retain_until``), and :attr:`doubt` keeps those
+        values for the retention sweeps that will tell them apart.
+        """
+        best: _Replay | None = None
+        chosen: _Replay | None = None
+        since = len(self.model.superseded)
+        others: list[ReferenceModel] = []
+        for order, nows in self._candidates(len(calls), log, t0, t1, moves):
+            replay = self._replay(order, calls, got, t0, t1, nows)
+            consistent = replay.agreeing == len(calls) and self._shows(view, replay.model)
+            if chosen is not None:
+                if consistent:
+                    others.append(replay.model)
+                continue
+            if consistent:
+                replay.consistent = True
+                chosen = replay
+                if len(replay.model.superseded) == since:
+                    return replay  # no history written: nothing hidden to tell apart
+            elif best is None or replay.agreeing > best.agreeing:
+                best = replay
+        if chosen is not None:
+            self.doubt.note(chosen.model, others, since)
+            return chosen
+        assert best is not None
+        return best
+
+    def _with_doubt(
+        self,
+        ref: ItemRef,
+        calls: Sequence[_Call],
+        got: Sequence[Outcome],
+        log: Sequence[tuple[str, int]],
+        t0: dt.datetime,
+        t1: dt.datetime,
+        moves: bool,
+        view: dict[ItemRef, StateRecord | None],
+        replay: _Replay,
+    ) -> _Replay:
+        """A race with a retention sweep no order explains: try the history an earlier race allowed."""
+        saved = self.model
+        for patch in self.doubt.patches(saved):
+            self.model = copy.deepcopy(saved)
+            self.doubt.apply(self.model, patch)
+            patched = self._linearise(ref, calls, got, log, t0, t1, moves, view)
+            if patched.consistent:
+                self.model = saved
+                return patched
+        self.model = saved
+        return replay
+
+    @staticmethod
+    def _candidates(
+        count: int, log: Sequence[tuple[str, int]], t0: dt.datetime, t1: dt.datetime, moves: bool
+    ) -> Iterator[tuple[tuple[int, ...], Sequence[dt.datetime] | None]]:
+        """Orders of the calls, each with the clock readings, likeliest first.
+
+        First each call reads the clock when it started and writes land as
+        they finished; then the calls as atomic steps around the clock move
+        (the order the handler finished them in first); then every call that
+        spanned the move reading either side of it, wherever its write landed.
+        """
+        events = [*range(count), *([_CLOCK] if moves else [])]
         finished = tuple(e for kind, e in log if kind == "end" and e in events)
         first = finished if len(finished) == len(events) else tuple(events)
-        orders = [first, *(o for o in itertools.permutations(events) if o != first)]
-        best: _Replay | None = None
-        for order in orders:
-            replay = self._replay(order, calls, got, t0, t1)
-            replay.consistent = replay.agreeing == len(calls) and self._shows(view, replay.model)
-            if replay.consistent:
-                return replay
-            if best is None or replay.agreeing > best.agreeing:
-                best = replay
-        assert best is not None
+        in_finish = tuple(e for e in first if e != _CLOCK)
+        call_orders = [
+            in_finish,
+            *(o for o in itertools.permutations(range(count)) if o != in_finish),
+        ]
         if moves:
-            # Atomic calls explain nothing: let each call that spanned the clock
-            # move read either side of it, wherever its write landed.
-            readings = [_readings(log, i, t0, t1) for i in range(len(calls))]
-            for order in itertools.permutations(range(len(calls))):
+            starts = [_readings(log, i, t0, t1)[0] for i in range(count)]
+            for order in call_orders:
+                yield order, starts
+        for order in [first, *(o for o in itertools.permutations(events) if o != first)]:
+            yield order, None
+        if moves:
+            readings = [_readings(log, i, t0, t1) for i in range(count)]
+            for order in call_orders:
                 for nows in itertools.product(*readings):
-                    replay = self._replay(order, calls, got, t0, t1, nows)
-                    replay.consistent = replay.agreeing == len(calls) and self._shows(
-                        view, replay.model
-                    )
-                    if replay.consistent:
-                        return replay
-        return best
+                    yield order, nows
 
     def _replay(
         self,
@@ -431,7 +510,14 @@ class RaceRules(OperationRules):
             return False
         for ref in self.world:
             has_history = any(r.key == ref.record_key for r in model.superseded)
-            if J.judge_record(ref, view.get(ref), model_view[ref], now, has_history=has_history):
+            if J.judge_record(
+                ref,
+                view.get(ref),
+                model_view[ref],
+                now,
+                has_history=has_history,
+                semantics=self.semantics,
+            ):
                 return False
         return True
 

@@ -13,6 +13,11 @@ property is followed by up to :data:`TOP_UP_RUNS` more seeds (not under
 A racy handler can break a property once and then answer the same steps
 differently, so Hypothesis can neither shrink nor replay the failure: such a
 result is :attr:`ResultStatus.FLAKY`, with the story of the run that broke it.
+
+A handler call that does not return within the call timeout
+(:mod:`dsm_sim.conformance.loop`) is a violation like any wrong answer.  The
+search stops there: every later test case would wait out the timeout again,
+so the other properties are left unsettled rather than paid for in hours.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import dataclasses
 import enum
 import inspect
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -35,9 +41,22 @@ from dsm_sim import profiles
 from dsm_sim.conformance.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.explain import render_reproduction
 from dsm_sim.conformance.flaky import FLAKY_EXPLANATION, find_violation, is_flaky
+from dsm_sim.conformance.loop import (
+    call_timeout,
+    default_call_timeout,
+    timeouts_seen,
+    validate_call_timeout,
+)
 from dsm_sim.conformance.machine import ConformanceMachine, build_machine
 from dsm_sim.conformance.properties import PROPERTIES, PropertyViolation
-from dsm_sim.conformance.shrinking import SETTLE_SECONDS, SHRINK_SECONDS, shrink_budget
+from dsm_sim.conformance.reduce import parse_program, reduce_program
+from dsm_sim.conformance.semantics import SemanticsProfile, resolve_semantics
+from dsm_sim.conformance.shrinking import (
+    SETTLE_SECONDS,
+    SHORT_STORY,
+    SHRINK_SECONDS,
+    shrink_budget,
+)
 from dsm_sim.conformance.world import RunStats
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
@@ -69,6 +88,8 @@ class ResultStatus(enum.Enum):
     NOT_EXERCISED = "not exercised"
     #: The run stopped at an earlier violation before this property was settled.
     UNSETTLED = "unsettled"
+    #: The semantics profile declares the property does not apply; ``message`` says why.
+    WAIVED = "waived"
 
     def __repr__(self) -> str:
         return f"ResultStatus.{self.name}"
@@ -146,6 +167,12 @@ class VerificationReport:
     seeds: tuple[int, ...] = ()
     #: Rules executed over all test cases (steps of the state machine).
     steps: int = 0
+    #: The semantics profile the handler was judged by.
+    semantics: str = "dsm"
+    #: The ``--semantics`` a replay needs (None when the factory declares its own).
+    semantics_spec: str | None = None
+    #: The per-call bound the run used, when a replay must pass it (None: the default).
+    call_timeout: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -182,6 +209,10 @@ class VerificationReport:
     def replay_command(self) -> str:
         """The ``dsm verify`` command that runs the same test cases again."""
         command = f"dsm verify {self.factory} --profile {self.profile} --seed {self.seed}"
+        if self.semantics_spec is not None:
+            command += f" --semantics {self.semantics_spec}"
+        if self.call_timeout is not None:
+            command += f" --call-timeout {self.call_timeout:g}"
         if self.clock_mode is not ClockMode.INJECTED:
             command += f" --clock {self.clock_mode.value}"
         zone = self.replay_zone
@@ -226,8 +257,10 @@ def profile_settings(profile: str) -> settings:
     )
 
 
-def _unexercised(checks: Counter[str], found: Mapping[str, PropertyResult]) -> bool:
-    return any(not checks[p.name] for p in PROPERTIES if p.name not in found)
+def _unexercised(
+    checks: Counter[str], found: Mapping[str, PropertyResult], waived: Mapping[str, str]
+) -> bool:
+    return any(not checks[p.name] for p in PROPERTIES if p.name not in found | waived.keys())
 
 
 #: How Hypothesis prints the counting invariant in a program; dropped from reproductions.
@@ -262,8 +295,11 @@ def _machine(
     stats: RunStats,
     name: str,
     time_zone: str | None,
+    semantics: SemanticsProfile,
 ) -> type[ConformanceMachine]:
     kwargs: dict[str, Any] = {"clock_mode": clock_mode, "stats": stats, "name": name}
+    if not semantics.strict:
+        kwargs["semantics"] = semantics
     if time_zone is not None:
         if "time_zone" not in inspect.signature(build_machine).parameters:
             raise ConfigurationError(
@@ -294,6 +330,7 @@ def _violated(
     run_seed: int,
     run_seconds: float,
     factory: str,
+    semantics: str | None = None,
 ) -> PropertyResult:
     summary = next(p.summary for p in PROPERTIES if p.name == violation.property)
     zone = getattr(violation, "time_zone", None)
@@ -301,7 +338,7 @@ def _violated(
         "\n".join(line for line in str(note).splitlines() if line.strip() != _COUNTER_CALL)
         for note in getattr(violation, "__notes__", [])
     ]
-    reproduction = render_reproduction(notes, factory)
+    reproduction = render_reproduction(notes, factory, semantics)
     # No program means Hypothesis could not replay the failure: the same steps passed.
     flaky = flaky or not reproduction
     return PropertyResult(
@@ -321,6 +358,60 @@ def _violated(
     )
 
 
+#: A numbered line of a story (``  3. [09:30:00] worker 1: ...``).
+_STORY_STEP = re.compile(r"^\s*\d+\. ", re.MULTILINE)
+
+
+def _reduced(
+    result: PropertyResult, machine: type[ConformanceMachine], seconds: float
+) -> PropertyResult:
+    """The result with the steps shrinking left in a long story deleted, when any can go.
+
+    Shrinking stops at its time budget; :mod:`dsm_sim.conformance.reduce`
+    then replays the printed program without the steps the violation does not
+    need, within a number of replays and the same number of seconds.
+    """
+    program = parse_program(result.reproduction)
+    if result.status is not ResultStatus.FAILED or program is None:
+        return result
+    if len(program.steps) <= SHORT_STORY and len(_STORY_STEP.findall(result.story)) <= SHORT_STORY:
+        return result
+    deadline = time.perf_counter() + seconds
+    found = reduce_program(
+        machine, program, result.name, stop=lambda: time.perf_counter() > deadline
+    )
+    if found is None:
+        return result
+    return dataclasses.replace(
+        result,
+        message=found.violation.finding.message,
+        story=found.violation.story,
+        reproduction=found.program.render(),
+    )
+
+
+def _call_limit(factory: HandlerFactory, seconds: float | None) -> float | None:
+    """The per-call bound: as given, else the default, else none for a handler out of process.
+
+    The protocol client bounds every request of an ``--exec`` handler itself
+    (``--exec-timeout``) and kills a hung process; a second timer here would
+    race it and leave the process running.
+    """
+    if seconds is not None:
+        return validate_call_timeout(seconds)
+    from dsm_sim.protocol.client import ExecFactory
+
+    return None if isinstance(factory, ExecFactory) else default_call_timeout()
+
+
+def _hung(limit: float | None) -> str:
+    return (
+        f"the search stopped after a handler call hung (it did not return within the "
+        f"{limit:g}s call timeout): every later test case would wait it out again; fix the "
+        "hang (or raise --call-timeout if the handler is only slow) and run again"
+    )
+
+
 def verify(
     factory: HandlerFactory,
     profile: str = "ci",
@@ -335,6 +426,8 @@ def verify(
     progress: Progress | None = None,
     name: str = "HandlerConformance",
     on_violation: Callable[[PropertyResult], None] | None = None,
+    semantics: SemanticsProfile | str | None = None,
+    call_timeout_s: float | None = None,
 ) -> VerificationReport:
     """Run the conformance state machine against ``factory``; never raises on a violation.
 
@@ -349,7 +442,16 @@ def verify(
     before the next run builds a handler: the last handler built is then the
     one that ran the shrunk counterexample (``dsm verify --exec`` writes its
     protocol messages to a replay file).
+    ``semantics`` is the profile the handler is judged by: a name
+    (``"powertools"``), ``module:ATTRIBUTE``, a profile, or None for the one
+    the factory declares (``dsm_semantics``), else the spec itself.  Properties
+    the profile waives are reported as waived, with its reason.
+    ``call_timeout_s`` bounds every handler call, ``open`` and ``close`` included
+    (default :func:`~dsm_sim.conformance.loop.default_call_timeout`, 10 s; none of
+    its own for a handler out of process, whose client has ``--exec-timeout``).
     """
+    profile_of = resolve_semantics(semantics, factory)
+    waived = profile_of.waived
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
     mode = parse_clock_mode(clock_mode)
@@ -366,6 +468,7 @@ def verify(
     if seed_count < 1:
         raise ConfigurationError(f"seeds must be at least 1, got {seed_count}")
     planned = chosen.max_examples * seed_count
+    limit = _call_limit(factory, call_timeout_s)
     path = factory_path(factory)
     search = _Search(found={}, checks=Counter(), stopped=Counter())
     runs = seed_index = 0
@@ -386,17 +489,29 @@ def verify(
             if progress is None
             else (lambda n, before=done_before: progress(before + n, planned))
         )
-        stats = RunStats(frozenset(search.found), on_case)
+        # A waived property stops a test case quietly, as one already found does.
+        stats = RunStats(frozenset(search.found) | frozenset(waived), on_case)
         counter = _StepCounter()
-        machine = _machine(factory, clock_mode=mode, stats=stats, name=name, time_zone=time_zone)
+        machine = _machine(
+            factory,
+            clock_mode=mode,
+            stats=stats,
+            name=name,
+            time_zone=time_zone,
+            semantics=profile_of,
+        )
         machine = hypothesis_seed(run_seed)(_counted(machine, counter))
         run_started = time.perf_counter()
         violation: PropertyViolation | None = None
         flaky = False
+        hung_before = timeouts_seen()
         try:
-            with shrink_budget(
-                SHRINK_SECONDS.get(profile, SHRINK_SECONDS["ci"]),
-                SETTLE_SECONDS.get(profile, SETTLE_SECONDS["ci"]),
+            with (
+                call_timeout(limit),
+                shrink_budget(
+                    SHRINK_SECONDS.get(profile, SHRINK_SECONDS["ci"]),
+                    SETTLE_SECONDS.get(profile, SETTLE_SECONDS["ci"]),
+                ),
             ):
                 run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call,unused-ignore]
         except Exception as exc:
@@ -415,13 +530,18 @@ def verify(
         for key, count in stats.checks.items():
             search.checks[key] = max(search.checks[key], count)
         if violation is None:
+            if error is None and timeouts_seen() > hung_before:
+                # Hung calls only in test cases already stopped at a known violation.
+                error = _hung(limit)
             settled = error is None
             if not settled:
                 break
             seed_index += 1
             if seed_index < seed_count:
                 continue  # the next seed of the profile's budget
-            if seed_index < seed_count + top_up_limit and _unexercised(search.checks, search.found):
+            if seed_index < seed_count + top_up_limit and _unexercised(
+                search.checks, search.found, waived
+            ):
                 # Whether a property is reached at all is up to chance (swarm
                 # testing switches rules off per test case); a clean run that
                 # missed some gets more test cases before any is called
@@ -436,18 +556,44 @@ def verify(
             run_seed=run_seed,
             run_seconds=time.perf_counter() - run_started,
             factory=path,
+            semantics=semantics if isinstance(semantics, str) and not profile_of.strict else None,
         )
+        if mode is ClockMode.INJECTED:
+            # Replayed like the run's test cases, but with nothing already found switched off.
+            replayed = _machine(
+                factory,
+                clock_mode=mode,
+                stats=RunStats(),
+                name=name,
+                time_zone=time_zone,
+                semantics=profile_of,
+            )
+            reducing = timeouts_seen()
+            with call_timeout(limit):
+                reduced = _reduced(
+                    search.found[violation.property],
+                    replayed,
+                    SHRINK_SECONDS.get(profile, SHRINK_SECONDS["ci"]),
+                )
+            hung_before += timeouts_seen() - reducing  # a replay's hang is no hang of the run
+            search.found[violation.property] = dataclasses.replace(
+                reduced, seconds_to_failure=round(time.perf_counter() - run_started, 3)
+            )
         if on_violation is not None:
             on_violation(search.found[violation.property])
-        if stop_on_first or len(search.found) == len(PROPERTIES):
-            settled = len(search.found) == len(PROPERTIES)
+        if timeouts_seen() > hung_before:
+            error = _hung(limit)
+            break
+        judged = len(PROPERTIES) - len(waived.keys() - search.found.keys())
+        if stop_on_first or len(search.found) == judged:
+            settled = len(search.found) == judged
             break
     return VerificationReport(
         factory=path,
         profile=profile,
         seed=seed,
         clock_mode=mode,
-        results=_results(search, settled),
+        results=_results(search, settled, waived),
         test_cases=search.test_cases,
         runs=runs,
         seconds=round(time.perf_counter() - started, 3),
@@ -455,15 +601,32 @@ def verify(
         time_zone=time_zone,
         seeds=tuple(used),
         steps=search.steps,
+        semantics=profile_of.name,
+        semantics_spec=semantics if isinstance(semantics, str) and not profile_of.strict else None,
+        call_timeout=None if call_timeout_s is None else limit,
     )
 
 
-def _results(search: _Search, settled: bool) -> tuple[PropertyResult, ...]:
+def _results(
+    search: _Search, settled: bool, waived: Mapping[str, str]
+) -> tuple[PropertyResult, ...]:
     results: list[PropertyResult] = []
     for p in PROPERTIES:
         if p.name in search.found:
             failed = search.found[p.name]
             results.append(dataclasses.replace(failed, stopped=search.stopped[p.name]))
+            continue
+        if p.name in waived:
+            results.append(
+                PropertyResult(
+                    name=p.name,
+                    summary=p.summary,
+                    status=ResultStatus.WAIVED,
+                    checks=search.checks[p.name],
+                    message=waived[p.name],
+                    stopped=search.stopped[p.name],
+                )
+            )
             continue
         status = (
             ResultStatus.UNSETTLED

@@ -66,6 +66,9 @@ def _property_test(prop: Property) -> Callable[[ConformanceSuite, VerificationRe
                 f"the conformance run did not complete: {report.error}\n\n{replay_lines(report)}",
                 pytrace=False,
             )
+        if result.status is ResultStatus.WAIVED:
+            # The handler's declared semantics say the property does not apply.
+            pytest.skip(f"waived by the {report.semantics} semantics: {result.message}")
         if result.status is ResultStatus.NOT_EXERCISED:
             message = (
                 f"{prop.name} was never exercised under profile {report.profile}; "

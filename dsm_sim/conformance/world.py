@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
-from dsm_sim.conformance.payloads import DATA, ERRORS, PLAIN_DATA
+from dsm_sim.conformance.payloads import DATA, ERRORS, OBJECTS, PLAIN_DATA
 from dsm_sim.conformance.worlds import Role
-from dsm_sim.model import ItemRef, ModelRecord, execution_id
+from dsm_sim.model import ItemRef, ModelRecord, execution_id, shown
 from reference_engine.context import StateHandlerContext
 from reference_engine.status import IdempotencyStatus
 
@@ -29,6 +29,7 @@ __all__ = [
     "ERRORS",
     "ITEMS",
     "JUMPS_BACK",
+    "OBJECTS",
     "OBSERVER",
     "PLAIN_DATA",
     "STATUSES",
@@ -92,18 +93,31 @@ class Hold:
 
     @property
     def who(self) -> str:
+        # The world may prefix every execution id; the first is still "the worker".
         default = execution_id(self.worker)
         return f"worker {self.worker}" + (
-            "" if self.execution == default else f" (execution {self.execution})"
+            "" if self.execution.endswith(default) else f" (execution {shown(self.execution)})"
         )
 
 
 @functools.lru_cache(maxsize=4096)
 def context_for(
-    ref: ItemRef, worker: int, token: int | None, execution: str | None = None
+    ref: ItemRef,
+    worker: int,
+    token: int | None,
+    execution: str | None = None,
+    source_app: str | None = None,
 ) -> StateHandlerContext:
-    """Contexts are frozen, so one per (item, worker, token, execution) is shared across cases."""
-    return ref.context(worker, lock_token=token, execution=execution)
+    """Contexts are frozen, so one per (item, worker, token, execution, app) is shared across cases.
+
+    ``source_app`` is the app the worker runs in (the world draws one per
+    worker): a store must stamp each write with its own call's, not the first
+    it saw.
+    """
+    ctx = ref.context(worker, lock_token=token, execution=execution)
+    if source_app is None or source_app == ctx.source_app_id:
+        return ctx
+    return dataclasses.replace(ctx, source_app_id=source_app)
 
 
 def is_live(record: ModelRecord | None, now: dt.datetime) -> bool:

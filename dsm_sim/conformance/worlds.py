@@ -11,17 +11,26 @@ default options on a UTC machine.  So every test case draws its world first:
   the maximum length), and a *near spelling* of it — the same text with a
   space, another case, the other Unicode normal form, a compatibility
   character, a zero-width space, a different last character of a 256-character
-  key — which is a different key and must never share its record;
+  key, or one character of the same class (ASCII, Latin-1, beyond Latin-1,
+  CJK, astral, a combining mark, a look-alike from another script) at the
+  same position — which is a different key and must never share its record;
+* sometimes the near spelling is of the entity key, the entity id or the
+  tenant instead, up to the documented maximum length, where a store's
+  columns may be narrower or its character set smaller than the item key's;
 * the same text split differently between the item entity key and the item
   key (``line-2`` + ``INV-1`` vs ``line-2-INV`` + ``1``), which a store
   joining key parts with a separator mixes up;
 * siblings under another tenant, scope and entity, whose names are near
   spellings of the hot item's;
-* each item's node options, from seconds-long locks to the defaults and
-  retention none (:data:`~dsm_sim.model.WORLD_CONFIGS`);
+* each item's node options, from sub-second locks to the documented maxima
+  (a day's lock, 36500 days' retention, past 2038), with fractional seconds,
+  the defaults and retention none (:data:`~dsm_sim.model.WORLD_CONFIGS`);
 * the process time zone (``TZ``, set with :func:`time.tzset`): west and east
   of UTC, a half-hour offset, and zones whose daylight-saving change falls
-  inside the run.
+  inside the run;
+* the source app each worker runs in (one for all, one each, empty, of the
+  maximum length, non-ASCII) and how execution ids are spelt (up to the
+  maximum length), which every write must stamp from its own call.
 
 Each draw shrinks towards the plain world (``INV-1``, UTC, the standard
 options), so a reproduction names a key, an option or a zone only when the
@@ -30,6 +39,7 @@ failure needs it.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import time
@@ -40,7 +50,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from dsm_sim.model import ENTITY_ID, WORLD_CONFIGS, WORLD_ITEMS, ItemRef
+from dsm_sim.model import ENTITY_ID, SOURCE_APP_ID, WORLD_CONFIGS, WORLD_ITEMS, ItemRef
 from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.scope import Scope
 
@@ -51,6 +61,7 @@ __all__ = [
     "WORLDS",
     "ZONES",
     "Role",
+    "Spelt",
     "World",
     "in_zone",
     "restore_zone",
@@ -90,6 +101,10 @@ ZONES: tuple[str, ...] = (
 )
 
 
+#: Every worker in the one source app: the plain world.
+PLAIN_APPS: tuple[str, ...] = (SOURCE_APP_ID,) * 3
+
+
 @dataclass(frozen=True, slots=True)
 class World:
     """One test case's items (one per :class:`Role`) and time zone.
@@ -99,10 +114,25 @@ class World:
 
     refs: tuple[ItemRef, ...]
     zone: str = UTC_ZONE
+    #: The source application each worker (1, 2, 3) runs in.
+    apps: tuple[str, ...] = PLAIN_APPS
+    #: What every execution id of the world starts with (a long one reaches
+    #: the documented key length).
+    executions: str = ""
 
     def __post_init__(self) -> None:
         if len(self.refs) != len(ROLES):
             raise ValueError(f"a world has one item per role ({len(ROLES)}), got {len(self.refs)}")
+        if len(self.apps) != len(PLAIN_APPS):
+            raise ValueError(f"a world has one source app per worker, got {len(self.apps)}")
+
+    def app(self, worker: int) -> str:
+        """The source app worker ``worker`` writes under (the observer reads as worker 1)."""
+        return self.apps[max(worker, 1) - 1]
+
+    def execution(self, plain: str) -> str:
+        """The world's spelling of the execution id ``plain`` (``run-1``, ``run-2.1``...)."""
+        return self.executions + plain
 
     def __getitem__(self, role: Role) -> ItemRef:
         return self.refs[ROLES.index(role)]
@@ -117,6 +147,10 @@ class World:
     def __repr__(self) -> str:
         refs = ", ".join(repr(ref) for ref in self.refs)
         zone = "" if self.zone == UTC_ZONE else f", zone={self.zone!r}"
+        if self.apps != PLAIN_APPS:
+            zone += f", apps={self.apps!r}"
+        if self.executions:
+            zone += f", executions={self.executions!r}"
         return f"World(({refs},){zone})"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -153,6 +187,22 @@ KEY_TAIL = st.text(alphabet=SPECIAL + UNICODE + "aZ09", max_size=6)
 SEPARATORS = ("-", ":", "|", "/", "#", ".", "_", " ", "\x1f")
 
 
+#: Pairs of characters of one class that a lossy store makes equal: a
+#: Latin-1 column turns the non-Latin-1 ones into ``?``, utf8mb3 the astral
+#: ones, an ASCII folding the accented ones; combining marks, look-alikes
+#: from another script.  Keys built from a pair have the same length and
+#: differ in one position only.
+NEAR_CHARACTERS: tuple[tuple[str, str], ...] = (
+    ("a", "b"),  # ASCII
+    ("\u00e9", "\u00e8"),  # Latin-1
+    ("\u0101", "\u0113"),  # Latin Extended-A: both '?' in Latin-1
+    ("\u8acb", "\u6c42"),  # CJK
+    ("\U0001f600", "\U0001f601"),  # astral (emoji): both '?' in utf8mb3, surrogates in UTF-16
+    ("\u0301", "\u0300"),  # combining marks
+    ("a", "\u0430"),  # Latin and Cyrillic look-alikes
+)
+
+
 def _variants(key: str) -> list[tuple[str, str]]:
     """(hot key, near spelling) pairs built from ``key``: distinct keys that stores confuse."""
     nfc = unicodedata.normalize("NFC", key + "é")
@@ -173,13 +223,65 @@ def _variants(key: str) -> list[tuple[str, str]]:
     return [(hot, near) for hot, near in pairs if hot != near and len(near) <= MAX_KEY_LENGTH]
 
 
+def _near(key: str, pair: tuple[str, str], where: int) -> tuple[str, str]:
+    """``key`` with one character of ``pair`` at the start, middle or end (``where`` 0-2)."""
+    at = (0, len(key) // 2, len(key))[where]
+    one, other = pair
+    return key[:at] + one + key[at:], key[:at] + other + key[at:]
+
+
+@st.composite
+def _spelling(draw: st.DrawFn, key: str, *, other_field: bool = False) -> tuple[str, str]:
+    """A (spelling, near spelling) pair of ``key``: a variant, or a one-character difference.
+
+    For a field other than the item key (``other_field``), whose store is
+    more often narrower, half the pairs are a one-character difference and a
+    quarter are of the maximum length, differing only in the last character.
+    """
+    variants = _variants(key)
+    choice = draw(st.integers(0, 3 if other_field else 5))
+    if choice == 2 and other_field:
+        return variants[-1]  # the maximum length
+    if choice == 3 or choice == 5:
+        pair = draw(st.sampled_from(NEAR_CHARACTERS))
+        return _near(key, pair, draw(st.integers(0, 2)))
+    return draw(st.sampled_from(variants))
+
+
+class Spelt(enum.Enum):
+    """Which identifier of the world the near spelling (the VARIANT item) changes."""
+
+    ITEM_KEY = "item_key"
+    ENTITY_KEY = "entity_key"
+    ENTITY = "entity"
+    TENANT = "tenant"
+
+
+#: Source apps per worker: one app, one each, the empty id, one of the
+#: maximum length, non-ASCII, near spellings of each other.
+APPS: tuple[tuple[str, ...], ...] = (
+    PLAIN_APPS,
+    ("app-1", "app-2", "app-3"),
+    ("app-1", "", "a" * MAX_KEY_LENGTH),
+    ("app-1", "app-1 ", "\u30a2\u30d7\u30ea"),
+)
+#: Execution-id prefixes: none, non-ASCII, and one that leaves room for the
+#: longest suffix (``run-3.123``) under the documented key length.
+EXECUTIONS: tuple[str, ...] = ("", "\u5b9f\u884c/", "e" * (MAX_KEY_LENGTH - 12) + ":")
+
+
 @st.composite
 def _worlds(draw: st.DrawFn) -> World:
     head = draw(st.sampled_from(("INV", "inv", "Rechnung", "請求書", "x")))
     separator = draw(st.sampled_from(SEPARATORS))
     tail = draw(st.sampled_from(("1", "2026-0001"))) + draw(KEY_TAIL)
     base = head + separator + tail
-    hot_key, near = draw(st.sampled_from(_variants(base)))
+    # Most often the near spelling is of the item key; else of the entity
+    # key, the entity id or the tenant, whose stores may be narrower.
+    spelt = draw(st.sampled_from((Spelt.ITEM_KEY, Spelt.ITEM_KEY, *Spelt)))
+    hot_key, near = base, base
+    if spelt is Spelt.ITEM_KEY:
+        hot_key, near = draw(_spelling(base))
     # The split item cuts the hot key at its first separator (after the head,
     # which has none), whatever the near spelling did to the rest.
     at = hot_key.find(separator)
@@ -189,14 +291,28 @@ def _worlds(draw: st.DrawFn) -> World:
         entity_key += draw(KEY_TAIL)
     tenant = draw(st.sampled_from(("t2", "T1", "t1 ", " t1", "t1\u200b")))
     entity = draw(st.sampled_from(("flow-2", "FLOW-1", ENTITY_ID + " ", "flow\u20101")))
+    variant = ItemRef("t1", Scope.ELEMENT, near)
+    if spelt is Spelt.ENTITY_KEY:
+        entity_key, other = draw(_spelling(entity_key, other_field=True))
+        variant = ItemRef("t1", Scope.ELEMENT, hot_key, entity_key=other)
+    elif spelt is Spelt.ENTITY:
+        entity, other = draw(_spelling("flow-2", other_field=True))
+        variant = ItemRef("t1", Scope.ELEMENT, hot_key, entity=other)
+    elif spelt is Spelt.TENANT:
+        tenant, other = draw(_spelling("t2", other_field=True))
+        variant = ItemRef(other, Scope.ELEMENT, hot_key)
     configs = [draw(st.sampled_from(tuple(WORLD_CONFIGS))) for _ in ROLES]
     # The neighbour is kept forever unless drawn otherwise: a retention sweep
     # that treats "no retain_until" as "past it" must meet such a record.
     neighbour_config = draw(st.sampled_from(("forever", *WORLD_CONFIGS)))
     zone = draw(st.sampled_from(ZONES))
+    apps = draw(st.sampled_from(APPS))
+    executions = draw(st.sampled_from(EXECUTIONS))
     cfg = [WORLD_CONFIGS[name] for name in configs]
     split_key = split_tail if split_head and split_tail else hot_key + separator
     split_entity_key = entity_key + separator + split_head if split_head else entity_key
+    if len(split_entity_key) > MAX_KEY_LENGTH:  # a long entity key: keep the split's end
+        split_entity_key = split_entity_key[-MAX_KEY_LENGTH:]
     refs: tuple[ItemRef, ...] = (
         ItemRef("t1", Scope.ELEMENT, hot_key, config=cfg[0]),
         ItemRef(tenant, Scope.ELEMENT, hot_key, config=cfg[1]),
@@ -204,13 +320,13 @@ def _worlds(draw: st.DrawFn) -> World:
         ItemRef("t1", Scope.ELEMENT, hot_key, entity=entity, config=cfg[3]),
         ItemRef("t1", Scope.ELEMENT, hot_key, entity_key=entity_key, config=cfg[4]),
         ItemRef("t1", Scope.ELEMENT, "INV-2", config=WORLD_CONFIGS[neighbour_config]),
-        ItemRef("t1", Scope.ELEMENT, near, config=cfg[6]),
+        dataclasses.replace(variant, config=cfg[6]),
         ItemRef("t1", Scope.ELEMENT, split_key, entity_key=split_entity_key, config=cfg[7]),
     )
     if len({ref.record_key for ref in refs}) < len(refs):
         # A drawn spelling happened to equal another item's: use the plain world's keys.
         refs = DEFAULT_WORLD.refs
-    return World(refs, zone)
+    return World(refs, zone, apps, executions)
 
 
 WORLDS: st.SearchStrategy[World] = _worlds()

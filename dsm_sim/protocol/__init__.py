@@ -25,6 +25,7 @@ from dsm_sim.protocol.errors import (
     HandlerTimeoutError,
     MalformedResponseError,
     ProtocolError,
+    SharedStoreRequiredError,
     UnexpectedResponseError,
     VersionMismatchError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "HandlerTimeoutError",
     "MalformedResponseError",
     "ProtocolError",
+    "SharedStoreRequiredError",
     "TcpAddress",
     "UnexpectedResponseError",
     "VersionMismatchError",

@@ -17,6 +17,11 @@ loop rather than ``asyncio.wait_for``, because the simulator drives handler
 coroutines step by step inside a task of its own, where a ``wait_for`` would
 cancel the driver instead of failing the request.
 
+An :class:`ExecFactory` starts the processes of its next two handlers while
+the current one works (:class:`_Spares`): the kit starts one process per test
+case, and paying each start-up in series was most of a verification's wall
+time.
+
 Every request line sent is kept (:attr:`ExecHandler.transcript`), so the
 shrunk counterexample of a verification can be written out as a replay file
 (:mod:`dsm_sim.protocol.replay`).
@@ -32,6 +37,8 @@ import itertools
 import json
 import os
 import shlex
+import subprocess
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -141,6 +148,139 @@ def describe_target(target: Target) -> str:
     return target if isinstance(target, str) else shlex.join(list(target))
 
 
+class _PipeWriter(asyncio.streams.FlowControlMixin):
+    """The protocol behind a :class:`asyncio.StreamWriter` on a child's stdin pipe.
+
+    ``FlowControlMixin`` gives ``drain`` its back-pressure; this adds the close
+    waiter ``StreamWriter.wait_closed`` asks for.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self._closed: asyncio.Future[None] = loop.create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
+        return self._closed
+
+
+class _Spawned:
+    """A handler process started with :class:`subprocess.Popen`, not yet bound to a loop.
+
+    Started outside any event loop, so a factory can start the next test
+    case's process while the current one runs (see :class:`_Spares`): the
+    kit runs each test case on a loop of its own, and a process started by
+    ``asyncio.create_subprocess_exec`` would belong to the loop that started it.
+    :meth:`attach` connects its pipes to the running loop when it is used.
+    """
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str | None) -> None:
+        self.argv = list(argv)
+        self.env = env
+        self.cwd = cwd
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+        )
+        self.pid = self.popen.pid
+        self.stderr: asyncio.StreamReader | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def matches(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> bool:
+        return self.argv == list(argv) and self.env == env and self.cwd == cwd
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.kill()
+
+    async def wait(self) -> int:
+        """The exit status, once the process has exited (polled: no child watcher, no thread)."""
+        delay = 0.0005
+        while (code := self.popen.poll()) is None:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.005)
+        return code
+
+    def discard(self) -> None:
+        """Kill a process nobody will use, and reap it."""
+        self.kill()
+        for pipe in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(5.0)
+
+    async def attach(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Its stdout and stdin as streams of the running loop (stderr in :attr:`stderr`)."""
+        popen = self.popen
+        assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+        loop = asyncio.get_running_loop()
+        stdout = asyncio.StreamReader(limit=MAX_LINE_BYTES, loop=loop)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stdout, loop=loop), popen.stdout
+        )
+        stderr = asyncio.StreamReader(limit=MAX_LINE_BYTES, loop=loop)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stderr, loop=loop), popen.stderr
+        )
+        transport, protocol = await loop.connect_write_pipe(lambda: _PipeWriter(loop), popen.stdin)
+        self.stderr = stderr
+        return stdout, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+class _Spares:
+    """Processes started ahead for a factory's next handlers, so start-up overlaps work.
+
+    The kit starts a process per test case: a Node process takes 50 to 120 ms
+    to be ready and a JVM several times that, which is most of the wall time
+    of a verification when paid in series.  A spare is used only if it was
+    started with the same command, directory and environment the next
+    handler would use (the environment is compared in full, so a variable
+    set in between is never missed); otherwise every spare is killed and
+    reaped.  Spares still unused when the factory goes away, or at exit,
+    are killed.  Two are kept: a test case is often shorter than a start-up.
+    """
+
+    DEPTH = 2
+
+    def __init__(self) -> None:
+        self.spares: collections.deque[_Spawned] = collections.deque()
+
+    def take(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> _Spawned | None:
+        while self.spares:
+            spare = self.spares.popleft()
+            if spare.returncode is None and spare.matches(argv, env, cwd):
+                return spare
+            spare.discard()
+            if not spare.matches(argv, env, cwd):
+                self.discard()  # started for another environment: so were the others
+        return None
+
+    def refill(self, argv: Sequence[str], env: dict[str, str], cwd: str | None) -> None:
+        while len(self.spares) < self.DEPTH:
+            try:
+                self.spares.append(_Spawned(argv, env, cwd))
+            except OSError:
+                return  # the next handler starts its own and reports why it cannot
+
+    def discard(self) -> None:
+        while self.spares:
+            self.spares.popleft().discard()
+
+
 @dataclass(slots=True)
 class _Pending:
     op: str
@@ -169,6 +309,7 @@ class ExecHandler:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         failures: list[DsmError] | None = None,
+        spares: _Spares | None = None,
     ) -> None:
         self.address = command if isinstance(command, TcpAddress) else None
         self.argv = [] if isinstance(command, TcpAddress) else split_command(command)
@@ -179,10 +320,14 @@ class ExecHandler:
         self.cwd = cwd
         #: What the process said about itself on ``open``.
         self.concurrent = False
+        #: Whether its store is one that other processes of the command reach too.
+        self.shared_store = False
         self.name = ""
         #: Every request line written, in order: the raw material of a replay file.
         self.transcript: list[bytes] = []
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: _Spawned | None = None
+        #: Where a process started ahead of time waits (a factory's), or None to start on open.
+        self._spares = spares
         self._reader_stream: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._ids = itertools.count(1)
@@ -222,24 +367,26 @@ class ExecHandler:
         if self.address is not None:
             await self._connect_tcp(self.address)
             return
+        env = {**os.environ, **(self.env or {})}
+        spawned = None if self._spares is None else self._spares.take(self.argv, env, self.cwd)
+        if spawned is None:
+            try:
+                spawned = _Spawned(self.argv, env, self.cwd)
+            except OSError as exc:
+                error = HandlerStartError(
+                    f"cannot start the handler command {self.command!r}: {exc}",
+                    command=self.command,
+                )
+                self._record(error)
+                raise error from exc
+        self._process = spawned
         try:
-            self._process = await asyncio.create_subprocess_exec(
-                *self.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=None if self.env is None else {**os.environ, **self.env},
-                cwd=self.cwd,
-                limit=MAX_LINE_BYTES,
-            )
-        except OSError as exc:
-            error = HandlerStartError(
-                f"cannot start the handler command {self.command!r}: {exc}", command=self.command
-            )
-            self._record(error)
-            raise error from exc
-        assert self._process.stdin is not None and self._process.stdout is not None
-        self._reader_stream, self._writer = self._process.stdout, self._process.stdin
+            self._reader_stream, self._writer = await spawned.attach()
+        except BaseException:
+            spawned.discard()
+            raise
+        if self._spares is not None:
+            self._spares.refill(self.argv, env, self.cwd)
         loop = asyncio.get_running_loop()
         self._reader = loop.create_task(
             self._read_answers(), name=f"dsm-exec-stdout[{self._process.pid}]"
@@ -281,6 +428,7 @@ class ExecHandler:
             await self._shutdown()
             raise
         self.concurrent = bool(result["concurrent"])
+        self.shared_store = bool(result.get("shared_store", False))
         self.name = str(result.get("name", ""))
 
     async def close(self) -> None:
@@ -332,7 +480,7 @@ class ExecHandler:
     async def _read_stderr(self) -> None:
         process = self._process
         assert process is not None and process.stderr is not None
-        while chunk := await process.stderr.read(4096):
+        while chunk := await process.stderr.read(4096):  # attached with stdout
             self._stderr.append(chunk)
             self._stderr_size += len(chunk)
             while self._stderr_size - len(self._stderr[0]) >= STDERR_TAIL_BYTES:
@@ -684,6 +832,9 @@ class ExecFactory:
         kind = "exec-tcp" if isinstance(command, TcpAddress) else "exec"
         shown = str(command) if isinstance(command, TcpAddress) else self.command
         self.__qualname__ = f"<{kind} {shown}>"
+        #: The processes started ahead for the next handlers; killed when this factory goes.
+        self._spares = _Spares()
+        weakref.finalize(self, self._spares.discard)
         #: Protocol failures of every handler built here, first ones first.
         self.failures: list[DsmError] = []
         #: The request lines of the latest handler built, as sent.
@@ -697,6 +848,7 @@ class ExecFactory:
             env=self.env,
             cwd=self.cwd,
             failures=self.failures,
+            spares=None if isinstance(self.target, TcpAddress) else self._spares,
         )
         self.last_transcript = handler.transcript
         return handler

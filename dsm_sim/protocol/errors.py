@@ -11,7 +11,7 @@ fields when they cross a process boundary.
 
 from __future__ import annotations
 
-from reference_engine.errors import DsmError
+from reference_engine.errors import ConfigurationError, DsmError
 
 __all__ = [
     "HandlerExitedError",
@@ -20,6 +20,7 @@ __all__ = [
     "HandlerTimeoutError",
     "MalformedResponseError",
     "ProtocolError",
+    "SharedStoreRequiredError",
     "UnexpectedResponseError",
     "VersionMismatchError",
 ]
@@ -143,3 +144,27 @@ class HandlerInternalError(DsmError):
         self.request = request
         self.error_type = error_type
         super().__init__(message)
+
+
+class SharedStoreRequiredError(ConfigurationError):
+    """A command that needs many processes on one store got a handler whose store is its own.
+
+    ``dsm stress`` starts a handler process per stress process: a process
+    that keeps its records in its own memory would give each one a store
+    of its own, and the run would race nothing.  The process says which kind
+    it is in its answer to ``open`` (``"shared_store": true``).
+    """
+
+    def __init__(self, *, command: str, name: str = "", use: str = "a stress run") -> None:
+        self.command = command
+        self.name = name
+        self.use = use
+        called = f" ({name})" if name else ""
+        super().__init__(
+            f"{use} needs a shared-store handler: the handler {command!r}{called} did not "
+            'answer open with "shared_store": true, so each of its processes would keep a '
+            "store of its own and no two processes would race on one record. Give a handler "
+            "whose processes reach one store (a database, e.g. the run's store named by "
+            'DSM_STRESS_DB_URL and DSM_STRESS_SCHEMA) and that says so with "shared_store": '
+            "true; dsm serve --shared-store MODULE:FACTORY serves a Python factory that way"
+        )

@@ -76,9 +76,13 @@ class RequestClock:
 class Server:
     """Answers protocol requests with one handler built by ``factory`` on ``open``."""
 
-    def __init__(self, factory: HandlerFactory, send: Callable[[bytes], None]) -> None:
+    def __init__(
+        self, factory: HandlerFactory, send: Callable[[bytes], None], *, shared_store: bool = False
+    ) -> None:
         self.factory = factory
         self.send = send
+        #: Declared on ``open``: the factory's handlers all reach one store (``--shared-store``).
+        self.shared_store = shared_store
         self.clock = RequestClock()
         self.handler: StateHandler | None = None
         self.closed = False
@@ -149,7 +153,14 @@ class Server:
                 self.handler = self.factory(self.clock)
             await self.handler.open()
             name = getattr(self.factory, "__qualname__", type(self.factory).__name__)
-            return {"protocol": PROTOCOL_VERSION, "concurrent": True, "name": f"dsm serve {name}"}
+            answer: dict[str, Any] = {
+                "protocol": PROTOCOL_VERSION,
+                "concurrent": True,
+                "name": f"dsm serve {name}",
+            }
+            if self.shared_store:
+                answer["shared_store"] = True
+            return answer
         handler = self.handler
         if handler is None:
             raise _BadRequest(f"{op} before open")
@@ -187,7 +198,7 @@ def _data(data_json: str | None) -> Any:
     return None if data_json is None else json.loads(data_json)
 
 
-async def serve(factory: HandlerFactory, out: IO[bytes]) -> None:
+async def serve(factory: HandlerFactory, out: IO[bytes], *, shared_store: bool = False) -> None:
     """Answer requests from stdin until ``close`` has been answered or stdin ends."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_REQUEST_BYTES)
@@ -197,17 +208,21 @@ async def serve(factory: HandlerFactory, out: IO[bytes]) -> None:
         out.write(line)
         out.flush()
 
-    await _session(factory, reader, send)
+    await _session(factory, reader, send, shared_store=shared_store)
 
 
 async def serve_tcp(
-    factory: HandlerFactory, address: TcpAddress, announce: Callable[[str], None]
+    factory: HandlerFactory,
+    address: TcpAddress,
+    announce: Callable[[str], None],
+    *,
+    shared_store: bool = False,
 ) -> None:
     """Serve every connection to ``address`` as a session of its own, until cancelled."""
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await _session(factory, reader, writer.write)
+            await _session(factory, reader, writer.write, shared_store=shared_store)
         except ConnectionError:
             pass  # the harness dropped the connection (a timeout): nothing left to answer
         finally:
@@ -225,9 +240,13 @@ async def serve_tcp(
 
 
 async def _session(
-    factory: HandlerFactory, reader: asyncio.StreamReader, send: Callable[[bytes], None]
+    factory: HandlerFactory,
+    reader: asyncio.StreamReader,
+    send: Callable[[bytes], None],
+    *,
+    shared_store: bool = False,
 ) -> None:
-    server = Server(factory, send)
+    server = Server(factory, send, shared_store=shared_store)
     while not server.closed:
         try:
             line = await reader.readline()
@@ -256,6 +275,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "connection (port 0 picks a free port; the address is printed first)",
     )
     parser.add_argument(
+        "--shared-store",
+        action="store_true",
+        help="declare on open that every process (and connection) of this factory reaches "
+        "one store, as dsm stress requires; only for a factory whose store is shared, e.g. "
+        "dsm_sim.stress.factories:stress_sql_handler on the run's database",
+    )
+    parser.add_argument(
         "factory",
         metavar="MODULE:FACTORY",
         help="handler factory to serve on stdin/stdout, e.g. "
@@ -273,23 +299,23 @@ def main(args: argparse.Namespace) -> int:
         sys.stderr.write(f"dsm serve: {exc}\n")
         return 2
     if address is not None:
-        return _main_tcp(factory, address)
+        return _main_tcp(factory, address, shared_store=args.shared_store)
     # The protocol owns stdout: anything the handler prints goes to stderr instead.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr
     try:
-        asyncio.run(serve(factory, out))
+        asyncio.run(serve(factory, out, shared_store=args.shared_store))
     finally:
         out.close()
     return 0
 
 
-def _main_tcp(factory: HandlerFactory, address: TcpAddress) -> int:
+def _main_tcp(factory: HandlerFactory, address: TcpAddress, *, shared_store: bool) -> int:
     def announce(where: str) -> None:
         print(f"dsm serve: listening on {where}", flush=True)
 
     try:
-        asyncio.run(serve_tcp(factory, address, announce))
+        asyncio.run(serve_tcp(factory, address, announce, shared_store=shared_store))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:  # the address is taken, or not ours to bind

@@ -8,19 +8,28 @@ a sampled latency in simulated time (the race window), runs the real call,
 and sends the result (or throws the exception) back in.  The real executor
 and the real node run unchanged, with latency between every exists,
 try_acquire_lock, charge and set.
+
+Simulated time is bounded by the scenario; the real handler's awaits are
+bounded here, in real time (:func:`run_bounded`): a call that does not
+return within the call timeout (``dsm run --call-timeout``, default 10 s)
+is cancelled and stops the run with :class:`HandlerHungError`, naming the
+call, instead of hanging ``dsm run`` with no output.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Generator, Mapping
+import math
+import os
+from collections.abc import Awaitable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from dsm_sim.history import OpName
 from reference_engine.config import DataStateMachineConfig
 from reference_engine.context import StateHandlerContext
 from reference_engine.engine.definitions import Element, ExecutionThread
+from reference_engine.errors import ConfigurationError, DsmError
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.handler import StateHandler
 from reference_engine.machine import ContextualDataStateMachine, DataStateMachine
@@ -29,18 +38,94 @@ from reference_engine.registry import HandlerRegistry
 from reference_engine.status import IdempotencyStatus
 
 __all__ = [
+    "CALL_TIMEOUT_ENV",
+    "DEFAULT_CALL_TIMEOUT_S",
     "ROUND_TRIP",
     "BillingProxy",
     "Done",
     "EffectCall",
     "HandlerCall",
+    "HandlerHungError",
     "HandlerProxy",
     "RecordingFactory",
     "Request",
     "advance",
+    "bound_for",
+    "call_timeout",
     "handler_coroutine",
+    "run_bounded",
     "step",
 ]
+
+T = TypeVar("T")
+
+#: Real seconds one handler call may take inside a simulated run.
+DEFAULT_CALL_TIMEOUT_S = 10.0
+#: Where ``dsm run --call-timeout`` puts the bound, so worker processes (``--jobs``) see it too.
+CALL_TIMEOUT_ENV = "DSM_CALL_TIMEOUT"
+_MAX_CALL_TIMEOUT_S = 3600.0
+
+
+class HandlerHungError(DsmError):
+    """A real handler call did not return within the call timeout; the run was stopped.
+
+    Takes its message only: SimPy re-raises a process's error as
+    ``type(exc)(*exc.args)``, which must rebuild it.
+    """
+
+
+def call_timeout() -> float:
+    """The bound in force: ``$DSM_CALL_TIMEOUT`` if set, else :data:`DEFAULT_CALL_TIMEOUT_S`."""
+    raw = os.environ.get(CALL_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_CALL_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value <= _MAX_CALL_TIMEOUT_S:
+        raise ConfigurationError(
+            f"{CALL_TIMEOUT_ENV}={raw[:40]!r}: give a finite number of seconds above 0 and at "
+            f"most {_MAX_CALL_TIMEOUT_S:g}"
+        )
+    return value
+
+
+def bound_for(handler: object) -> float | None:
+    """The bound for ``handler``'s calls; None for a protocol client (``exec:``, ``exec-tcp:``).
+
+    The protocol client bounds every request itself (``--exec-timeout``) and
+    kills a hung process; a second timer here would race it.
+    """
+    return None if type(handler).__module__.startswith("dsm_sim.protocol") else call_timeout()
+
+
+async def _bounded(awaitable: Awaitable[T], what: str, seconds: float | None) -> T:
+    if seconds is None:
+        return await awaitable
+    bound = asyncio.timeout(seconds)
+    try:
+        async with bound:
+            return await awaitable
+    except TimeoutError:
+        if not bound.expired():
+            raise  # the handler's own TimeoutError
+        raise HandlerHungError(
+            f"the handler's {what} did not return within {seconds:g}s of real time (hung: "
+            "waiting for a lock or a connection that never came?), so the run stopped; set "
+            "the limit with --call-timeout"
+        ) from None
+
+
+def run_bounded(
+    loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T], what: str, seconds: float | None
+) -> T:
+    """Run a real handler call on ``loop``, bounded by ``seconds`` in real time (None: unbounded).
+
+    The bound is the loop's own timer, so nothing here reads a clock.  Only a
+    call that awaits can be stopped; one that blocks the thread cannot.
+    """
+    return loop.run_until_complete(_bounded(awaitable, what, seconds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,11 +320,22 @@ async def _leg(coro: Coroutine[Any, Any, Any], split: bool) -> Any:
             await asyncio.wait([yielded])
 
 
-def advance(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], *, split: bool) -> Any:
+def advance(
+    loop: asyncio.AbstractEventLoop,
+    coro: Coroutine[Any, Any, Any],
+    *,
+    split: bool,
+    seconds: float | None = DEFAULT_CALL_TIMEOUT_S,
+) -> Any:
     """One leg of a handler call: :class:`Done` with the result, or :data:`ROUND_TRIP`.
 
     With ``split`` false the call always runs to completion in one leg, which is
     what handlers doing real I/O need: their connections must not be held across
     simulated time.
     """
-    return loop.run_until_complete(_leg(coro, split))
+    what = f"{getattr(coro, '__name__', 'call')}()"
+    try:
+        return run_bounded(loop, _leg(coro, split), what, seconds)
+    except HandlerHungError:
+        coro.close()  # driven by hand, so cancelling the leg left it suspended
+        raise

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 from dsm_sim.history import EventKind, OpName, Outcome
+from dsm_sim.simulator.bridge import HandlerHungError, run_bounded
 from dsm_sim.simulator.world import World
 from reference_engine.record import StateRecord
 from reference_engine.status import IdempotencyStatus
@@ -92,7 +93,11 @@ def _sweep(
     store_time = world.clock.seconds()
     previous = dict(world.known)
     try:
-        result = world.loop.run_until_complete(run())
+        result = run_bounded(
+            world.loop, run(), f"{getattr(run, '__name__', 'sweep')}()", world.call_bound
+        )
+    except HandlerHungError:
+        raise  # stops the run, as a hung node call does
     except Exception as exc:  # the sweep's outcome is unknown; it may have run
         world.recorder.complete(
             index, Outcome.INFO, world.now, error=type(exc).__name__, store_time=store_time

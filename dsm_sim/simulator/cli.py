@@ -20,14 +20,21 @@ invariant, 1 a run violated one, 2 the command or a scenario file is wrong.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
 from dsm_sim.conformance.clocks import ClockMode, parse_clock_mode
-from dsm_sim.options import bounded_int
+from dsm_sim.options import bounded_int, positive_seconds
 from dsm_sim.scenario import Scenario, load_scenarios
+from dsm_sim.simulator.bridge import (
+    CALL_TIMEOUT_ENV,
+    DEFAULT_CALL_TIMEOUT_S,
+    HandlerHungError,
+    call_timeout,
+)
 from dsm_sim.simulator.parallel import MAX_JOBS, run_plan
 from dsm_sim.simulator.run import DEFAULT_HANDLER, RunResult
 from reference_engine.errors import ConfigurationError, DsmError
@@ -92,6 +99,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "process); output, reports and exit code are the same as with 1",
     )
     parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
+    parser.add_argument(
+        "--call-timeout",
+        type=positive_seconds(3600.0),
+        default=None,
+        metavar="SECONDS",
+        help="how long one real handler call may take, in real time, before the run is "
+        f"stopped as hung (default: ${CALL_TIMEOUT_ENV}, else {DEFAULT_CALL_TIMEOUT_S:g})",
+    )
 
 
 def resolve_handler(spec: str) -> HandlerFactory:
@@ -161,7 +176,11 @@ def main(args: argparse.Namespace) -> int:
             print("dsm run: give --handler or --exec-tcp, not both", file=err)
             return 2
         args.handler = f"{EXEC_TCP_PREFIX}{args.exec_tcp}"
+    if getattr(args, "call_timeout", None) is not None:
+        # Through the environment, so the worker processes of --jobs bound their calls too.
+        os.environ[CALL_TIMEOUT_ENV] = repr(args.call_timeout)
     try:
+        call_timeout()  # a bad $DSM_CALL_TIMEOUT is a usage error, before any run
         scenarios = [s for target in args.targets for s in load_scenarios(target)]
         factory = resolve_handler(args.handler)
         plan = _plan(scenarios, args)
@@ -183,6 +202,8 @@ def main(args: argparse.Namespace) -> int:
     stopped: list[str] = []
     #: Runs whose worker process died (a segfault, a kill): nothing to check either.
     crashed: list[str] = []
+    #: Runs stopped because a real handler call did not return within --call-timeout.
+    hung: list[str] = []
     jobs = getattr(args, "jobs", 1)
     # Worker processes resolve the handler from its spec; in this process the factory
     # resolved above is used, as before.
@@ -201,6 +222,9 @@ def main(args: argparse.Namespace) -> int:
             continue
         if outcome.error is not None:
             error = outcome.error
+            if isinstance(error, HandlerHungError):
+                hung.append(f"FAIL {scenario.name} seed {seed}: {error}")
+                continue
             if not isinstance(error, DsmError) or not args.handler.startswith(
                 (EXEC_PREFIX, EXEC_TCP_PREFIX)
             ):
@@ -218,7 +242,7 @@ def main(args: argparse.Namespace) -> int:
             write_json(result, args.report)
             write_html(result, args.report)
     failed = [r for r in results if not r.passed]
-    for line in stopped + crashed:
+    for line in stopped + hung + crashed:
         print(line, file=out)
     for result in failed:
         print(
@@ -237,8 +261,9 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"{len(results) - len(failed)}/{len(results)} runs kept every invariant"
         + (f"; {len(stopped)} stopped by a protocol error" if stopped else "")
+        + (f"; {len(hung)} stopped by a hung handler call" if hung else "")
         + (f"; {len(crashed)} crashed in their worker process" if crashed else "")
         + (f"; reports in {args.report}" if args.report is not None else ""),
         file=out,
     )
-    return 1 if failed or stopped or crashed else 0
+    return 1 if failed or stopped or hung or crashed else 0

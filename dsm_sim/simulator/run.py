@@ -23,7 +23,13 @@ from dsm_sim.checker.liveness import CRASH_REASON, REASONS_META, REJECTED_REASON
 from dsm_sim.checker.safety import duplicate_effects
 from dsm_sim.history import EventKind, History, HistoryRecorder, OpName, Outcome, Scalar
 from dsm_sim.scenario import Faults, NodeKind, Scenario
-from dsm_sim.simulator.bridge import BillingProxy, HandlerProxy, RecordingFactory
+from dsm_sim.simulator.bridge import (
+    BillingProxy,
+    HandlerProxy,
+    RecordingFactory,
+    bound_for,
+    run_bounded,
+)
 from dsm_sim.simulator.broker import Broker
 from dsm_sim.simulator.catchup import catchup_process, pause_markers
 from dsm_sim.simulator.clock import ClockMirror, SimClock, SkewedClock, host_timezone
@@ -37,6 +43,7 @@ from reference_engine.engine.definitions import Element, ExecutionThread
 from reference_engine.engine.executor import BaseNodeExecutor
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.handler import HandlerFactory
+from reference_engine.nodes.approval import ApprovalExecutor
 from reference_engine.nodes.correction import CorrectionExecutor
 from reference_engine.nodes.invoice import InvoiceDispatchExecutor
 from reference_engine.nodes.screening import ScreeningExecutor
@@ -80,11 +87,18 @@ def screening_node(
     return ScreeningExecutor(element, factory, apis)
 
 
+def approval_node(
+    element: Element, factory: DataStateMachineFactory, apis: BillingProxy, clock: Clock
+) -> BaseNodeExecutor:
+    return ApprovalExecutor(element, factory, apis)
+
+
 #: The node each kind of ``[[nodes]]`` entry runs.
 BUILDERS: Mapping[NodeKind, NodeBuilder] = {
     NodeKind.INVOICE: invoice_node,
     NodeKind.CORRECTION: correction_node,
     NodeKind.SCREENING: screening_node,
+    NodeKind.APPROVAL: approval_node,
 }
 
 
@@ -110,7 +124,9 @@ def allowed_dead_letters(scenario: Scenario, faults: Faults, lost_replies: bool)
         "BillingError": faults.effect.rate > 0,
         "StaleLockError": timing,
         "LockHeldError": timing,
-        REJECTED_REASON: any(n.kind is NodeKind.SCREENING for n in nodes_of(scenario)),
+        REJECTED_REASON: any(
+            n.kind in (NodeKind.SCREENING, NodeKind.APPROVAL) for n in nodes_of(scenario)
+        ),
     }
     return sorted(reason for reason, on in reasons.items() if on)
 
@@ -199,8 +215,9 @@ def _run(
         mirror.stop()
         loop.close()
         raise
+    world: World | None = None
     try:
-        loop.run_until_complete(store.open())
+        run_bounded(loop, store.open(), "open()", bound_for(store))
         world = World(env, scenario, seed, clock, store, loop, recorder, injector, mirror)
         broker = _build(world, scenario, seed, {**BUILDERS, **(builders or {})})
         env.run(until=scenario.faults_until)
@@ -218,7 +235,11 @@ def _run(
         stats = _stats(world, broker)
     finally:
         try:
-            loop.run_until_complete(store.close())
+            try:
+                if world is not None:
+                    world.close_instances()  # the workers' own instances first
+            finally:
+                run_bounded(loop, store.close(), "close()", bound_for(store))
         finally:
             loop.close()
             mirror.stop()

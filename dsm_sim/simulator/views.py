@@ -63,4 +63,5 @@ def view_of(record: StateRecord | None, epoch: dt.datetime) -> RecordView | None
         retain_until=_seconds(record.retain_until, epoch),
         data=digest(record.data),
         utc=all(_aware_utc(s) for s in stamps),
+        audit=(record.error_detail, record.source_app_id, record.entity_execution_id),
     )

@@ -75,6 +75,7 @@ class Worker:
             self.factory.forget(execution)
             self.broker.settle(message, how, reason)
             if how == Settlement.CRASH:
+                self.world.restart(self.name)  # a new process opens a new handler
                 yield env.timeout(self.world.scenario.faults.crash.restart_delay)
 
     def _execute(

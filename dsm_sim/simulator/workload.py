@@ -3,11 +3,13 @@
 Keys and payloads come in two styles.  Plain keys are invoice numbers.
 Varied keys are chosen to differ only in ways stores get wrong: case,
 surrounding whitespace, Unicode NFC against NFD, full-width letters, and
-characters that mean something to SQL, Redis, JSON or a path.  A store that
-trims, folds or normalises a key makes two of them share a record.  Varied
+characters that mean something to SQL, Redis, JSON or a path, and
+characters outside Latin-1.  A store that trims, folds, normalises or
+re-encodes a key makes two of them share a record.  Varied
 payloads cover the JSON domain the engine documents: NUL inside strings, the
 largest and smallest floats, negative zero, integers past 64 bits, deep
-nesting, empty containers and keys, quotes and SQL text.  Both are fixed
+nesting, integers past 38 digits, empty containers and keys, quotes and
+SQL text.  Both are fixed
 lists, the same for every seed, so a failure replays exactly.
 """
 
@@ -22,7 +24,7 @@ from dsm_sim.scenario import KeyStyle, NodeKind, NodeSpec, PayloadStyle, Scenari
 from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.engine.definitions import Element
 from reference_engine.engine.executor import Message
-from reference_engine.nodes import correction, invoice, screening
+from reference_engine.nodes import approval, correction, invoice, screening
 
 __all__ = [
     "APP",
@@ -63,6 +65,8 @@ VARIED_KEYS: tuple[str, ...] = (
     "a/b/c",
     "\u01c5-title-case",
     "\U0001f4b6-euro",
+    "\u20ac-0004",  # outside Latin-1, like the next: a Latin-1 column makes both "?-0004"
+    "\u0152-0004",
 )
 
 #: Tenant ids that a faithful store keeps apart (case, space, NFC/NFD), for varied keys.
@@ -83,7 +87,19 @@ _TYPES = {
     NodeKind.INVOICE: invoice.NODE_TYPE,
     NodeKind.CORRECTION: correction.NODE_TYPE,
     NodeKind.SCREENING: screening.NODE_TYPE,
+    NodeKind.APPROVAL: approval.NODE_TYPE,
 }
+
+#: The applications approval messages come from: a store that stamps the first one it saw,
+#: or keeps the creating call's, disagrees with the model on a later write.
+SOURCE_APPS: tuple[str, ...] = (APP, "app-2", "portal-\u00e9")
+#: Reasons a business declines a payment with, verbatim: empty, blank, non-ASCII, multi-line.
+DECLINE_REASONS: tuple[str, ...] = (
+    "",
+    " ",
+    "card declined: e\u0301 \U0001f4b6",
+    "line one\nline two",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +164,8 @@ def payload_details(style: PayloadStyle, n: int) -> Mapping[str, Any]:
         "tenth_plus_fifth": 0.1 + 0.2,
         "negative_zero": -0.0,
         "past_64_bits": 2**70 + n,
+        "past_38_digits": 10**40 + n,
+        "past_65_digits": -(10**70) - n,
         "min_int64": -(2**63),
         "nested": _nested(16),
         "unicode": "e\u0301 \u00e9 \U0001f4b6 \u202e",
@@ -191,10 +209,21 @@ def workload(scenario: Scenario, seed: int, rng: random.Random) -> list[tuple[fl
             for n, (at, (tenant, item)) in enumerate(arrivals, start=1)
         ]
     lines_rng = random.Random(f"{seed}/lines")
+    approval_rng = random.Random(f"{seed}/approval")
     planned: list[tuple[float, int, Delivery]] = []
     for n, (tenant, item) in enumerate(items, start=1):
         details = payload_details(scenario.payloads, n)
         for node in nodes:
+            if node.kind is NodeKind.APPROVAL:
+                # The approval arrives in the window, the rest shortly after it, each
+                # group at one instant: they race the approval's lock and each other.
+                start = round(rng.uniform(0, scenario.arrival_window), 6)
+                for later, group in _approval_messages(
+                    node, tenant, item, n, details, approval_rng
+                ):
+                    at = round(start + later, 6)
+                    planned.extend((at, len(planned) + i, d) for i, d in enumerate(group))
+                continue
             for delivery in _messages(node, tenant, item, n, details, lines_rng):
                 at = round(rng.uniform(0, scenario.arrival_window), 6)
                 planned.append((at, len(planned), delivery))
@@ -234,12 +263,66 @@ def _messages(
     return [_delivery(base, payload, tenant, node, (tenant, str(lines[0]["id"]), item))]
 
 
+def _approval_messages(
+    node: NodeSpec,
+    tenant: str,
+    item: str,
+    n: int,
+    details: Mapping[str, Any],
+    rng: random.Random,
+) -> list[tuple[float, list[Delivery]]]:
+    """An approve, maybe a waive, a confirm and ``revisions`` amendments arriving together.
+
+    Each group comes with its delay after the approve: up to twice the
+    node's lock duration, so it lands while the lock is live, once it has
+    expired, or after the item was decided.  Every third item is approved
+    with empty details; the first amendment of each item writes an empty
+    object, the later ones the item's details, so both ``{}`` and the full
+    payload domain are written by set and by upsert; even-numbered later
+    amendments merge into the data they read.
+    """
+    base = f"msg-{tenant}-{node.id}-{item}"
+    key = (tenant, item, "")
+
+    def one(suffix: str, action: str, extra: Mapping[str, Any]) -> Delivery:
+        payload = {"itemId": item, "action": action, "amount": 10 * n, **extra}
+        app = SOURCE_APPS[rng.randrange(len(SOURCE_APPS))]
+        return _delivery(f"{base}-{suffix}", payload, tenant, node, key, app)
+
+    approve: dict[str, Any] = {"details": {} if n % 3 == 0 else dict(details)}
+    if rng.random() < 0.3:
+        approve["decline"] = DECLINE_REASONS[rng.randrange(len(DECLINE_REASONS))]
+    groups = [(0.0, [one("approve", "approve", approve)])]
+
+    def later() -> float:
+        return round(rng.uniform(0, 2 * node.lock_duration), 6)
+
+    if rng.random() < 0.5:
+        groups.append((later(), [one("waive", "waive", {})]))
+    if rng.random() < 0.5:
+        groups.append((later(), [one("confirm", "confirm", {"details": dict(details)})]))
+    if rng.random() < 0.6:
+        amends = [
+            one(
+                f"amend{rev}",
+                "amend",
+                {"details": {}}
+                if rev == 1
+                else {"details": {**details, "rev": rev}, "merge": rev % 2 == 0},
+            )
+            for rev in range(1, node.revisions + 1)
+        ]
+        groups.append((later(), amends))
+    return groups
+
+
 def _delivery(
     message_id: str,
     payload: Mapping[str, Any],
     tenant: str,
     node: NodeSpec,
     item: tuple[str, str, str],
+    app: str = APP,
 ) -> Delivery:
-    message = Message(id=message_id, payload=payload, tenant_id=tenant, source_app_id=APP)
+    message = Message(id=message_id, payload=payload, tenant_id=tenant, source_app_id=app)
     return Delivery(message, node.id, item)

@@ -25,7 +25,15 @@ from dsm_sim.history import (
     key_of,
 )
 from dsm_sim.scenario import Scenario
-from dsm_sim.simulator.bridge import Done, HandlerCall, advance, handler_coroutine
+from dsm_sim.simulator.bridge import (
+    Done,
+    HandlerCall,
+    HandlerHungError,
+    advance,
+    bound_for,
+    handler_coroutine,
+    run_bounded,
+)
 from dsm_sim.simulator.clock import ClockMirror, SimClock
 from dsm_sim.simulator.faults import FaultInjector, StoreFault, stream
 from dsm_sim.simulator.views import digest, view_of
@@ -34,6 +42,7 @@ from reference_engine.engine.executor import Message
 from reference_engine.errors import DsmError, StoreError
 from reference_engine.handler import StateHandler
 from reference_engine.handlers.memory import InMemoryStateHandler
+from reference_engine.instances import peer_of
 from reference_engine.record import StateRecord
 
 __all__ = ["CallOutcome", "World"]
@@ -69,6 +78,8 @@ class World:
         self.clock = clock
         self.handler = handler
         self.loop = loop
+        #: Real seconds one handler call may take (``dsm run --call-timeout``).
+        self.call_bound = bound_for(handler)
         self.recorder = recorder
         self.faults = faults
         #: Moves a frozen system clock along with the store clock (``--clock system``).
@@ -93,6 +104,8 @@ class World:
         #: round trip of simulated latency, so races inside a call interleave with
         #: other workers; handlers doing real I/O run each call in one step.
         self.split_round_trips = isinstance(handler, InMemoryStateHandler)
+        #: process -> the handler instance it calls through (see :meth:`handler_for`).
+        self.instances: dict[str, StateHandler] = {}
 
     @property
     def now(self) -> float:
@@ -171,6 +184,8 @@ class World:
             token=ctx.lock_token,
             status=None if call.status is None else call.status.value,
             execution=ctx.entity_execution_id,
+            detail=call.error_detail if call.op is OpName.RELEASE_LOCK_AS_FAILED else None,
+            app=ctx.source_app_id,
         )
         yield self.env.timeout(self.latency(self.scenario.latency.store))
         fault = self.faults.store_fault()
@@ -183,33 +198,38 @@ class World:
             rec.complete(index, Outcome.INFO, self.now, error="Crash")
             return CallOutcome(crashed=True)
         observe = call.op is not OpName.GET  # a get is itself the read
-        before = self.view(key) if observe else None
+        mine = self.handler_for(process)
+        before = self.view(key, mine) if observe else None
         written = digest(call.data) if call.op in (OpName.SET, OpName.UPSERT) else None
-        coro = handler_coroutine(self.handler, call)
+        coro = handler_coroutine(mine, call)
         legs = 0
         try:
             while True:
                 store_time = self.clock.seconds()
                 self.clock_mirror.follow()
                 legs += 1
-                leg = advance(self.loop, coro, split=self.split_round_trips)
+                leg = advance(
+                    self.loop, coro, split=self.split_round_trips, seconds=self.call_bound
+                )
                 if isinstance(leg, Done):
                     value = leg.value
                     break
                 # The handler made a round trip to its store: other workers run meanwhile.
                 yield self.env.timeout(self.latency(self.scenario.latency.store))
+        except HandlerHungError:
+            raise  # stops the run: every later call would wait out the bound again
         except DsmError as exc:
-            self._observe(index, observe and legs == 1, key, before, written)
+            self._observe(index, observe and legs == 1, key, before, written, mine)
             outcome = Outcome.INFO if isinstance(exc, StoreError) else Outcome.FAIL
             rec.complete(index, outcome, self.now, error=type(exc).__name__, store_time=store_time)
             return CallOutcome(error=exc)
         except Exception as exc:  # a broken third-party handler: outcome unknown
-            self._observe(index, observe and legs == 1, key, before, written)
+            self._observe(index, observe and legs == 1, key, before, written, mine)
             rec.complete(
                 index, Outcome.INFO, self.now, error=type(exc).__name__, store_time=store_time
             )
             return CallOutcome(error=exc)
-        self._observe(index, observe and legs == 1, key, before, written)
+        self._observe(index, observe and legs == 1, key, before, written, mine)
         if crash_after:
             rec.complete(index, Outcome.INFO, self.now, error="Crash", store_time=store_time)
             return CallOutcome(crashed=True)
@@ -227,33 +247,87 @@ class World:
         )
         return CallOutcome(value=value)
 
+    def handler_for(self, process: str) -> StateHandler:
+        """The worker's own handler instance on the run's store, opened on first use.
+
+        Production runs each worker in its own process with its own handler:
+        its own connections, caches and in-process locks.  A handler that can
+        open another instance on its store (``peer()``) gives every worker
+        one, so an instance's lock or cache cannot hide a race between
+        workers; without ``peer()`` every worker shares the run's handler.
+        The reads around a call go through the caller's instance (what its
+        node sees); sweeps and the final reads go through the run's handler.
+        """
+        mine = self.instances.get(process)
+        if mine is not None:
+            return mine
+        twin = peer_of(self.handler)
+        if twin is None:
+            mine = self.handler
+        else:
+            run_bounded(self.loop, twin.open(), "open()", self.call_bound)
+            mine = twin
+        self.instances[process] = mine
+        return mine
+
+    def restart(self, process: str) -> None:
+        """A worker restarted: its own instance is closed, the next call opens a new one.
+
+        The new instance opens on the populated store, as a restarted process
+        does, so a handler whose ``open`` or ``close`` changes records is
+        caught by the calls that follow.  A shared run handler stays open.
+        """
+        mine = self.instances.pop(process, None)
+        if mine is not None and mine is not self.handler:
+            run_bounded(self.loop, mine.close(), "close()", self.call_bound)
+
+    def close_instances(self) -> None:
+        """Close every worker's own instance (before the run's handler is closed)."""
+        for process in sorted(self.instances):
+            mine = self.instances.pop(process)
+            if mine is not self.handler:
+                run_bounded(self.loop, mine.close(), "close()", self.call_bound)
+
     def _observe(
-        self, index: int, observe: bool, key: str, before: RecordView | None, written: str | None
+        self,
+        index: int,
+        observe: bool,
+        key: str,
+        before: RecordView | None,
+        written: str | None,
+        handler: StateHandler | None = None,
     ) -> None:
-        after = self.view(key)  # read even when not recorded: it keeps ``known`` current
+        after = self.view(key, handler)  # read even when not recorded: it keeps ``known`` current
         # A call that took several round trips interleaved with other workers:
         # what was read before it is no longer its starting point.
         if observe:
             self.recorder.observe(index, before, after, written)
 
-    def view(self, key: str) -> RecordView | None:
-        """The key's record as the checker sees it, read now outside the history."""
-        return view_of(self.probe([key])[key], self.clock.epoch)
+    def view(self, key: str, handler: StateHandler | None = None) -> RecordView | None:
+        """The key's record as the checker sees it, read now outside the history.
 
-    def probe(self, keys: Iterable[str] | None = None) -> dict[str, StateRecord | None]:
+        ``handler``: the instance to read through (a worker's own, around its
+        call: what that worker's instance returns is what its node sees).
+        """
+        return view_of(self.probe([key], handler)[key], self.clock.epoch)
+
+    def probe(
+        self, keys: Iterable[str] | None = None, through: StateHandler | None = None
+    ) -> dict[str, StateRecord | None]:
         """Read keys now (default: every known key), outside the history: no latency, no faults.
 
-        What is read is remembered in :attr:`known`, the last record seen per key.
+        What is read is remembered in :attr:`known`, the last record seen per
+        key.  ``through``: the instance to read with (default: the run's).
         """
         chosen = sorted(self.contexts) if keys is None else sorted(keys)
         self.clock_mirror.follow()
-        handler, contexts = self.handler, self.contexts
+        handler, contexts = through or self.handler, self.contexts
 
         async def read() -> dict[str, StateRecord | None]:
             return {key: await handler.get(contexts[key]) for key in chosen}
 
         try:
-            found = self.loop.run_until_complete(read()) if chosen else {}
+            found = run_bounded(self.loop, read(), "get()", self.call_bound) if chosen else {}
         except DsmError as exc:
             # Imported here: the protocol package is not needed by in-process runs.
             from dsm_sim.protocol.errors import ProtocolError

@@ -53,7 +53,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="MODULE:FACTORY",
         help="handler factory taking a Clock, as for dsm verify; it must connect every "
         "process to the run's store, named by DSM_STRESS_DB_URL and DSM_STRESS_SCHEMA "
-        f"(default: {BUILTIN_HANDLER_SPEC}, the built-in SQL handler)",
+        f"(default: {BUILTIN_HANDLER_SPEC}, the built-in SQL handler); exec:COMMAND or "
+        "exec-tcp:HOST:PORT for a handler in another process that declares a shared store",
     )
     parser.add_argument(
         "--processes",

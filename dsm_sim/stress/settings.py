@@ -89,9 +89,16 @@ def database_kind(url: str) -> DatabaseKind:
 def load_stress_factory(spec: str) -> Callable[..., StateHandler]:
     """Import ``"package.module:factory"``: a ``(clock)`` factory.
 
+    ``exec:COMMAND`` and ``exec-tcp:HOST:PORT`` name a handler in another
+    process instead (:func:`dsm_sim.stress.factories.exec_stress_factory`).
+
     A factory of the older ``(url, clock, *, schema=None)`` form is accepted
     too; :meth:`StressSettings.build_handler` tells the two apart.
     """
+    from dsm_sim.stress.factories import exec_stress_factory, is_exec_spec
+
+    if is_exec_spec(spec):  # a handler in another process (docs/protocol.md)
+        return exec_stress_factory(spec)
     factory: Callable[..., StateHandler] = load_callable(
         spec, expects="build a handler from a clock", example=BUILTIN_HANDLER_SPEC
     )

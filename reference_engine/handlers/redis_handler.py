@@ -34,6 +34,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
+from reference_engine.begin import Acquired, BeginResult, Completed, Locked
 from reference_engine.clock import UTC, Clock, ensure_utc
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (
@@ -45,6 +46,7 @@ from reference_engine.errors import (
     StoreError,
     StoreLostError,
 )
+from reference_engine.handlers.redis_pipeline import PipelinedConnection, pipelinable
 from reference_engine.handlers.redis_scripts import RegisteredScripts
 from reference_engine.model import NEEDS_LOCK, SWEEP_ERROR_DETAIL
 from reference_engine.record import StateRecord, check_settable, encode_data, is_lock_live
@@ -98,6 +100,7 @@ _UPSERT_PATH_OK = _framed(
     ]
 )
 _SOURCES = {target: _sources_of(target) for target in TRANSITIONS}
+_COMPLETED = _framed(COMPLETED)
 
 
 def _text(value: bytes | str | None) -> str | None:
@@ -120,10 +123,6 @@ def check_redis_url(url: object) -> str:
     return url
 
 
-def _component(value: str) -> str:
-    return f"{len(value)}:{value}"
-
-
 @dataclass(frozen=True, slots=True)
 class RedisKeyspace:
     """Every key one handler touches, derived from its prefix."""
@@ -141,8 +140,12 @@ class RedisKeyspace:
         return "{" + self.prefix + "}"
 
     def record(self, key: RecordKey) -> str:
-        parts = (key.tenant_id, str(key.scope_id), key.entity_id, key.item_entity_key, key.item_key)
-        return f"{self.namespace}:rec:" + "/".join(_component(p) for p in parts)
+        t, e, ek, k = key.tenant_id, key.entity_id, key.item_entity_key, key.item_key
+        scope = str(key.scope_id)
+        return (
+            f"{self.namespace}:rec:{len(t)}:{t}/{len(scope)}:{scope}/{len(e)}:{e}/"
+            f"{len(ek)}:{ek}/{len(k)}:{k}"
+        )
 
     @property
     def locks(self) -> str:
@@ -213,7 +216,10 @@ class RedisStateHandler:
     order the event loop issues them, so a seeded run replays the same
     interleaving; commands of concurrent callers still interleave, one
     command at a time, so a handler that checked and wrote in two commands
-    would still be caught.
+    would still be caught.  Otherwise the per-item write scripts (``begin``,
+    the acquire and the completions) share one pipelined connection
+    (:mod:`reference_engine.handlers.redis_pipeline`): concurrent callers'
+    scripts leave in one write per event-loop turn; reads and sweeps use the pool.
     """
 
     def __init__(
@@ -232,11 +238,24 @@ class RedisStateHandler:
         self.single_connection = single_connection
         self._client: Redis | None = None
         self._scripts: RegisteredScripts | None = None
+        self._pipe: PipelinedConnection | None = None
         #: The namespace's identity as first seen; kept across close() so a reopen notices a loss.
         self._store_id: str | None = None
 
     def __repr__(self) -> str:
         return f"RedisStateHandler(prefix={self.keys.prefix!r})"
+
+    def peer(self) -> RedisStateHandler | None:
+        """Another handler on this namespace, with its own connection; its close deletes nothing."""
+        try:
+            return type(self)(
+                self.url,
+                self.clock,
+                prefix=self.keys.prefix,
+                single_connection=self.single_connection,
+            )
+        except TypeError:
+            return None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -249,6 +268,9 @@ class RedisStateHandler:
 
     async def close(self) -> None:
         client, self._client, self._scripts = self._client, None, None
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.close()
         if client is None:
             return
         try:
@@ -303,6 +325,30 @@ class RedisStateHandler:
             check_transition(S(reply[1]), S.PROCESSING, item_key=ctx.item_key)
             self._unexplained(reply)
         return None if reply[0] == "busy" else int(reply[1])
+
+    async def begin(self, ctx: StateHandlerContext) -> BeginResult:
+        """``exists`` then ``try_acquire_lock`` in one script (see :mod:`reference_engine.begin`)."""
+        key = ctx.record_key
+        now = self.clock.now()
+        until = now + ctx.handler_config.lock_duration
+        args: list[str | int] = [
+            _to_micros(until),
+            _ACQUIRABLE,
+            _SOURCES[S.PROCESSING],
+            _COMPLETED,
+        ]
+        reply = await self._write(self._registered().begin, ctx, key, now, args)
+        code = reply[0]
+        if code == "ok":
+            return Acquired(int(reply[1]))
+        if code == "done":
+            flat = [str(_text(v)) for v in reply[1]]
+            return Completed(_decode(dict(zip(flat[::2], flat[1::2], strict=True))))
+        if code == "busy":
+            return Locked(_from_micros(_text(reply[1])))
+        if code == "forbidden":
+            check_transition(S(reply[1]), S.PROCESSING, item_key=ctx.item_key)
+        self._unexplained(reply)
 
     async def set(
         self,
@@ -397,6 +443,8 @@ class RedisStateHandler:
                 single_connection_client=self.single_connection,
             )
             self._scripts = RegisteredScripts.register(self._client)
+            if not self.single_connection and pipelinable(self.url):
+                self._pipe = PipelinedConnection(self.url)
         return self._client
 
     async def _claim(self) -> str:
@@ -459,7 +507,7 @@ class RedisStateHandler:
             key.item_key,
             "" if ctx.lock_token is None else ctx.lock_token,
         ]
-        store_id = await self._identity()
+        store_id = self._store_id if self._store_id is not None else await self._claim()
         keys = [
             self.keys.record(key),
             self.keys.locks,
@@ -467,8 +515,16 @@ class RedisStateHandler:
             *(extra_keys or []),
             self.keys.marker,
         ]
-        reply: list[Any] = await self._call(script(keys=keys, args=[*common, *args, store_id]))
-        self._check_lost(reply)
+        argv = [*common, *args, store_id]
+        pipe = self._pipe
+        if pipe is None:
+            reply: list[Any] = await self._call(script(keys=keys, args=argv))
+        else:
+            source = script.script
+            text = source if isinstance(source, str | bytes) else bytes(source)
+            reply = await self._call(pipe.evalsha(script.sha, text, keys, argv))
+        if reply[0] == "lost":
+            self._check_lost(reply)
         code = reply[0]
         if code == "stale":
             assert ctx.lock_token is not None

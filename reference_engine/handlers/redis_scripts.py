@@ -46,6 +46,7 @@ from redis.commands.core import AsyncScript
 
 __all__ = [
     "ACQUIRE",
+    "BEGIN",
     "COMMON_ARGS",
     "EXPIRE_PAST_RETENTION",
     "RELEASE_AS_FAILED",
@@ -155,7 +156,21 @@ local function write(is_new, changes)
   end
   redis.call('HSET', REC, unpack(put))
   if #drop > 0 then redis.call('HDEL', REC, unpack(drop)) end
-  reindex(REC, LOCKS, RETENTION)
+  if changes.status == nil or changes.locked_until == nil then
+    reindex(REC, LOCKS, RETENTION)
+    return
+  end
+  -- Every write sets status, locked_until and retain_until: index from them, no read back.
+  if changes.status == 'processing' and changes.locked_until then
+    redis.call('ZADD', LOCKS, changes.locked_until, REC)
+  else
+    redis.call('ZREM', LOCKS, REC)
+  end
+  if changes.retain_until and changes.status ~= 'expired' then
+    redis.call('ZADD', RETENTION, changes.retain_until, REC)
+  else
+    redis.call('ZREM', RETENTION, REC)
+  end
 end
 """
 )
@@ -168,6 +183,27 @@ ACQUIRE = (
 local status, attempt, locked_until = load()
 local source = effective(status, locked_until)
 if not contains(ARGV[12], source) then return {'busy'} end
+if not contains(ARGV[13], source) then return {'forbidden', source} end
+local token = 1
+if status then token = tonumber(attempt) + 1 end
+write(not status, {
+  status = 'processing', attempt = tostring(token), locked_until = ARGV[11], error_detail = false
+})
+return {'ok', token}
+"""
+)
+
+#: ``begin``: ACQUIRE's arguments, plus ARGV[14] = the completed statuses (COMPLETED).
+#: Replies ``{'done', HGETALL of the record}`` when the item is completed, ``{'busy',
+#: locked_until}`` under a live lock, else exactly what ACQUIRE replies: the
+#: question "is it done?" and the acquire in one script, one round trip.
+BEGIN = (
+    _WRITE_PRELUDE
+    + """
+local status, attempt, locked_until = load()
+local source = effective(status, locked_until)
+if contains(ARGV[14], source) then return {'done', redis.call('HGETALL', REC)} end
+if not contains(ARGV[12], source) then return {'busy', locked_until or ''} end
 if not contains(ARGV[13], source) then return {'forbidden', source} end
 local token = 1
 if status then token = tonumber(attempt) + 1 end
@@ -326,6 +362,7 @@ class RegisteredScripts:
     reset_expired_locks: AsyncScript
     expire_past_retention: AsyncScript
     store_claim: AsyncScript
+    begin: AsyncScript
 
     @classmethod
     def register(cls, client: Redis) -> RegisteredScripts:
@@ -337,4 +374,5 @@ class RegisteredScripts:
             reset_expired_locks=client.register_script(RESET_EXPIRED_LOCKS),
             expire_past_retention=client.register_script(EXPIRE_PAST_RETENTION),
             store_claim=client.register_script(STORE_CLAIM),
+            begin=client.register_script(BEGIN),
         )

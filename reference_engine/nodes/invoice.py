@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from reference_engine.begin import Completed, Locked
 from reference_engine.clock import Clock
 from reference_engine.engine.definitions import Element
 from reference_engine.engine.executor import BaseNodeExecutor, Message, NodeExecutionResult
@@ -145,9 +146,12 @@ class InvoiceDispatchExecutor(BaseNodeExecutor):
 
     async def execute(self, message: Message, dsm: DataStateMachine) -> NodeExecutionResult:
         invoice_id, amount = self.parse_payload(message.payload)
-        if await dsm.exists(invoice_id):
+        # One call asks "already dispatched?" and "may I dispatch it?": one round
+        # trip on stores that implement begin, exists + try_acquire_lock elsewhere.
+        started = await dsm.begin(invoice_id)
+        if isinstance(started, Completed):
             return NodeExecutionResult.skip(f"invoice {invoice_id} already dispatched")
-        if not await dsm.try_acquire_lock(invoice_id):
+        if isinstance(started, Locked):
             return NodeExecutionResult.skip(
                 f"invoice {invoice_id} is being dispatched by another worker"
             )

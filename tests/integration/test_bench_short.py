@@ -26,13 +26,17 @@ EXPECTED = {
     "Simulator: simulated handler operations per second vs a bare SimPy loop": "sim/bare",
     "dsm run --jobs: simulated deliveries per second, 1 vs 2 worker processes": "jobs/1",
     "Conformance kit: time and examples to catch each broken handler": "catch/clean",
+    "Full happy path per second (check, acquire, complete): dsm vs Powertools idempotency": (
+        "redis/decorator"
+    ),
 }
 
 
 @pytest.mark.postgres
+@pytest.mark.redis
 @pytest.mark.slow
-def test_short_benchmarks_run_and_print_every_table(postgres_url: str) -> None:
-    env = {**os.environ, "DSM_TEST_POSTGRES_URL": postgres_url}
+def test_short_benchmarks_run_and_print_every_table(postgres_url: str, redis_url: str) -> None:
+    env = {**os.environ, "DSM_TEST_POSTGRES_URL": postgres_url, "DSM_TEST_REDIS_URL": redis_url}
     done = subprocess.run(
         [sys.executable, str(BENCH), "--short"],
         capture_output=True,

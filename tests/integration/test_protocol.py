@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import os
 import pickle
 import shutil
@@ -25,13 +26,13 @@ from typing import Any
 import pytest
 
 from dsm_sim.conformance.runner import verify
-from dsm_sim.protocol.client import ExecHandler, exec_factory
+from dsm_sim.protocol.client import ExecFactory, ExecHandler, exec_factory
 from dsm_sim.protocol.errors import (
     HandlerExitedError,
     HandlerStartError,
     HandlerTimeoutError,
     MalformedResponseError,
-    ProtocolError,
+    SharedStoreRequiredError,
     UnexpectedResponseError,
     VersionMismatchError,
 )
@@ -288,9 +289,10 @@ def test_answers_out_of_order_reach_their_callers(fake: Any) -> None:
         HandlerTimeoutError(request="request 4 (get)", timeout=2.0, stderr_tail=""),
         HandlerStartError("cannot start", command="nope"),
         VersionMismatchError(offered=1, answered=2),
+        SharedStoreRequiredError(command="node handlers/node/memory.js", name="node in-memory"),
     ],
 )
-def test_protocol_errors_survive_pickle(error: ProtocolError) -> None:
+def test_protocol_errors_survive_pickle(error: DsmError) -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is type(error)
     assert isinstance(copy, DsmError)
@@ -303,6 +305,81 @@ def test_factories_for_one_command_are_one_factory() -> None:
     assert exec_factory("node h.js") == exec_factory("node h.js")
     assert hash(exec_factory("node h.js")) == hash(exec_factory("node h.js"))
     assert exec_factory("node h.js") != exec_factory("node h.js", env={"DSM_NODE_BUG": "x"})
+
+
+#: Answers open with the value of DSM_SPARE_TAG as its name, and exits on close.
+TAGGED = textwrap.dedent(
+    """
+    import json, os, sys
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req["op"] == "open":
+            name = os.environ.get("DSM_SPARE_TAG", "")
+            answer = {"protocol": 1, "concurrent": True, "name": name}
+        else:
+            answer = None
+        print(json.dumps({"id": req["id"], "result": answer}), flush=True)
+        if req["op"] == "close":
+            break
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_factory_starts_the_next_processes_ahead_and_reaps_them(tmp_path: Path) -> None:
+    script = tmp_path / "tagged.py"
+    script.write_text(TAGGED, encoding="utf-8")
+    factory = exec_factory([sys.executable, str(script)])
+
+    async def open_and_close(factory: ExecFactory) -> int:
+        handler = factory(ManualClock())
+        await handler.open()
+        assert handler._process is not None
+        pid = handler._process.pid
+        await handler.close()
+        return pid
+
+    first = _run(open_and_close(factory))
+    ahead = [spare.pid for spare in factory._spares.spares]
+    assert len(ahead) == 2 and first not in ahead
+    second = _run(open_and_close(factory))
+    assert second == ahead[0], "the next handler runs on the process started ahead"
+    assert not _alive(first) and not _alive(second), "a closed handler's process is reaped"
+    waiting = [spare.pid for spare in factory._spares.spares]
+    del factory
+    gc.collect()
+    assert not any(_alive(pid) for pid in waiting), "spares die with their factory"
+
+
+def test_a_process_started_ahead_never_misses_a_change_of_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "tagged.py"
+    script.write_text(TAGGED, encoding="utf-8")
+    factory = exec_factory([sys.executable, str(script)])
+
+    async def name() -> str:
+        handler = factory(ManualClock())
+        try:
+            await handler.open()
+            return handler.name
+        finally:
+            await handler.close()
+
+    monkeypatch.setenv("DSM_SPARE_TAG", "before")
+    assert _run(name()) == "before"
+    stale = [spare.pid for spare in factory._spares.spares]
+    monkeypatch.setenv("DSM_SPARE_TAG", "after")
+    assert _run(name()) == "after"
+    assert not any(_alive(pid) for pid in stale), "spares of the old environment are reaped"
+    factory._spares.discard()
 
 
 def test_verify_refuses_a_command_that_does_not_start(capsys: pytest.CaptureFixture[str]) -> None:
@@ -358,19 +435,26 @@ def test_node_handler_passes_the_kit(capsys: pytest.CaptureFixture[str]) -> None
 
 
 # no_fencing is caught (and replayed from its replay file) in test_protocol_harness.py.
+# A race through a pipe interleaves as the two processes are scheduled, so which
+# symptom of the double grant is judged first may vary: each is the bug's own.
 @pytest.mark.parametrize(
     ("bug", "caught"),
     [
-        ("check_then_insert", "at_most_one_live_lock"),
-        ("inclusive_sweep", "sweep_only_expired"),
+        (
+            "check_then_insert",
+            {"at_most_one_live_lock", "acquire_agrees_with_model", "completion_releases_lock"},
+        ),
+        ("inclusive_sweep", {"sweep_only_expired"}),
     ],
 )
-def test_node_handler_bugs_are_caught_through_the_protocol(bug: str, caught: str) -> None:
+def test_node_handler_bugs_are_caught_through_the_protocol(bug: str, caught: set[str]) -> None:
     node = _need("node")
     factory = exec_factory([node, str(NODE_HANDLER)], env={"DSM_NODE_BUG": bug})
     report = verify(factory, profile="dev", seed=0, stop_on_first=True)
     assert not report.passed
-    assert [v.name for v in report.violations] == [caught]
+    assert len(report.violations) == 1 and report.violations[0].name in caught, [
+        v.render() for v in report.violations
+    ]
 
 
 @pytest.fixture(scope="module")

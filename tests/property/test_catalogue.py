@@ -88,3 +88,19 @@ def test_reproduction_runs_and_fails_as_reported(name: str) -> None:
 def test_correct_handler_is_not_flagged_under_the_same_settings() -> None:
     report = verify(InMemoryStateHandler, "ci", seed=SEED, max_examples=60, step_count=STEPS)
     assert report.passed, [v.render() for v in report.violations]
+
+
+@pytest.mark.parametrize(
+    ("name", "step"),
+    [
+        ("close_releases_locks", "restarts: close(), then open()"),
+        ("get_returns_cached_data", "changes, in place, the payload it passed"),
+    ],
+)
+def test_lifecycle_bugs_are_caught_by_the_step_that_exposes_them(name: str, step: str) -> None:
+    # Neither bug shows in a run of tidy callers opened once: the restart and
+    # the caller that changes its objects are what catch them.
+    spec = CATALOGUE[name]
+    report = verify(spec.factory, "ci", seed=SEED, stop_on_first=True)
+    assert len(report.violations) == 1, f"{name} was not caught"
+    assert step in report.violations[0].story, report.violations[0].render()

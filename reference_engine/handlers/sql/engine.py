@@ -6,10 +6,18 @@ an in-memory database needs a single shared connection or every session
 would see its own empty database, and PostgreSQL runs can be isolated in a
 schema of their own without touching a single query.  MariaDB sessions get
 the settings its statements rely on (:mod:`.mariadb`).
+
+Every wait on the store is bounded by one setting, the statement timeout:
+PostgreSQL's ``statement_timeout`` and ``lock_timeout``, MariaDB's
+``max_statement_time`` and ``innodb_lock_wait_timeout``, SQLite's busy
+timeout, and the time a connection may take to open.  Without it a row lock
+held by another session (a stuck transaction, an operator's ``SELECT ... FOR
+UPDATE``) would block a worker forever instead of failing its call.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -24,19 +32,31 @@ from reference_engine.errors import ConfigurationError
 __all__ = [
     "DDL_LOCK_KEY",
     "DEFAULT_BUSY_TIMEOUT_S",
+    "DEFAULT_STATEMENT_TIMEOUT_S",
     "MARIADB_SESSION_SQL",
+    "MAX_STATEMENT_TIMEOUT_S",
+    "STATEMENT_TIMEOUT_OPTION",
     "SUPPORTED_BACKENDS",
     "create_engine_for",
     "create_pg_schema",
     "drop_pg_schema",
     "is_memory_url",
     "lock_ddl",
+    "mariadb_timeout_sql",
     "normalize_url",
+    "statement_timeout_of",
     "validate_schema_name",
+    "validate_statement_timeout",
 ]
 
-#: How long a SQLite writer waits for another connection's write lock.
-DEFAULT_BUSY_TIMEOUT_S = 30.0
+#: How long one statement may run or wait for a lock, and a connection take to open.
+DEFAULT_STATEMENT_TIMEOUT_S = 30.0
+#: The longest statement timeout accepted: beyond an hour a wait is a hang, not a slow call.
+MAX_STATEMENT_TIMEOUT_S = 3600.0
+#: How long a SQLite writer waits for another connection's write lock (the same setting).
+DEFAULT_BUSY_TIMEOUT_S = DEFAULT_STATEMENT_TIMEOUT_S
+#: The engine execution option that carries the timeout to the handler's error messages.
+STATEMENT_TIMEOUT_OPTION = "dsm_statement_timeout"
 SUPPORTED_BACKENDS = ("sqlite", "postgresql", "mariadb")
 #: PostgreSQL advisory lock taken while creating schemas and the table ("dsm" in ASCII).
 DDL_LOCK_KEY = 0x64736D
@@ -90,11 +110,47 @@ def validate_schema_name(name: str) -> str:
     return name
 
 
+def validate_statement_timeout(value: object) -> float:
+    """Seconds above 0 and at most :data:`MAX_STATEMENT_TIMEOUT_S`, as a float.
+
+    ``None``, 0 and negative values are refused rather than read as "no
+    limit": every wait on the store must end.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(
+            f"statement_timeout must be a number of seconds, got {type(value).__name__}; "
+            f"use a number above 0 and at most {MAX_STATEMENT_TIMEOUT_S:g} "
+            f"(default {DEFAULT_STATEMENT_TIMEOUT_S:g})"
+        )
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_STATEMENT_TIMEOUT_S:
+        shown = str(value) if len(str(value)) <= 40 else f"{str(value)[:40]}..."
+        raise ConfigurationError(
+            f"statement_timeout must be a finite number of seconds above 0 and at most "
+            f"{MAX_STATEMENT_TIMEOUT_S:g}, got {shown} (default {DEFAULT_STATEMENT_TIMEOUT_S:g})"
+        )
+    return seconds
+
+
+def statement_timeout_of(engine: AsyncEngine) -> float | None:
+    """The statement timeout :func:`create_engine_for` gave ``engine``; None for other engines."""
+    value = engine.get_execution_options().get(STATEMENT_TIMEOUT_OPTION)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _milliseconds(seconds: float) -> int:
+    """Whole milliseconds, at least 1: 0 means "no limit" to every server."""
+    return max(1, math.ceil(seconds * 1000))
+
+
 def _sqlite_pragmas(busy_timeout_s: float, *, memory: bool) -> Any:
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            cursor.execute(f"PRAGMA busy_timeout={_milliseconds(busy_timeout_s)}")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
             if not memory:
@@ -115,13 +171,31 @@ MARIADB_SESSION_SQL = (
 )
 
 
-def _mariadb_session(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    try:
-        for statement in MARIADB_SESSION_SQL:
-            cursor.execute(statement)
-    finally:
-        cursor.close()
+def mariadb_timeout_sql(seconds: float) -> tuple[str, ...]:
+    """The session settings that bound a MariaDB statement and its row-lock waits.
+
+    ``max_statement_time`` (fractions of a second) interrupts a statement,
+    including one waiting for a row lock; ``innodb_lock_wait_timeout`` takes
+    whole seconds only, so it is the same limit rounded up, a backstop.
+    """
+    return (
+        f"SET SESSION max_statement_time = {seconds:.6f}",
+        f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(seconds))}",
+    )
+
+
+def _mariadb_session(timeout_s: float) -> Any:
+    statements = (*MARIADB_SESSION_SQL, *mariadb_timeout_sql(timeout_s))
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            for statement in statements:
+                cursor.execute(statement)
+        finally:
+            cursor.close()
+
+    return on_connect
 
 
 def _switch_to_wal(cursor: Any) -> None:
@@ -150,7 +224,8 @@ def create_engine_for(
     schema: str | None = None,
     pool_size: int | None = None,
     max_overflow: int | None = None,
-    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT_S,
+    busy_timeout_s: float | None = None,
 ) -> AsyncEngine:
     """An :class:`AsyncEngine` configured for the handler.
 
@@ -161,10 +236,28 @@ def create_engine_for(
     lock re-reads the committed row instead of a snapshot.
     ``pool_size``/``max_overflow`` override the pool of file and server
     databases; an in-memory SQLite database always has exactly one connection.
+    ``statement_timeout`` (seconds) bounds every statement, every lock wait and
+    every connect (see the module docstring); ``busy_timeout_s`` is its older
+    name, for SQLite, and wins when given.
     """
+    timeout = validate_statement_timeout(
+        statement_timeout if busy_timeout_s is None else busy_timeout_s
+    )
+    busy_timeout_s = timeout
     target = normalize_url(url)
     backend = target.get_backend_name()
     kwargs: dict[str, Any] = {}
+    if backend == "postgresql":
+        # lock_timeout equal to statement_timeout: a lock wait is named as such
+        # when it fires first; the server's own setting, so the fast path's raw
+        # asyncpg statements are bounded too.  ``timeout`` bounds the connect.
+        milliseconds = str(_milliseconds(timeout))
+        kwargs["connect_args"] = {
+            "server_settings": {"statement_timeout": milliseconds, "lock_timeout": milliseconds},
+            "timeout": timeout,
+        }
+    if backend == "mariadb":
+        kwargs["connect_args"] = {"connect_timeout": max(1, math.ceil(timeout))}
     if backend == "sqlite":
         if schema is not None:
             raise ConfigurationError(
@@ -189,10 +282,11 @@ def create_engine_for(
         pragmas = _sqlite_pragmas(busy_timeout_s, memory=is_memory_url(target))
         event.listen(engine.sync_engine, "connect", pragmas)
     if backend == "mariadb":
-        event.listen(engine.sync_engine, "connect", _mariadb_session)
+        event.listen(engine.sync_engine, "connect", _mariadb_session(timeout))
+    options: dict[str, Any] = {STATEMENT_TIMEOUT_OPTION: timeout}
     if schema is not None:
-        engine = engine.execution_options(schema_translate_map={None: validate_schema_name(schema)})
-    return engine
+        options["schema_translate_map"] = {None: validate_schema_name(schema)}
+    return engine.execution_options(**options)
 
 
 async def lock_ddl(conn: AsyncConnection) -> None:

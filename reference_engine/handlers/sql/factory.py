@@ -8,6 +8,7 @@ other's rows and leave nothing behind once closed.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -15,15 +16,18 @@ import uuid
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import StaticPool
 
 from reference_engine.clock import Clock
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 from reference_engine.handlers.sql.engine import (
+    DEFAULT_STATEMENT_TIMEOUT_S,
     create_engine_for,
     create_pg_schema,
     drop_pg_schema,
     normalize_url,
+    validate_statement_timeout,
 )
 from reference_engine.handlers.sql.handler import SqlStateHandler
 from reference_engine.handlers.sql.mariadb import create_database, drop_database
@@ -64,12 +68,25 @@ def sql_handler(
     schema: str | None = None,
     pool_size: int | None = None,
     max_overflow: int | None = None,
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT_S,
 ) -> SqlStateHandler:
     """A handler on ``url``; with ``schema`` the table lives in that schema (MariaDB: database).
 
     The schema is created on open if missing and kept on close.
+    ``statement_timeout`` (seconds, default 30) bounds every statement, lock
+    wait and connect; when it fires the call raises ``StoreError``.
     """
-    engine = create_engine_for(url, schema=schema, pool_size=pool_size, max_overflow=max_overflow)
+    make_engine = functools.partial(
+        create_engine_for,
+        url,
+        schema=schema,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        statement_timeout=statement_timeout,
+    )
+    engine = make_engine()
+    # A private in-memory database lives in its one connection: no second engine reaches it.
+    shared = None if isinstance(engine.sync_engine.pool, StaticPool) else make_engine
     on_open = None
     if schema is not None:
         name = schema
@@ -80,7 +97,7 @@ def sql_handler(
             else:
                 await create_pg_schema(engine, name)
 
-    handler = SqlStateHandler(engine, clock, on_open=on_open)
+    handler = SqlStateHandler(engine, clock, on_open=on_open, engine_factory=shared)
     handler.schema_name = schema
     return handler
 
@@ -97,8 +114,10 @@ def sqlite_file_handler(clock: Clock) -> SqlStateHandler:
     async def remove(_engine: AsyncEngine) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
-    engine = create_engine_for(f"sqlite+aiosqlite:///{directory / 'dsm.db'}")
-    return SqlStateHandler(engine, clock, on_close=remove)
+    make_engine = functools.partial(
+        create_engine_for, f"sqlite+aiosqlite:///{directory / 'dsm.db'}"
+    )
+    return SqlStateHandler(make_engine(), clock, on_close=remove, engine_factory=make_engine)
 
 
 def postgres_isolated_handler(
@@ -107,6 +126,7 @@ def postgres_isolated_handler(
     *,
     pool_size: int | None = None,
     max_overflow: int | None = None,
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT_S,
 ) -> SqlStateHandler:
     """A handler in a fresh, uniquely named schema of the PostgreSQL database at ``url``.
 
@@ -127,8 +147,17 @@ def postgres_isolated_handler(
         finally:
             await engine.dispose()
 
-    engine = create_engine_for(url, schema=name, pool_size=pool_size, max_overflow=max_overflow)
-    handler = SqlStateHandler(engine, clock, on_open=create, on_close=drop)
+    make_engine = functools.partial(
+        create_engine_for,
+        url,
+        schema=name,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        statement_timeout=statement_timeout,
+    )
+    handler = SqlStateHandler(
+        make_engine(), clock, on_open=create, on_close=drop, engine_factory=make_engine
+    )
     handler.schema_name = name
     return handler
 
@@ -152,6 +181,7 @@ def mariadb_isolated_handler(
     *,
     pool_size: int | None = None,
     max_overflow: int | None = None,
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT_S,
 ) -> SqlStateHandler:
     """A handler in a fresh, uniquely named database of the MariaDB server at ``url``.
 
@@ -180,8 +210,17 @@ def mariadb_isolated_handler(
         finally:
             await engine.dispose()
 
-    engine = create_engine_for(url, schema=name, pool_size=pool_size, max_overflow=max_overflow)
-    handler = SqlStateHandler(engine, clock, on_open=create, on_close=drop)
+    make_engine = functools.partial(
+        create_engine_for,
+        url,
+        schema=name,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        statement_timeout=statement_timeout,
+    )
+    handler = SqlStateHandler(
+        make_engine(), clock, on_open=create, on_close=drop, engine_factory=make_engine
+    )
     handler.schema_name = name
     return handler
 
@@ -205,17 +244,21 @@ def _test_url(factory: str, env_var: str, example: str) -> str:
     return url
 
 
-def builtin_factory(url: str | None = None) -> HandlerFactory:
+def builtin_factory(
+    url: str | None = None, *, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT_S
+) -> HandlerFactory:
     """The factory to register under the key ``"built-in"``.
 
     ``url`` defaults to :func:`database_url` (``DSM_DATABASE_URL`` or a
-    ``dsm.db`` file); it is validated now, so a bad URL fails at registration.
+    ``dsm.db`` file); it and ``statement_timeout`` are validated now, so a bad
+    value fails at registration.
     """
     target = url if url is not None else database_url()
     normalize_url(target)
+    timeout = validate_statement_timeout(statement_timeout)
 
     def build(clock: Clock) -> SqlStateHandler:
-        return sql_handler(target, clock)
+        return sql_handler(target, clock, statement_timeout=timeout)
 
     build.__qualname__ = build.__name__ = "builtin_sql_handler"
     return build

@@ -10,7 +10,9 @@ root whatever the database.
 
 from __future__ import annotations
 
+import functools
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import StaticPool
 
+from reference_engine.begin import BeginResult
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import (
@@ -29,7 +32,11 @@ from reference_engine.errors import (
     StoreLostError,
     UnsupportedStatusError,
 )
-from reference_engine.handlers.sql.engine import is_memory_url
+from reference_engine.handlers.sql.engine import (
+    create_engine_for,
+    is_memory_url,
+    statement_timeout_of,
+)
 from reference_engine.handlers.sql.repository import ProcessStateLogRepository
 from reference_engine.handlers.sql.schema import create_schema
 from reference_engine.model import SETTABLE
@@ -67,6 +74,51 @@ def store_failures(engine: AsyncEngine) -> tuple[type[BaseException], ...]:
     if isinstance(dbapi_error, type) and issubclass(dbapi_error, BaseException):
         return (*_STORE_FAILURES, dbapi_error)
     return _STORE_FAILURES
+
+
+#: MariaDB error numbers of the two limits the session sets (``engine.mariadb_timeout_sql``).
+_MARIADB_TIMEOUTS = {
+    1969: "max_statement_time",  # ER_STATEMENT_TIMEOUT
+    3024: "max_statement_time",  # ER_QUERY_TIMEOUT, MySQL's spelling of the same
+    1205: "innodb_lock_wait_timeout",  # ER_LOCK_WAIT_TIMEOUT
+}
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc``, the driver error SQLAlchemy wraps, and their causes (a short, finite chain)."""
+    seen: list[BaseException] = []
+    pending: list[BaseException | None] = [exc]
+    while pending and len(seen) < 8:
+        current = pending.pop(0)
+        if current is None or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        orig = getattr(current, "orig", None)
+        pending += [orig if isinstance(orig, BaseException) else None, current.__cause__]
+    return seen
+
+
+def timeout_fired(exc: BaseException) -> str | None:
+    """Which of the handler's time limits ``exc`` reports, by the store's own name; else None.
+
+    Walks the chain because the same server error arrives unwrapped from the
+    PostgreSQL fast path and wrapped (twice) from SQLAlchemy's path.
+    """
+    for cause in _causes(exc):
+        canceled = isinstance(cause, asyncpg.exceptions.QueryCanceledError)
+        if canceled and "statement timeout" in str(cause):
+            return "PostgreSQL's statement_timeout"
+        if isinstance(cause, asyncpg.exceptions.LockNotAvailableError):
+            return "PostgreSQL's lock_timeout"
+        args: tuple[Any, ...] = tuple(getattr(cause, "args", ()))
+        from_mariadb = type(cause).__module__.startswith(("asyncmy", "pymysql", "MySQLdb"))
+        if from_mariadb and args and isinstance(args[0], int) and args[0] in _MARIADB_TIMEOUTS:
+            return f"MariaDB's {_MARIADB_TIMEOUTS[args[0]]}"
+        if isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause):
+            return "SQLite's busy timeout"
+        if isinstance(cause, TimeoutError):
+            return "a driver timeout (connecting, or a client-side command timeout)"
+    return None
 
 
 def _check_text(value: object, field: str) -> None:
@@ -130,8 +182,11 @@ class SqlStateHandler:
         *,
         on_open: Hook | None = None,
         on_close: Hook | None = None,
+        engine_factory: Callable[[], AsyncEngine] | None = None,
     ) -> None:
         self.engine = engine
+        #: Builds another engine on the same database, for :meth:`peer`.
+        self._engine_factory = engine_factory
         self.clock = clock
         single_connection = isinstance(engine.sync_engine.pool, StaticPool)
         self.repository = ProcessStateLogRepository(engine, serialize=single_connection)
@@ -145,14 +200,60 @@ class SqlStateHandler:
         self._path = sqlite_file_path(engine)
         self._file_id: tuple[int, int] | None = None
 
+    def peer(self) -> SqlStateHandler | None:
+        """Another handler on this one's table, with its own engine and connections.
+
+        It opens without the owner's ``on_open`` (the schema exists by then)
+        and closes without its ``on_close``, so closing it disposes only its
+        own pool and never drops what the owner created.  Without an engine
+        factory the second engine is built from this one's URL and schema
+        with the default settings.  ``None`` for a private in-memory SQLite
+        database, which no second engine can reach.
+        """
+        make_engine = self._engine_factory or self._same_database()
+        if make_engine is None:
+            return None
+        engine = make_engine()
+        try:
+            twin = type(self)(engine, self.clock, engine_factory=make_engine)
+        except TypeError:
+            return None  # a subclass built otherwise: it has no peer
+        twin.schema_name = self.schema_name
+        return twin
+
+    def _same_database(self) -> Callable[[], AsyncEngine] | None:
+        if isinstance(self.engine.sync_engine.pool, StaticPool):
+            return None
+        url = self.engine.url
+        translated = self.engine.get_execution_options().get("schema_translate_map") or {}
+        schema = translated.get(None)
+        return functools.partial(create_engine_for, url, schema=schema)
+
     def __repr__(self) -> str:
         url = self.engine.url.render_as_string(hide_password=True)
         return f"SqlStateHandler({url!r})"
 
     def _store_error(self, operation: str, exc: BaseException) -> StoreError:
+        fired = timeout_fired(exc)
+        if fired is not None:
+            return self._timeout_error(operation, exc, fired)
         return StoreError(
             f"{operation} failed on the {self.engine.dialect.name} store "
             f"({type(exc).__name__}: {exc}); the outcome is unknown and retrying is safe"
+        )
+
+    def _timeout_error(self, operation: str, exc: BaseException, fired: str) -> StoreError:
+        """A wait that hit the statement timeout: which limit, the usual cause, how to change it."""
+        seconds = statement_timeout_of(self.engine)
+        limit = "" if seconds is None else f" of {seconds:g} s"
+        return StoreError(
+            f"{operation} failed on the {self.engine.dialect.name} store: {fired} fired "
+            f"({type(exc).__name__}: {exc}); the outcome is unknown and retrying is safe. The "
+            f"handler bounds every statement, lock wait and connect by its statement_timeout"
+            f"{limit}; the usual cause is a row lock another session holds (a transaction left "
+            "open). If the store is slow rather than blocked, raise the limit: "
+            "sql_handler(url, clock, statement_timeout=SECONDS) or "
+            "builtin_factory(url, statement_timeout=SECONDS)"
         )
 
     def _check_file(self) -> None:
@@ -203,6 +304,7 @@ class SqlStateHandler:
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
+        self._closed = False  # a restart: close() then open() on the same instance
         async with self._store("open"):
             if self._on_open is not None:
                 await self._on_open(self.engine)
@@ -243,6 +345,15 @@ class SqlStateHandler:
             return await self.repository.try_acquire_lock(ctx, self.clock.now())
         except self._failures as exc:
             raise self._store_error("try_acquire_lock", exc) from exc
+
+    async def begin(self, ctx: StateHandlerContext) -> BeginResult:
+        """``exists`` then ``try_acquire_lock`` atomically (see :mod:`reference_engine.begin`)."""
+        _storable(ctx)
+        self._check_file()
+        try:
+            return await self.repository.begin(ctx, self.clock.now())
+        except self._failures as exc:
+            raise self._store_error("begin", exc) from exc
 
     async def set(
         self,

@@ -31,8 +31,10 @@ from sqlalchemy import (
     bindparam,
     false,
     literal,
+    literal_column,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import Insert as PgInsert
@@ -64,6 +66,7 @@ __all__ = [
     "acquire_params",
     "acquire_row",
     "acquire_statement",
+    "begin_statement",
     "effective_status_in",
     "fenced_params",
     "fenced_statement",
@@ -207,6 +210,26 @@ def acquire_statement(dialect_name: str) -> ReturningInsert[Any]:
         set_=acquire_changes(insert.excluded),
         where=ACQUIRABLE_NOW,
     ).returning(T.c.attempt)
+
+
+@lru_cache(maxsize=1)
+def begin_statement() -> Select[Any]:
+    """PostgreSQL's ``begin``: the acquire and, when it takes nothing, the current row.
+
+    ``WITH taken AS (<acquire> RETURNING attempt) SELECT taken.attempt AS token,
+    row.* FROM (SELECT 1) LEFT JOIN taken ON true LEFT JOIN <current row> ON
+    taken.attempt IS NULL``: one statement, so one round trip whatever the
+    outcome.  The row is read from the statement's snapshot, which may predate
+    the row the acquire's conflict check saw (a concurrent first insert or
+    take-over, READ COMMITTED); the caller notices that as "nothing taken, yet
+    no row or a takeable one" and runs the statement again.  SQLite has no
+    writing CTE and MariaDB no ``ON CONFLICT ... WHERE``; they pair the
+    acquire with a read of the row (see the repository).
+    """
+    taken = acquire_statement("postgresql").cte("taken")
+    one = select(literal_column("1").label("one")).subquery("one")
+    joined = one.outerjoin(taken, true()).outerjoin(T, and_(KEY_MATCH, taken.c.attempt.is_(None)))
+    return select(taken.c.attempt.label("token"), *T.c).select_from(joined)
 
 
 def acquire_params(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from reference_engine.begin import Acquired, BeginResult, Completed, Locked
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (
     LockHeldError,
@@ -55,6 +56,7 @@ from reference_engine.model import NEEDS_LOCK, effective_status, require_holder
 from reference_engine.record import StateRecord, is_lock_live
 from reference_engine.status import (
     ACQUIRABLE,
+    COMPLETED,
     IdempotencyStatus,
     check_path,
     check_transition,
@@ -167,6 +169,21 @@ def _to_record(row: Row[Any]) -> StateRecord:
         updated_at=row.updated_at,
         retain_until=row.retain_until,
     )
+
+
+def _not_taken(record: StateRecord | None, now: dt.datetime) -> BeginResult | None:
+    """What ``begin`` answers when its acquire took nothing: Completed, Locked, or None.
+
+    None means the row read is one the acquire would have taken: the read
+    saw a later (or earlier) state than the acquire did, and the caller retries.
+    """
+    if record is None:
+        return None
+    if effective_status(record, now) in COMPLETED:
+        return Completed(record)
+    if is_lock_live(record.status, record.locked_until, now):
+        return Locked(record.locked_until)
+    return None
 
 
 class ProcessStateLogRepository:
@@ -312,6 +329,45 @@ class ProcessStateLogRepository:
         statement = P.acquire_statement(self.dialect_name)
         token = await self._fetchval(statement, P.acquire_params(ctx, now), write=True)
         return None if token is None else int(token)
+
+    async def begin(self, ctx: StateHandlerContext, now: dt.datetime) -> BeginResult:
+        """``exists`` then ``try_acquire_lock`` as one atomic step.
+
+        PostgreSQL: one statement (:func:`.prepared.begin_statement`).  SQLite:
+        the acquire statement and, only when it took nothing, a read of the
+        row, in one write transaction (SQLite admits one writer, so nothing
+        lands between them; both run in-process, no round trip is added).
+        MariaDB: its acquire statement and, when it took nothing, one read; a
+        row that changed in between is noticed and the pair run again.
+        """
+        key = ctx.record_key
+        for _ in range(_RACE_RETRIES):
+            if self.dialect_name == "postgresql":
+                params = P.acquire_params(ctx, now)
+                async with self._single(write=True) as conn:
+                    row = (await conn.execute(P.begin_statement(), params)).first()
+                assert row is not None  # the statement always yields its one row
+                if row.token is not None:
+                    return Acquired(int(row.token))
+                record = None if row.id is None else _to_record(row)
+            elif self.mariadb:
+                token = M.acquired_token(await self._run(M.ACQUIRE, P.acquire_params(ctx, now)))
+                if token is not None:
+                    return Acquired(token)
+                record = await self.get(key)
+            else:
+                statement = P.acquire_statement(self.dialect_name)
+                async with self._transaction() as conn:
+                    taken = (await conn.execute(statement, P.acquire_params(ctx, now))).scalar()
+                    if taken is not None:
+                        return Acquired(int(taken))
+                    record = await self._current(conn, key)
+            decided = _not_taken(record, now)
+            if decided is not None:
+                return decided
+            # Nothing was taken, yet the row read is takeable (or absent): another
+            # writer changed it between the decision and the read.  Ask again.
+        raise StoreError(f"begin on item {ctx.item_key!r} kept losing races")
 
     async def _fenced_update(
         self,
