@@ -478,7 +478,11 @@ def test_java_handler_without_fencing_is_caught(java_classes: Path) -> None:
     command = [java, "-XX:TieredStopAtLevel=1", "-cp", str(java_classes), "MemoryHandler"]
     factory = exec_factory(command, env={"DSM_JAVA_BUG": "no_fencing"})
     report = verify(factory, profile="dev", seed=0, stop_on_first=True)
-    assert [v.name for v in report.violations] == ["stale_write_rejected"]
+    # Without fencing a stale holder's write lands, and so does a spent token's.
+    assert [v.name for v in report.violations] in (
+        ["stale_write_rejected"],
+        ["spent_token_rejected"],
+    )
 
 
 def test_payloads_travel_as_canonical_json_text() -> None:
