@@ -33,6 +33,7 @@ __all__ = [
     "ExpiresWithoutRetention",
     "InclusiveLockBoundary",
     "InclusiveRetentionBoundary",
+    "KeyRoutingHandler",
     "LocalTimeNotUtc",
     "LockDurationInMilliseconds",
     "NoFencing",
@@ -179,27 +180,11 @@ class UpsertOverwritesInPlace(InMemoryStateHandler):
         self.model.upsert(ctx, data, now)
 
 
-class _KeyCollapsingHandler(InMemoryStateHandler):
-    """Records are found by a key missing one column: the first writer's row answers all."""
-
-    def __init__(self, clock: Clock | None = None) -> None:
-        super().__init__(clock)
-        self._first: dict[RecordKey, StateHandlerContext] = {}
-
-    def _collapse(self, key: RecordKey) -> RecordKey:
-        raise NotImplementedError
+class KeyRoutingHandler(InMemoryStateHandler):
+    """Every per-item call is made on the context :meth:`_route` gives: how a key-mangling store looks."""
 
     def _route(self, ctx: StateHandlerContext) -> StateHandlerContext:
-        first = self._first.setdefault(self._collapse(ctx.record_key), ctx)
-        return dataclasses.replace(
-            ctx,
-            tenant_id=first.tenant_id,
-            scope_id=first.scope_id,
-            scope_code=first.scope_code,
-            entity_id=first.entity_id,
-            item_entity_key=first.item_entity_key,
-            item_key=first.item_key,
-        )
+        raise NotImplementedError
 
     async def exists(self, ctx: StateHandlerContext) -> bool:
         return await super().exists(self._route(ctx))
@@ -223,6 +208,29 @@ class _KeyCollapsingHandler(InMemoryStateHandler):
 
     async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
         await super().upsert(self._route(ctx), data)
+
+
+class _KeyCollapsingHandler(KeyRoutingHandler):
+    """Records are found by a key missing one column: the first writer's row answers all."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        super().__init__(clock)
+        self._first: dict[RecordKey, StateHandlerContext] = {}
+
+    def _collapse(self, key: RecordKey) -> RecordKey:
+        raise NotImplementedError
+
+    def _route(self, ctx: StateHandlerContext) -> StateHandlerContext:
+        first = self._first.setdefault(self._collapse(ctx.record_key), ctx)
+        return dataclasses.replace(
+            ctx,
+            tenant_id=first.tenant_id,
+            scope_id=first.scope_id,
+            scope_code=first.scope_code,
+            entity_id=first.entity_id,
+            item_entity_key=first.item_entity_key,
+            item_key=first.item_key,
+        )
 
 
 class TenantMissingFromKey(_KeyCollapsingHandler):

@@ -16,7 +16,7 @@ only checked for having processed something.
 
 from __future__ import annotations
 
-from dsm_sim.checker.leases import DONE, InvariantResult, Violation, result_of
+from dsm_sim.checker.leases import DONE, HOLDER_WRITES, InvariantResult, Violation, result_of
 from dsm_sim.history import EventKind, History, OpName, Outcome
 
 __all__ = [
@@ -84,9 +84,6 @@ def _abandoned(history: History, key: str, allowed: frozenset[str]) -> str:
     return ""
 
 
-_LOCK_ENDING = (OpName.SET, OpName.RELEASE_LOCK_AS_FAILED, OpName.UPSERT)
-
-
 def _stranded_holder(history: History, key: str) -> str:
     """A holder that tried to give its lock back, and every attempt met a store error.
 
@@ -102,7 +99,7 @@ def _stranded_holder(history: History, key: str) -> str:
         if op.op is OpName.TRY_ACQUIRE_LOCK and op.ok and op.token is not None
     ]
     for token in reversed(granted):
-        ending = [op for op in ops if op.op in _LOCK_ENDING and op.token == token]
+        ending = [op for op in ops if op.op in HOLDER_WRITES and op.token == token]
         if ending and all(op.error == "StoreError" or op.outcome is Outcome.INFO for op in ending):
             return (
                 f"a holder whose lock-ending writes all met a store error (op #{ending[-1].index})"

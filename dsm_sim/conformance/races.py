@@ -453,7 +453,26 @@ class RaceRules(OperationRules):
         they finished; then the calls as atomic steps around the clock move
         (the order the handler finished them in first); then every call that
         spanned the move reading either side of it, wherever its write landed.
+        A candidate that replays exactly as an earlier one (the same calls in
+        the same order at the same readings) is not yielded again.
         """
+        seen: set[tuple[tuple[int, ...], tuple[dt.datetime, ...]]] = set()
+        for order, nows in RaceRules._all_candidates(count, log, t0, t1, moves):
+            calls = tuple(e for e in order if e != _CLOCK)
+            if nows is None:
+                moved = order.index(_CLOCK) if _CLOCK in order else len(order)
+                read = tuple(t1 if order.index(c) > moved else t0 for c in calls)
+                key = (calls, tuple(r for _, r in sorted(zip(calls, read, strict=True))))
+            else:
+                key = (calls, tuple(nows))
+            if key not in seen:
+                seen.add(key)
+                yield order, nows
+
+    @staticmethod
+    def _all_candidates(
+        count: int, log: Sequence[tuple[str, int]], t0: dt.datetime, t1: dt.datetime, moves: bool
+    ) -> Iterator[tuple[tuple[int, ...], Sequence[dt.datetime] | None]]:
         events = [*range(count), *([_CLOCK] if moves else [])]
         finished = tuple(e for kind, e in log if kind == "end" and e in events)
         first = finished if len(finished) == len(events) else tuple(events)

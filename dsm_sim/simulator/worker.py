@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Coroutine, Generator, Mapping
 from typing import Any
 
+from dsm_sim.checker.leases import HOLDER_WRITES
 from dsm_sim.checker.liveness import CRASH_REASON, REJECTED_REASON
 from dsm_sim.history import EventKind, OpName, key_of
 from dsm_sim.scenario import CrashPoint
@@ -29,8 +30,6 @@ from reference_engine.engine.executor import (
 from reference_engine.nodes.invoice import BillingError
 
 __all__ = ["Worker", "failure_reason"]
-
-_LOCK_ENDING = (OpName.SET, OpName.RELEASE_LOCK_AS_FAILED, OpName.UPSERT)
 
 
 def failure_reason(result: NodeExecutionResult) -> str:
@@ -139,7 +138,7 @@ class Worker:
                 return isinstance(request, EffectCall)
             case CrashPoint.AFTER_EFFECT:
                 return (
-                    effect_done and isinstance(request, HandlerCall) and request.op in _LOCK_ENDING
+                    effect_done and isinstance(request, HandlerCall) and request.op in HOLDER_WRITES
                 )
             case _:
                 return False

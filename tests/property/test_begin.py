@@ -18,7 +18,7 @@ import pytest
 from dsm_sim.broken import CATALOGUE
 from dsm_sim.conformance.begin import begins_natively
 from dsm_sim.conformance.machine import build_machine
-from dsm_sim.conformance.runner import verify
+from dsm_sim.conformance.runner import VerificationReport, verify
 from reference_engine.begin import (
     Acquired,
     BeginCapable,
@@ -102,11 +102,15 @@ def test_a_begin_that_acquires_over_processed_work_is_caught() -> None:
     assert "state.begin(" in caught.reproduction
 
 
+def _assert_passed(report: VerificationReport) -> None:
+    assert report.error is None, report.error
+    assert report.passed, [v.render() for v in report.violations]
+
+
 def test_the_kit_calls_a_native_begin_and_the_memory_handler_passes() -> None:
     CountingBegin.calls = 0
     report = verify(CountingBegin, "ci", seed=SEED, max_examples=20)
-    assert report.error is None, report.error
-    assert report.passed, [v.render() for v in report.violations]
+    _assert_passed(report)
     assert CountingBegin.calls > 0
 
 
@@ -123,16 +127,14 @@ def test_only_native_begins_get_the_rule() -> None:
 
 def test_sqlite_begin_passes_the_kit() -> None:
     report = verify(sqlite_memory_handler, "ci", seed=SEED, max_examples=6)
-    assert report.error is None, report.error
-    assert report.passed, [v.render() for v in report.violations]
+    _assert_passed(report)
 
 
 @pytest.mark.redis
 def test_redis_begin_passes_the_kit(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_REDIS_URL", redis_url)
     report = verify(redis_test_handler, "ci", seed=SEED, max_examples=4)
-    assert report.error is None, report.error
-    assert report.passed, [v.render() for v in report.violations]
+    _assert_passed(report)
 
 
 def pooled_redis_handler(clock: Clock) -> RedisStateHandler:
@@ -146,24 +148,21 @@ def pooled_redis_handler(clock: Clock) -> RedisStateHandler:
 def test_pipelined_redis_passes_the_kit(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_REDIS_URL", redis_url)
     report = verify(pooled_redis_handler, "ci", seed=SEED, max_examples=10)
-    assert report.error is None, report.error
-    assert report.passed, [v.render() for v in report.violations]
+    _assert_passed(report)
 
 
 @pytest.mark.postgres
 def test_postgres_begin_passes_the_kit(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_POSTGRES_URL", postgres_url)
     report = verify(postgres_test_handler, "ci", seed=SEED, max_examples=6)
-    assert report.error is None, report.error
-    assert report.passed, [v.render() for v in report.violations]
+    _assert_passed(report)
 
 
 @pytest.mark.mariadb
 def test_mariadb_begin_passes_the_kit(mariadb_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_MARIADB_URL", mariadb_url)
     report = verify(mariadb_test_handler, "ci", seed=SEED, max_examples=3)
-    assert report.error is None, report.error
-    assert report.passed, [v.render() for v in report.violations]
+    _assert_passed(report)
 
 
 # --- the answers --------------------------------------------------------------------------------

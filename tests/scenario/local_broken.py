@@ -15,10 +15,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from dsm_sim.broken.handlers import KeyRoutingHandler
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.handlers.memory import InMemoryStateHandler
 from reference_engine.model import effective_status
-from reference_engine.record import StateRecord
 from reference_engine.status import IdempotencyStatus
 
 S = IdempotencyStatus
@@ -67,13 +67,13 @@ class UpsertUpdatesInPlace(InMemoryStateHandler):
         self.model.upsert(ctx, data, self.clock.now())
 
 
-class _Rekeyed(InMemoryStateHandler):
+class _Rekeyed(KeyRoutingHandler):
     """Stores every record under a rewritten key; the record says the key it was stored under."""
 
     def rekey(self, key: RecordKey) -> RecordKey:
         raise NotImplementedError
 
-    def _ctx(self, ctx: StateHandlerContext) -> StateHandlerContext:
+    def _route(self, ctx: StateHandlerContext) -> StateHandlerContext:
         key = self.rekey(ctx.record_key)
         return dataclasses.replace(
             ctx,
@@ -83,29 +83,6 @@ class _Rekeyed(InMemoryStateHandler):
             item_entity_key=key.item_entity_key,
             item_key=key.item_key,
         )
-
-    async def exists(self, ctx: StateHandlerContext) -> bool:
-        return await super().exists(self._ctx(ctx))
-
-    async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
-        return await super().get(self._ctx(ctx))
-
-    async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
-        return await super().try_acquire_lock(self._ctx(ctx))
-
-    async def set(
-        self,
-        ctx: StateHandlerContext,
-        status: IdempotencyStatus,
-        data: Mapping[str, Any] | None = None,
-    ) -> None:
-        await super().set(self._ctx(ctx), status, data)
-
-    async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
-        await super().release_lock_as_failed(self._ctx(ctx), error_detail)
-
-    async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
-        await super().upsert(self._ctx(ctx), data)
 
 
 class StripsAndLowercasesKeys(_Rekeyed):

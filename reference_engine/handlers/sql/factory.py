@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -147,6 +148,33 @@ def postgres_isolated_handler(
         finally:
             await engine.dispose()
 
+    return _in_schema(
+        url,
+        clock,
+        name,
+        create,
+        drop,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        statement_timeout=statement_timeout,
+    )
+
+
+def _in_schema(
+    url: str,
+    clock: Clock,
+    name: str,
+    create: Callable[[AsyncEngine], Awaitable[None]],
+    drop: Callable[[AsyncEngine], Awaitable[None]],
+    *,
+    pool_size: int | None,
+    max_overflow: int | None,
+    statement_timeout: float,
+) -> SqlStateHandler:
+    """A handler whose table lives in schema ``name``, created on open and dropped on close.
+
+    Its peers (:meth:`SqlStateHandler.peer`) build their engines the same way.
+    """
     make_engine = functools.partial(
         create_engine_for,
         url,
@@ -210,19 +238,16 @@ def mariadb_isolated_handler(
         finally:
             await engine.dispose()
 
-    make_engine = functools.partial(
-        create_engine_for,
+    return _in_schema(
         url,
-        schema=name,
+        clock,
+        name,
+        create,
+        drop,
         pool_size=pool_size,
         max_overflow=max_overflow,
         statement_timeout=statement_timeout,
     )
-    handler = SqlStateHandler(
-        make_engine(), clock, on_open=create, on_close=drop, engine_factory=make_engine
-    )
-    handler.schema_name = name
-    return handler
 
 
 def mariadb_test_handler(clock: Clock) -> SqlStateHandler:
