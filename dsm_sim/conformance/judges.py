@@ -255,6 +255,23 @@ def _zone_shift(delta: dt.timedelta, at_instant: dt.datetime | None = None) -> b
     return local is not None and abs(delta) == abs(local)
 
 
+def _shift_cause(delta: dt.timedelta, expected: dt.datetime, written: dt.datetime) -> str:
+    """Why an instant is off by a zone shift: which kind of local-time arithmetic does that.
+
+    When the process zone's offset changed between the write and the instant
+    (a daylight-saving change in between) and the error is that change, the
+    end was computed as naive local now plus the duration; else local wall
+    time was written as if it were UTC.
+    """
+    start, end = written.astimezone().utcoffset(), expected.astimezone().utcoffset()
+    if start is not None and end is not None and start != end and abs(delta) == abs(end - start):
+        return (
+            "naive local time plus the duration, across the zone's daylight-saving change "
+            f"({offset(start)} to {offset(end)})"
+        )
+    return "local wall time stored as UTC"
+
+
 def _naive_or_shifted(record: StateRecord) -> str | None:
     for name in ("locked_until", "created_at", "updated_at", "retain_until"):
         value = getattr(record, name)
@@ -337,7 +354,8 @@ def judge_record(
             return Finding(
                 "timestamps_in_utc",
                 f"{ref.label} is locked until {at(got.locked_until)}, {offset(delta)} off the "
-                f"expected {at(want.locked_until)}: local wall time stored as UTC",
+                f"expected {at(want.locked_until)}: "
+                + _shift_cause(delta, want.locked_until, want.updated_at),
             )
         return Finding(
             "lock_duration_honoured",
@@ -383,7 +401,7 @@ def judge_record(
             return Finding(
                 "timestamps_in_utc",
                 f"{ref.label}'s {name} is {at(have)}, {offset(have - expect)} off the expected "
-                f"{at(expect)}: local wall time stored as UTC",
+                f"{at(expect)}: " + _shift_cause(have - expect, expect, want.updated_at),
             )
         off = f" ({offset(have - expect)} off)" if have is not None and expect is not None else ""
         return Finding(

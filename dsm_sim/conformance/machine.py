@@ -25,6 +25,7 @@ from dsm_sim.conformance import world as W
 from dsm_sim.conformance.begin import BeginRules, begins_natively
 from dsm_sim.conformance.boundaries import BoundaryRules
 from dsm_sim.conformance.clocks import ClockMode
+from dsm_sim.conformance.edges import EdgeSteps
 from dsm_sim.conformance.lifecycle import LifecycleRules
 from dsm_sim.conformance.races import RaceRules
 from dsm_sim.conformance.replies import ReplyRules
@@ -40,7 +41,9 @@ __all__ = ["ConformanceMachine", "build_machine"]
 S = IdempotencyStatus
 
 
-class ConformanceMachine(RaceRules, ReplyRules, SpellingRules, LifecycleRules, BoundaryRules):
+class ConformanceMachine(
+    RaceRules, ReplyRules, SpellingRules, LifecycleRules, BoundaryRules, EdgeSteps
+):
     """The operations, plus races, crashes, stalls, lost replies and boundary contention."""
 
     @rule(item=W.ITEMS, guarded=st.booleans())

@@ -31,7 +31,18 @@ from reference_engine.record import (
 
 T = TypeVar("T")
 
-__all__ = ["DATA", "EMPTIES", "ERRORS", "OBJECTS", "PLAIN_DATA", "data_difference"]
+__all__ = [
+    "DATA",
+    "EMPTIES",
+    "ERRORS",
+    "ERROR_DETAILS",
+    "NUMBERS",
+    "OBJECTS",
+    "PLAIN_DATA",
+    "STRINGS",
+    "data_difference",
+    "nested",
+]
 
 #: Strings that stores get wrong: NUL (PostgreSQL text and jsonb refuse it),
 #: JSON's escapes, line and paragraph separators, a BOM, combining and astral
@@ -105,7 +116,7 @@ _VALUES = (
 )
 #: Nested as deep as a result plausibly is, and beyond what a recursive
 #: decoder with a small stack handles.
-_DEEP = st.sampled_from((20, 40)).map(lambda depth: {"deep": _nest(depth)})
+_DEEP = st.sampled_from((20, 40)).map(lambda depth: {"deep": nested(depth)})
 #: Just under and just over the size limit once serialised, in one-, two- and
 #: four-byte characters: a limit counted in characters instead of bytes, or a
 #: column sized in characters, shows here.
@@ -161,8 +172,9 @@ PLAIN_DATA: st.SearchStrategy[dict[str, Any] | None] = st.none() | _SMALL
 #: (not NULL, as Oracle's ``'' IS NULL`` or ``detail or None`` make it), and
 #: so is one of only whitespace, or one with whitespace at either end (which
 #: a ``CHAR`` column or a ``strip()`` changes).
-ERRORS: st.SearchStrategy[str] = st.sampled_from(
-    (
+ERROR_DETAILS: tuple[str, ...] = tuple(
+    clean_error_detail(detail)
+    for detail in (
         "card declined",
         "timeout after 30s",
         *STRINGS,
@@ -174,10 +186,11 @@ ERRORS: st.SearchStrategy[str] = st.sampled_from(
         "x" * (MAX_ERROR_DETAIL - 1) + " ",
         "x" * (MAX_ERROR_DETAIL + 10),
     )
-).map(clean_error_detail)
+)
+ERRORS: st.SearchStrategy[str] = st.sampled_from(ERROR_DETAILS)
 
 
-def _nest(depth: int) -> Any:
+def nested(depth: int) -> Any:
     value: Any = "bottom"
     for level in range(depth):
         value = [value] if level % 2 else {"n": value}

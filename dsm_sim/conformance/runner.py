@@ -48,8 +48,14 @@ from dsm_sim.conformance.loop import (
     validate_call_timeout,
 )
 from dsm_sim.conformance.machine import ConformanceMachine, build_machine
+from dsm_sim.conformance.probes import (
+    PROBES,
+    UnbuildableMachine,
+    fold_entered_world,
+    probe_findings,
+)
 from dsm_sim.conformance.properties import PROPERTIES, PropertyViolation
-from dsm_sim.conformance.reduce import parse_program, reduce_program
+from dsm_sim.conformance.reduce import parse_program, reduce_program, replay
 from dsm_sim.conformance.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.conformance.shrinking import (
     SETTLE_SECONDS,
@@ -58,6 +64,7 @@ from dsm_sim.conformance.shrinking import (
     shrink_budget,
 )
 from dsm_sim.conformance.world import RunStats
+from dsm_sim.conformance.worlds import UTC_ZONE as WORLD_UTC
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
@@ -125,6 +132,9 @@ class PropertyResult:
     found_as: str | None = None
     #: The POSIX ``TZ`` the failing test case ran in, when the machine reports one.
     time_zone: str | None = None
+    #: The edge probe that found the violation (:mod:`dsm_sim.conformance.probes`),
+    #: or None when the search did.
+    found_by: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -140,6 +150,8 @@ class PropertyResult:
             return f"{self.name}: {self.status.value} ({self.checks} checks)"
         heading = f"{self.name} violated{' (flaky)' if self.flaky else ''}: {self.message}"
         parts = [heading, "", "What happened:", self.story]
+        if self.found_by is not None:
+            parts[1:1] = ["", f"Found by the edge probe {self.found_by!r}, before the search."]
         if self.reproduction:
             parts += ["", "Minimal reproduction (paste and run):", self.reproduction]
         if self.flaky:
@@ -173,6 +185,9 @@ class VerificationReport:
     semantics_spec: str | None = None
     #: The per-call bound the run used, when a replay must pass it (None: the default).
     call_timeout: float | None = None
+    #: Edge probes run before the search, and the steps they took.
+    probes: int = 0
+    probe_steps: int = 0
 
     @property
     def passed(self) -> bool:
@@ -216,15 +231,16 @@ class VerificationReport:
         if self.clock_mode is not ClockMode.INJECTED:
             command += f" --clock {self.clock_mode.value}"
         zone = self.replay_zone
-        if zone is not None and zone != UTC_ZONE:
+        if zone is not None and zone not in (UTC_ZONE, WORLD_UTC):
             command += f" --tz {zone}"
         return command
 
     def explored(self) -> str:
         """How much was explored, in one line: what a green run is worth."""
         seeds = len(self.seeds) or 1
+        probed = f"{self.probes} edge probes ({self.probe_steps} steps), " if self.probes else ""
         return (
-            f"{self.test_cases} test cases, {self.steps} steps, {self.checks} checks, "
+            f"{probed}{self.test_cases} test cases, {self.steps} steps, {self.checks} checks, "
             f"{seeds} seed(s), {self.runs} run(s), {self.seconds:.1f}s"
         )
 
@@ -428,6 +444,7 @@ def verify(
     on_violation: Callable[[PropertyResult], None] | None = None,
     semantics: SemanticsProfile | str | None = None,
     call_timeout_s: float | None = None,
+    probes: bool = True,
 ) -> VerificationReport:
     """Run the conformance state machine against ``factory``; never raises on a violation.
 
@@ -449,6 +466,8 @@ def verify(
     ``call_timeout_s`` bounds every handler call, ``open`` and ``close`` included
     (default :func:`~dsm_sim.conformance.loop.default_call_timeout`, 10 s; none of
     its own for a handler out of process, whose client has ``--exec-timeout``).
+    ``probes`` runs the edge probes (:mod:`dsm_sim.conformance.probes`) before
+    the search; their findings come first, and the search looks for the rest.
     """
     profile_of = resolve_semantics(semantics, factory)
     waived = profile_of.waived
@@ -478,7 +497,26 @@ def verify(
     settled = False
     started = time.perf_counter()
     used: list[int] = []
-    while True:
+    probed = _Probing()
+    if probes:
+        error, done = _probe(
+            factory,
+            search,
+            probed,
+            mode=mode,
+            name=name,
+            time_zone=time_zone,
+            semantics=profile_of,
+            spec=semantics if isinstance(semantics, str) and not profile_of.strict else None,
+            limit=limit,
+            shrink_seconds=SHRINK_SECONDS.get(profile, SHRINK_SECONDS["ci"]),
+            seed=seed,
+            on_violation=on_violation,
+            stop_on_first=stop_on_first,
+            judged=len(PROPERTIES) - len(waived.keys() - search.found.keys()),
+        )
+        settled = done and error is None
+    while not probed.stop:
         runs += 1
         run_seed = seed + seed_index
         if run_seed not in used:
@@ -604,7 +642,110 @@ def verify(
         semantics=profile_of.name,
         semantics_spec=semantics if isinstance(semantics, str) and not profile_of.strict else None,
         call_timeout=None if call_timeout_s is None else limit,
+        probes=probed.probes,
+        probe_steps=probed.steps,
     )
+
+
+@dataclass(slots=True)
+class _Probing:
+    """What the edge probes did: how many ran, their steps, and whether the search is needed."""
+
+    probes: int = 0
+    steps: int = 0
+    stop: bool = False
+
+
+def _probe(
+    factory: HandlerFactory,
+    search: _Search,
+    probed: _Probing,
+    *,
+    mode: ClockMode,
+    name: str,
+    time_zone: str | None,
+    semantics: SemanticsProfile,
+    spec: str | None,
+    limit: float | None,
+    shrink_seconds: float,
+    seed: int,
+    on_violation: Callable[[PropertyResult], None] | None,
+    stop_on_first: bool,
+    judged: int,
+) -> tuple[str | None, bool]:
+    """Run the edge probes, booking what they find as the search would; (error, settled).
+
+    ``probed.stop`` is set when the search is not needed: a violation under
+    ``stop_on_first``, every judged property found, or a hung call.
+    """
+    stats = RunStats()
+    machine = _machine(
+        factory, clock_mode=mode, stats=stats, name=name, time_zone=time_zone, semantics=semantics
+    )
+    waived = frozenset(semantics.waived)
+    path = factory_path(factory)
+    probed.probes = len(PROBES)
+    probed.steps = sum(len(probe.calls) for probe in PROBES)
+    hung_before = timeouts_seen()
+    started = time.perf_counter()
+    with call_timeout(limit):
+        findings = probe_findings(
+            machine, path, found=lambda: frozenset(search.found) | waived, semantics=spec
+        )
+        while True:
+            try:
+                finding = next(findings)
+            except StopIteration:
+                break
+            except UnbuildableMachine:
+                # A handler that cannot even be built or opened: the search reports how.
+                probed.probes = probed.steps = 0
+                return None, False
+            violation = finding.violation
+            prop = violation.property
+            zone = getattr(violation, "time_zone", None)
+            result = PropertyResult(
+                name=prop,
+                summary=next(p.summary for p in PROPERTIES if p.name == prop),
+                status=ResultStatus.FAILED,
+                checks=stats.checks[prop],
+                message=violation.finding.message,
+                story=violation.story,
+                reproduction=finding.reproduction,
+                examples_to_failure=0,
+                found_rank=len(search.found) + 1,
+                found_seed=seed,
+                found_as=prop,
+                time_zone=zone if isinstance(zone, str) else None,
+                found_by=finding.probe.name,
+            )
+            again = replay(machine, finding.program)
+            if again is None or again.property != prop:
+                # The same steps passed, or broke something else: a race, most likely.
+                result = dataclasses.replace(result, status=ResultStatus.FLAKY)
+            elif mode is ClockMode.INJECTED:
+                reducing = timeouts_seen()
+                result = _reduced(result, machine, shrink_seconds)
+                hung_before += timeouts_seen() - reducing
+            result = dataclasses.replace(
+                result, reproduction=fold_entered_world(result.reproduction)
+            )
+            search.found[prop] = dataclasses.replace(
+                result, seconds_to_failure=round(time.perf_counter() - started, 3)
+            )
+            if on_violation is not None:
+                on_violation(search.found[prop])
+            if timeouts_seen() > hung_before:
+                probed.stop = True
+                return _hung(limit), False
+            if stop_on_first or len(search.found) == judged:
+                probed.stop = True
+                return None, len(search.found) == judged
+    search.checks.update(stats.checks)
+    if timeouts_seen() > hung_before:
+        probed.stop = True
+        return _hung(limit), False
+    return None, False
 
 
 def _results(

@@ -25,6 +25,7 @@ a record the model keeps must not be missing.  The default profile,
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import importlib
@@ -111,6 +112,9 @@ class SemanticsProfile:
     retention_resolution: dt.timedelta = _MICROSECOND
     #: The resolution at which ``retain_until`` is stored (and read back).
     stored_retention_resolution: dt.timedelta = _MICROSECOND
+    #: The unit a node's retention is configured in: a library that takes
+    #: whole seconds keeps a retention of 1.5 s for 1 s.
+    retention_unit: dt.timedelta = _MICROSECOND
     #: After an expired lock is taken over, further take-overs of the item are
     #: refused for this long (a library's guard against racing take-overs).
     takeover_guard: dt.timedelta | None = None
@@ -191,6 +195,8 @@ POWERTOOLS = SemanticsProfile(
     # itself stores its expiry in whole seconds.
     retention_resolution=dt.timedelta(milliseconds=1),
     stored_retention_resolution=dt.timedelta(seconds=1),
+    # ``expires_after_seconds`` is an int.
+    retention_unit=dt.timedelta(seconds=1),
     # The Redis layer takes an orphaned record over under a ``<key>:lock`` key
     # of 10 s that it never deletes.
     takeover_guard=dt.timedelta(seconds=10),
@@ -293,7 +299,18 @@ class ProfiledModel(ReferenceModel):
         self.settle(now, ctx.record_key)
         return super().exists(ctx, now)
 
+    def _configured(self, ctx: StateHandlerContext) -> StateHandlerContext:
+        """``ctx`` with its retention in the unit the library takes it in."""
+        unit, config = self.semantics.retention_unit, ctx.handler_config
+        if unit <= _MICROSECOND or config.retention is None:
+            return ctx
+        retention = config.retention - config.retention % unit
+        return dataclasses.replace(
+            ctx, handler_config=dataclasses.replace(config, retention=retention)
+        )
+
     def try_acquire_lock(self, ctx: StateHandlerContext, now: dt.datetime) -> int | None:
+        ctx = self._configured(ctx)
         semantics = self.semantics
         if semantics.strict:
             return super().try_acquire_lock(ctx, now)
@@ -334,6 +351,7 @@ class ProfiledModel(ReferenceModel):
         data: Mapping[str, Any] | None,
         now: dt.datetime,
     ) -> None:
+        ctx = self._configured(ctx)
         self.settle(now, ctx.record_key)
         if self.semantics.strict:
             super().set(ctx, status, data, now)
@@ -364,6 +382,7 @@ class ProfiledModel(ReferenceModel):
     def release_lock_as_failed(
         self, ctx: StateHandlerContext, error_detail: str, now: dt.datetime
     ) -> None:
+        ctx = self._configured(ctx)
         self.settle(now, ctx.record_key)
         if self._vanished_under_holder(ctx):
             return  # nothing left to delete, and nobody else's record to harm
@@ -390,6 +409,7 @@ class ProfiledModel(ReferenceModel):
     def upsert(
         self, ctx: StateHandlerContext, data: Mapping[str, Any] | None, now: dt.datetime
     ) -> None:
+        ctx = self._configured(ctx)
         self.settle(now, ctx.record_key)
         super().upsert(ctx, data, now)
 

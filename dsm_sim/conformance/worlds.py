@@ -64,6 +64,8 @@ __all__ = [
     "Spelt",
     "World",
     "in_zone",
+    "near_spellings",
+    "one_apart",
     "restore_zone",
 ]
 
@@ -203,7 +205,7 @@ NEAR_CHARACTERS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _variants(key: str) -> list[tuple[str, str]]:
+def near_spellings(key: str) -> list[tuple[str, str]]:
     """(hot key, near spelling) pairs built from ``key``: distinct keys that stores confuse."""
     nfc = unicodedata.normalize("NFC", key + "é")
     pairs = [
@@ -223,7 +225,7 @@ def _variants(key: str) -> list[tuple[str, str]]:
     return [(hot, near) for hot, near in pairs if hot != near and len(near) <= MAX_KEY_LENGTH]
 
 
-def _near(key: str, pair: tuple[str, str], where: int) -> tuple[str, str]:
+def one_apart(key: str, pair: tuple[str, str], where: int) -> tuple[str, str]:
     """``key`` with one character of ``pair`` at the start, middle or end (``where`` 0-2)."""
     at = (0, len(key) // 2, len(key))[where]
     one, other = pair
@@ -238,13 +240,13 @@ def _spelling(draw: st.DrawFn, key: str, *, other_field: bool = False) -> tuple[
     more often narrower, half the pairs are a one-character difference and a
     quarter are of the maximum length, differing only in the last character.
     """
-    variants = _variants(key)
+    variants = near_spellings(key)
     choice = draw(st.integers(0, 3 if other_field else 5))
     if choice == 2 and other_field:
         return variants[-1]  # the maximum length
     if choice == 3 or choice == 5:
         pair = draw(st.sampled_from(NEAR_CHARACTERS))
-        return _near(key, pair, draw(st.integers(0, 2)))
+        return one_apart(key, pair, draw(st.integers(0, 2)))
     return draw(st.sampled_from(variants))
 
 

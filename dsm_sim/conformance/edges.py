@@ -1,0 +1,77 @@
+"""Steps the edge probes take that the search never draws.
+
+:mod:`dsm_sim.conformance.probes` walks each edge of the domain in a fixed
+program.  Most of its steps are the search's own rules; these three are not
+rules (Hypothesis never draws them, so the search's seeds are unchanged), and
+exist because a fixed program needs to say *which* record a clock move is
+about, and to meet many worlds on one store:
+
+* :meth:`EdgeSteps.enter_world` carries a test case on in another world, so
+  eighty near spellings cost one store, not eighty;
+* :meth:`EdgeSteps.clock_to_item_lock_expiry` and
+  :meth:`EdgeSteps.clock_to_item_retention_end` put the clock on a named
+  item's own boundary, where the search's rules pick a record by position.
+
+A reproduction that contains them runs as pasted, like any other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from dsm_sim.conformance import world as W
+from dsm_sim.conformance.operations import OperationRules
+from dsm_sim.conformance.worlds import Role, World, in_zone
+
+__all__ = ["EdgeSteps"]
+
+
+def _offset(micros: int) -> str:
+    return f"{micros:+d}µs" if micros else "exactly"
+
+
+class EdgeSteps(OperationRules):
+    """Steps for fixed programs: another world on the same store, an item's own boundaries."""
+
+    def enter_world(self, world: World) -> None:
+        """Carry on in ``world``: the store keeps every record it has, the items change.
+
+        When an earlier world left a record under one of the new keys, the
+        items are read back first, so that record is the starting point, not
+        a transition.
+        """
+        if self.diverged:
+            return
+        zone = type(self).time_zone or world.zone
+        self.world = dataclasses.replace(world, zone=zone)
+        self.zone = zone
+        in_zone(zone)  # setup saved the zone to restore at teardown
+        self.observers = {ref: ref.context(W.OBSERVER) for ref in self.world}
+        if not any(ref.record_key in self.model.current for ref in self.world):
+            # New keys: nothing to read (a record the handler shows anyway is
+            # caught by the next step's reading).
+            self.view = dict.fromkeys(self.world)
+            return
+        self.view = {
+            ref: outcome.value if outcome.error is None else None
+            for ref, outcome in self._observe().items()
+        }
+
+    def clock_to_item_lock_expiry(self, item: Role, micros: int = 0) -> None:
+        """Put the clock on ``item``'s ``locked_until``, or ``micros`` either side of it."""
+        ref = self._ref(item)
+        record = self.model.current.get(ref.record_key)
+        if self.diverged or record is None or record.locked_until is None:
+            return
+        self.clock.set(record.locked_until + dt.timedelta(microseconds=micros))
+        self._move(f"moves to {ref.name}'s lock expiry, {_offset(micros)}")
+
+    def clock_to_item_retention_end(self, item: Role, micros: int = 0) -> None:
+        """Put the clock on ``item``'s ``retain_until``, or ``micros`` either side of it."""
+        ref = self._ref(item)
+        record = self.model.current.get(ref.record_key)
+        if self.diverged or record is None or record.retain_until is None:
+            return
+        self.clock.set(record.retain_until + dt.timedelta(microseconds=micros))
+        self._move(f"moves to {ref.name}'s end of retention, {_offset(micros)}")

@@ -1,0 +1,424 @@
+"""Edge probes: short fixed programs every verification runs before its search.
+
+The search draws its world and its steps at random, so whether a test case
+meets one given edge of the domain (the empty error detail, two
+256-character entity keys that differ in their last character, a half-second
+lock at its last live instant, a zone whose clocks change an hour into the
+run) is a matter of chance: a rare edge shows in one seed out of several.
+Stores get the edges wrong far more often than the rest of the domain, so the
+kit does not leave them to chance.  Before the search it runs a few fixed
+programs that walk each edge table of the world through the same machine and
+the same judges:
+
+* every error detail of :data:`~dsm_sim.conformance.payloads.ERROR_DETAILS`
+  through ``release_lock_as_failed``;
+* every class of payload (each special string as a value and as a key, every
+  edge number, every empty value, deep nesting, sizes either side of the
+  limit in one-, two- and four-byte characters) through ``set`` and
+  ``upsert``;
+* every near spelling of every identifier (item key, item entity key, entity
+  id, tenant): the two keys must never share a record or a lock;
+* every node configuration of :data:`~dsm_sim.model.WORLD_CONFIGS` on its own
+  lock and retention boundaries: the last live instant, the first expired one,
+  the sweeps at both, the retry after each;
+* every non-UTC zone of :data:`~dsm_sim.conformance.worlds.ZONES`, with a lock
+  that spans the zone's daylight-saving change.
+
+A probe that breaks a property is reported like a finding of the search
+(story, then a program that replays it, trimmed by
+:mod:`dsm_sim.conformance.reduce`), and the search then looks for the rest.
+The probes are data (a world and calls in the printed format), never drawn,
+so the search's seeds explore what they explored before; they cost a few
+hundred steps, about five seconds on a SQLite file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from dsm_sim.conformance.explain import render_reproduction
+from dsm_sim.conformance.machine import ConformanceMachine
+from dsm_sim.conformance.payloads import EMPTIES, ERROR_DETAILS, NUMBERS, STRINGS, nested
+from dsm_sim.conformance.properties import PropertyViolation
+from dsm_sim.conformance.reduce import Call, Program, parse_program
+from dsm_sim.conformance.worlds import (
+    DEFAULT_WORLD,
+    NEAR_CHARACTERS,
+    ROLES,
+    UTC_ZONE,
+    ZONES,
+    Role,
+    Spelt,
+    World,
+    near_spellings,
+    one_apart,
+)
+from dsm_sim.model import WORLD_CONFIGS, ItemRef
+from reference_engine.context import MAX_KEY_LENGTH
+from reference_engine.record import MAX_DATA_BYTES
+from reference_engine.scope import Scope
+from reference_engine.status import IdempotencyStatus
+
+__all__ = [
+    "PROBES",
+    "Probe",
+    "ProbeFinding",
+    "UnbuildableMachine",
+    "fold_entered_world",
+    "probe_findings",
+]
+
+S = IdempotencyStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Expr:
+    """An argument written as the expression that builds it (``'x' * 262128``), not its repr."""
+
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One fixed program: what it walks, the world it starts in, its calls as printed."""
+
+    name: str
+    world: World
+    calls: tuple[str, ...]
+
+    def program(self, machine_name: str) -> str:
+        """The calls in the format Hypothesis prints a stateful run in."""
+        return "\n".join(
+            [
+                f"state = {machine_name}()",
+                _call("setup", world=self.world),
+                *self.calls,
+                "state.teardown()",
+            ]
+        )
+
+
+def _call(rule: str, **arguments: object) -> str:
+    shown = ", ".join(
+        f"{key}={value.source if isinstance(value, Expr) else repr(value)}"
+        for key, value in arguments.items()
+    )
+    return f"state.{rule}({shown})"
+
+
+def _text(value: str) -> Expr | str:
+    """A long run of one character written as a product, so a reproduction stays readable."""
+    head = value[:1]
+    run = len(value) - len(value.lstrip(head)) if head else 0
+    tail = value[run:]
+    if run <= 64 or len(tail) > 8:
+        return value
+    return Expr(f"{head!r} * {run}" + (f" + {tail!r}" if tail else ""))
+
+
+# --- error details ---------------------------------------------------------------------------
+
+
+def _error_probe() -> Probe:
+    """Each detail on a lock of its own (the items take turns: a Failed item is retried)."""
+    calls: list[str] = []
+    for index, detail in enumerate(ERROR_DETAILS):
+        role = ROLES[index % len(ROLES)]
+        calls.append(_call("try_acquire_lock", worker=1, item=role))
+        calls.append(_call("release_lock_as_failed", worker=1, item=role, error=_text(detail)))
+    return Probe("error details", DEFAULT_WORLD, tuple(calls))
+
+
+# --- payloads --------------------------------------------------------------------------------
+
+
+def _payloads() -> list[object]:
+    """Every class of payload, the ones within the size limit first."""
+    within: list[object] = [
+        {},
+        {"strings": list(STRINGS)},
+        {text: index for index, text in enumerate(STRINGS)},
+        {"numbers": list(NUMBERS)},
+        {str(index): number for index, number in enumerate(NUMBERS)},
+        {"empties": list(EMPTIES)},
+        {"items": [], "meta": {}, "": "", "note": None, "zero": 0, "float": 0.0, "no": False},
+        *({"value": empty} for empty in EMPTIES),
+        {"deep": nested(20)},
+        {"deep": nested(40)},
+    ]
+    near: list[object] = []
+    for over in (-16, 64):
+        for char in ("x", "\u00e9", "\U0001f600"):
+            count = (MAX_DATA_BYTES + over) // len(char.encode("utf-8"))
+            near.append(Expr(f"{{'blob': {char!r} * {count}}}"))
+    return [*within, *near]
+
+
+def _payload_probe() -> Probe:
+    """Each payload completes an item, then supersedes it; a skip keeps what is stored."""
+    calls: list[str] = []
+    done: set[Role] = set()
+    for index, payload in enumerate(_payloads()):
+        role = ROLES[index % len(ROLES)]
+        if role in done:
+            calls.append(_call("upsert", worker=2, item=role, data=payload))
+        else:
+            calls.append(_call("try_acquire_lock", worker=1, item=role))
+            calls.append(_call("set", worker=1, item=role, status=S.PROCESSED, data=payload))
+            done.add(role)
+    calls += [_call("skip_item", worker=3, item=role) for role in (Role.HOT, Role.VARIANT)]
+    return Probe("payloads", DEFAULT_WORLD, tuple(calls))
+
+
+# --- identities ------------------------------------------------------------------------------
+
+#: The item each near spelling (the VARIANT item) must stay apart from.
+_COUNTERPART = {
+    Spelt.ITEM_KEY: Role.HOT,
+    Spelt.ENTITY_KEY: Role.ENTITY_KEY,
+    Spelt.ENTITY: Role.ENTITY,
+    Spelt.TENANT: Role.TENANT,
+}
+#: The text each field's near spellings start from.
+_FIELD_TEXT = {Spelt.ENTITY_KEY: "line-2", Spelt.ENTITY: "flow-2", Spelt.TENANT: "t2"}
+
+
+def _pairs(spelt: Spelt, text: str) -> list[tuple[str, str]]:
+    """(spelling, near spelling) pairs: every variant, and one character of each class apart.
+
+    The one character is the last: where a narrower column cuts, and where a
+    lossy character set leaves the rest alike.  (The search puts it anywhere.)
+    """
+    pairs = near_spellings(text)
+    pairs += [one_apart(text, pair, 2) for pair in NEAR_CHARACTERS]
+    return [(one, other) for one, other in pairs if max(len(one), len(other)) <= MAX_KEY_LENGTH]
+
+
+def _identity_world(number: int, spelt: Spelt, pair: tuple[str, str]) -> World | None:
+    """A world whose VARIANT item is the near spelling of one field; None if keys coincide."""
+    one, other = pair
+    hot = one if spelt is Spelt.ITEM_KEY else f"INV-{number}"
+    entity_key = one if spelt is Spelt.ENTITY_KEY else "line-2"
+    entity = one if spelt is Spelt.ENTITY else "flow-2"
+    tenant = one if spelt is Spelt.TENANT else "t2"
+    variant = {
+        Spelt.ITEM_KEY: ItemRef("t1", Scope.ELEMENT, other),
+        Spelt.ENTITY_KEY: ItemRef("t1", Scope.ELEMENT, hot, entity_key=other),
+        Spelt.ENTITY: ItemRef("t1", Scope.ELEMENT, hot, entity=other),
+        Spelt.TENANT: ItemRef(other, Scope.ELEMENT, hot),
+    }[spelt]
+    at = hot.find("-")
+    head, tail = (hot[:at], hot[at + 1 :]) if at > 0 else ("", hot)
+    split_key = tail if head and tail else hot + "-"
+    split_entity_key = (entity_key + "-" + head)[-MAX_KEY_LENGTH:] if head else entity_key
+    refs = (
+        ItemRef("t1", Scope.ELEMENT, hot),
+        ItemRef(tenant, Scope.ELEMENT, hot),
+        ItemRef("t1", Scope.WORKFLOW, hot),
+        ItemRef("t1", Scope.ELEMENT, hot, entity=entity),
+        ItemRef("t1", Scope.ELEMENT, hot, entity_key=entity_key),
+        ItemRef("t1", Scope.ELEMENT, f"next-{number}", config=ItemRef.FOREVER),
+        variant,
+        ItemRef("t1", Scope.ELEMENT, split_key, entity_key=split_entity_key),
+    )
+    if len({ref.record_key for ref in refs}) < len(refs):
+        return None
+    return World(refs)
+
+
+def _identity_probe(spelt: Spelt) -> Probe:
+    """World after world on one store: the spelling is locked, then its near spelling.
+
+    Each world's keys are its own (the item keys are ``INV-<n>``, or near
+    spellings of it), so no world meets a record an earlier one left.
+    """
+    counterpart = _COUNTERPART[spelt]
+
+    def text(number: int) -> str:
+        return f"INV-{number}" if spelt is Spelt.ITEM_KEY else _FIELD_TEXT[spelt]
+
+    worlds: list[World] = []
+    for kind in range(len(_pairs(spelt, text(0)))):
+        number = len(worlds)
+        world = _identity_world(number, spelt, _pairs(spelt, text(number))[kind])
+        if world is not None:
+            worlds.append(world)
+    calls: list[str] = []
+    for index, world in enumerate(worlds):
+        if index:
+            calls.append(_call("enter_world", world=world))
+        calls.append(_call("try_acquire_lock", worker=1, item=counterpart))
+        calls.append(_call("try_acquire_lock", worker=2, item=Role.VARIANT))
+    return Probe(f"near spellings of the {spelt.value.replace('_', ' ')}", worlds[0], tuple(calls))
+
+
+# --- time ------------------------------------------------------------------------------------
+
+
+def _boundary_calls(item: Role, worker: int = 1, other: int = 2) -> list[str]:
+    """One item through its own lock and retention boundaries, each met exactly and just past."""
+    return [
+        _call("try_acquire_lock", worker=worker, item=item),
+        _call("clock_to_item_lock_expiry", item=item, micros=0),
+        _call("try_acquire_lock", worker=other, item=item),  # still live: refused
+        _call("reset_expired_locks"),  # and not swept
+        _call("clock_to_item_lock_expiry", item=item, micros=1),
+        _call("reset_expired_locks"),  # expired: swept to Failed
+        _call("try_acquire_lock", worker=other, item=item),  # the retry
+        _call("set", worker=other, item=item, status=S.PROCESSED, data={"n": 1}),
+        _call("clock_to_item_retention_end", item=item, micros=0),
+        _call("expire_past_retention"),  # still kept
+        _call("clock_to_item_retention_end", item=item, micros=1),
+        _call("expire_past_retention"),  # past it: Expired
+        _call("upsert", worker=worker, item=item, data={"n": 2}),  # on to Processed again
+    ]
+
+
+def _with_configs(world: World, configs: dict[Role, str], zone: str = UTC_ZONE) -> World:
+    refs = tuple(
+        dataclasses.replace(ref, config=WORLD_CONFIGS[configs[role]]) if role in configs else ref
+        for role, ref in zip(ROLES, world.refs, strict=True)
+    )
+    return dataclasses.replace(world, refs=refs, zone=zone)
+
+
+def _tagged(world: World, tag: str) -> World:
+    """The world with ``tag/`` before every item key: the same shape, keys of its own."""
+    refs = tuple(dataclasses.replace(ref, item=f"{tag}/{ref.item}") for ref in world.refs)
+    return dataclasses.replace(world, refs=refs)
+
+
+#: The longest options move the clock a century on: they come last.
+_CONFIG_ORDER = sorted(WORLD_CONFIGS, key=lambda name: name == "longest")
+
+
+def _config_probe() -> Probe:
+    """Each node configuration in a world of its own, one after the other on one store."""
+    calls: list[str] = []
+    worlds = [
+        _tagged(_with_configs(DEFAULT_WORLD, {Role.HOT: name}), name) for name in _CONFIG_ORDER
+    ]
+    for index, world in enumerate(worlds):
+        if index:
+            calls.append(_call("enter_world", world=world))
+        calls += _boundary_calls(Role.HOT)
+    return Probe(
+        "lock and retention boundaries of every node configuration", worlds[0], tuple(calls)
+    )
+
+
+def _zone_probe(zone: str) -> Probe:
+    """A four-hour lock from 09:00 UTC spans the zones' daylight-saving changes at 10:00."""
+    world = _with_configs(
+        DEFAULT_WORLD, {Role.HOT: "long", Role.ENTITY: "fractional", Role.TENANT: "default"}, zone
+    )
+    calls = [
+        _call("try_acquire_lock", worker=1, item=Role.ENTITY),
+        _call("set", worker=1, item=Role.ENTITY, status=S.PROCESSED, data={"n": 1}),
+        _call("try_acquire_lock", worker=1, item=Role.TENANT),
+        _call("release_lock_as_failed", worker=1, item=Role.TENANT, error="card declined"),
+        *_boundary_calls(Role.HOT),
+    ]
+    return Probe(f"time zone {zone}", world, tuple(calls))
+
+
+def _probes() -> tuple[Probe, ...]:
+    return (
+        _error_probe(),
+        _payload_probe(),
+        *(_identity_probe(spelt) for spelt in Spelt),
+        _config_probe(),
+        *(_zone_probe(zone) for zone in ZONES if zone != UTC_ZONE),
+    )
+
+
+#: Every probe, in the order they run.
+PROBES: tuple[Probe, ...] = _probes()
+
+
+# --- running ---------------------------------------------------------------------------------
+
+
+class UnbuildableMachine(Exception):
+    """The handler could not be built or opened for a probe; the search says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeFinding:
+    """A probe that broke a property: the violation its replay raised, and its program."""
+
+    probe: Probe
+    violation: PropertyViolation
+    #: The probe as a pasted reproduction prints it, and parsed.
+    reproduction: str
+    program: Program
+
+
+def probe_findings(
+    machine: type[ConformanceMachine],
+    factory: str,
+    *,
+    found: Callable[[], frozenset[str]],
+    semantics: str | None = None,
+    probes: Sequence[Probe] = PROBES,
+) -> Iterator[ProbeFinding]:
+    """Run each probe against the handler ``machine`` builds; yield the ones that break a property.
+
+    ``found`` says which properties are already known to fail (the caller's
+    running tally): they stop a probe quietly, as they stop a test case of
+    the search, so each probe can still find something new.
+    """
+    name = machine.__qualname__
+    for probe in probes:
+        machine.stats.disabled = found()
+        text = render_reproduction([probe.program(name)], factory, semantics)
+        # Parsed without the factory's import line: the machine is at hand.
+        program = parse_program(render_reproduction([probe.program(name)], "", semantics))
+        if program is None:  # the kit's own format: a probe that does not parse is a bug here
+            raise AssertionError(f"probe {probe.name!r} does not parse as a program")
+        violation = _run(machine, program)
+        if violation is not None:
+            yield ProbeFinding(probe, violation, text, program)
+
+
+def _run(machine: type[ConformanceMachine], program: Program) -> PropertyViolation | None:
+    """Replay ``program`` as pasted; the violation it raised, or None.
+
+    Unlike a reduction's replays, a machine that cannot be built (the
+    factory raised, ``open`` failed or hung) stops the probes: the search
+    reports that failure in its own words.  Anything else a step raises is
+    no violation, as in :func:`~dsm_sim.conformance.reduce.replay`.
+    """
+    try:
+        state = machine()
+    except Exception as exc:
+        raise UnbuildableMachine(str(exc)) from exc
+    try:
+        try:
+            program.setup_on(state)
+            for call in program.steps:
+                getattr(state, call.rule)(**call.kwargs(program.namespace))
+        finally:
+            state.teardown()
+    except PropertyViolation as violation:
+        return violation
+    except Exception:
+        return None
+    return None
+
+
+def fold_entered_world(reproduction: str) -> str:
+    """The program with a leading ``enter_world`` made its ``setup``: the same run, one step less.
+
+    A trimmed probe often starts in the world it needs by entering it from
+    the probe's first one, where nothing happened; a reader should see one world.
+    """
+    program = parse_program(reproduction)
+    if program is None or not program.steps or program.steps[0].rule != "enter_world":
+        return reproduction
+    entered = program.steps[0]
+    setup = Call("setup", entered.arguments, "state.setup(" + entered.text.split("(", 1)[1])
+    folded = Program(program.header, setup, program.steps[1:], program.closing, program.namespace)
+    return folded.render()

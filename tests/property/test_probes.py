@@ -1,0 +1,177 @@
+"""The edge probes: every run meets the domain's edges, whatever its seed.
+
+A probe is a fixed program; these tests check that each one runs to its end
+on a correct handler without a finding, that the edge bugs of the catalogue
+are found by the probes alone (no search), and that a probe's finding is
+reported like the search's: first, trimmed, with a program that replays it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dsm_sim.broken import CATALOGUE
+from dsm_sim.conformance.explain import render_reproduction
+from dsm_sim.conformance.machine import build_machine
+from dsm_sim.conformance.payloads import ERROR_DETAILS
+from dsm_sim.conformance.probes import PROBES, fold_entered_world, probe_findings
+from dsm_sim.conformance.reduce import parse_program, replay
+from dsm_sim.conformance.runner import ResultStatus, verify
+from dsm_sim.conformance.world import RunStats
+from dsm_sim.conformance.worlds import UTC_ZONE, ZONES, Spelt
+from dsm_sim.model import WORLD_CONFIGS, ItemRef
+from reference_engine.handler import HandlerFactory
+from reference_engine.handlers.memory import in_memory_handler
+from reference_engine.handlers.sql.factory import sqlite_file_handler
+
+pytestmark = pytest.mark.property
+
+PATH = "reference_engine.handlers.memory:in_memory_handler"
+
+#: Catalogue entries whose bug sits on an edge of the domain: the probes alone find each.
+EDGE_BUGS = (
+    "error_detail_trimmed",
+    "error_detail_truncated_in_bytes",
+    "truncates_long_keys",
+    "strips_keys",
+    "normalises_unicode_keys",
+    "entity_id_truncated",
+    "tenant_case_folded",
+    "lock_rounded_to_seconds",
+    "retention_as_int32_seconds",
+    "naive_local_expiry",
+    "inclusive_lock_boundary",
+    "inclusive_retention_boundary",
+    "sweeps_on_updated_at",
+    "integers_clamped_to_decimal65",
+    "numbers_as_doubles",
+    "drops_empty_values",
+    "jsonb_refuses_nul",
+)
+
+
+def test_the_probes_walk_every_edge_table() -> None:
+    """Every error detail, configuration, zone and spelt field has a probe that uses it."""
+    text = "\n".join(call for probe in PROBES for call in (repr(probe.world), *probe.calls))
+    programs = [probe.program("M") for probe in PROBES]
+    assert all(parse_program(render_reproduction([p], PATH)) is not None for p in programs)
+    for detail in ERROR_DETAILS:
+        shown = repr(detail) if len(detail) <= 64 else repr(detail[0])
+        assert shown in text, f"no probe releases with {detail[:20]!r}"
+    for name in WORLD_CONFIGS:
+        if name != "standard":
+            assert f"config=ItemRef.CONFIGS[{name!r}]" in text or (
+                name == "forever" and "ItemRef.FOREVER" in text
+            ), name
+    for zone in ZONES:
+        if zone != UTC_ZONE:
+            assert f"zone={zone!r}" in text, zone
+    names = {probe.name for probe in PROBES}
+    for spelt in Spelt:
+        assert f"near spellings of the {spelt.value.replace('_', ' ')}" in names
+
+
+@pytest.mark.parametrize("factory", [in_memory_handler, sqlite_file_handler])
+def test_every_probe_runs_to_its_end_on_a_correct_handler(factory: HandlerFactory) -> None:
+    machine = build_machine(factory, stats=RunStats())
+    for probe in PROBES:
+        program = parse_program(render_reproduction([probe.program("HandlerConformance")], PATH))
+        assert program is not None
+        state = machine()
+        try:
+            program.setup_on(state)
+            for call in program.steps:  # a probe step that raises fails this test
+                getattr(state, call.rule)(**call.kwargs(program.namespace))
+            assert not state.diverged, probe.name
+            steps = sum(1 for call in probe.calls if not call.startswith("state.enter_world"))
+            # Rules with nothing to act on (no retention to reach) write no step.
+            assert len(state.steps) >= steps * 0.8, probe.name
+        finally:
+            state.teardown()
+    assert not list(probe_findings(machine, PATH, found=frozenset))
+
+
+@pytest.mark.parametrize("name", EDGE_BUGS)
+def test_the_probes_alone_find_each_edge_bug(name: str) -> None:
+    spec = CATALOGUE[name]
+    machine = build_machine(spec.factory, stats=RunStats())
+    findings = list(probe_findings(machine, f"dsm_sim.broken:{name}", found=frozenset))
+    assert findings, f"{name} ({spec.bug}) passed every probe"
+    assert findings[0].violation.property in spec.expected_properties, (
+        findings[0].violation.finding.message
+    )
+
+
+def test_a_probe_finding_comes_first_trimmed_and_replays() -> None:
+    spec = CATALOGUE["entity_id_truncated"]
+    report = verify(spec.factory, "dev", seed=0, stop_on_first=True)
+    first = report.violations[0]
+    assert first.found_by == "near spellings of the entity"
+    assert first.status is ResultStatus.FAILED and first.examples_to_failure == 0
+    assert "Found by the edge probe 'near spellings of the entity'" in first.render()
+    program = parse_program(first.reproduction)
+    assert program is not None
+    # Trimmed: the world it needs is its setup, and only the steps that matter remain.
+    assert all(call.rule != "enter_world" for call in program.steps)
+    assert len(program.steps) <= 2
+    violation = replay(build_machine(spec.factory, stats=RunStats()), program)
+    assert violation is not None and violation.property == first.name
+    assert report.test_cases == 0  # stop_on_first: the search never ran
+
+
+def test_the_search_explores_the_same_test_cases_with_or_without_probes() -> None:
+    probed = verify(in_memory_handler, "dev", seed=5)
+    alone = verify(in_memory_handler, "dev", seed=5, probes=False)
+    assert probed.passed and alone.passed
+    assert (probed.test_cases, probed.steps) == (alone.test_cases, alone.steps)
+    assert probed.probes == len(PROBES) and alone.probes == 0
+    assert "edge probes" in probed.explored() and "edge probes" not in alone.explored()
+
+
+def test_a_world_entered_over_existing_records_starts_from_them() -> None:
+    """enter_world reads back a record an earlier world left: no false transition."""
+    machine = build_machine(in_memory_handler, stats=RunStats())
+    world = PROBES[0].world
+    renamed = type(world)(
+        tuple(
+            ItemRef(ref.tenant, ref.scope, ref.item, ref.entity, ref.entity_key, ref.config)
+            for ref in world.refs
+        )
+    )
+    program = "\n".join(
+        [
+            "state = HandlerConformance()",
+            f"state.setup(world={world!r})",
+            "state.try_acquire_lock(worker=1, item=Role.HOT)",
+            "state.set(worker=1, item=Role.HOT, status=IdempotencyStatus.PROCESSED, data=None)",
+            f"state.enter_world(world={renamed!r})",
+            "state.skip_item(worker=2, item=Role.HOT)",
+            "state.teardown()",
+        ]
+    )
+    parsed = parse_program(render_reproduction([program], PATH))
+    assert parsed is not None
+    assert replay(machine, parsed) is None
+
+
+def test_a_leading_entered_world_is_folded_into_setup() -> None:
+    first, second = PROBES[2].world, PROBES[3].world
+    text = render_reproduction(
+        [
+            "\n".join(
+                [
+                    "state = HandlerConformance()",
+                    f"state.setup(world={first!r})",
+                    f"state.enter_world(world={second!r})",
+                    "state.try_acquire_lock(worker=1, item=Role.HOT)",
+                    "state.teardown()",
+                ]
+            )
+        ],
+        PATH,
+    )
+    folded = parse_program(fold_entered_world(text))
+    assert folded is not None
+    assert folded.setup.text == f"state.setup(world={second!r})"
+    assert [call.rule for call in folded.steps] == ["try_acquire_lock"]
+    assert fold_entered_world(folded.render()) == folded.render()  # nothing left to fold
