@@ -97,9 +97,9 @@ def test_the_probes_alone_find_each_edge_bug(name: str) -> None:
     machine = build_machine(spec.factory, stats=RunStats())
     findings = list(probe_findings(machine, f"dsm_sim.broken:{name}", found=frozenset))
     assert findings, f"{name} ({spec.bug}) passed every probe"
-    assert findings[0].violation.property in spec.expected_properties, (
-        findings[0].violation.finding.message
-    )
+    assert findings[0].violation.property in spec.expected_properties, findings[
+        0
+    ].violation.finding.message
 
 
 def test_a_probe_finding_comes_first_trimmed_and_replays() -> None:
