@@ -19,6 +19,7 @@ machine, hence every seeded search, stays what it was.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import typing
 
@@ -30,8 +31,9 @@ from dsm_sim.conformance.explain import at
 from dsm_sim.conformance.operations import OperationRules
 from dsm_sim.conformance.properties import Finding
 from dsm_sim.conformance.worlds import Role
-from dsm_sim.model import ItemRef, ModelRecord, Outcome, outcome_of
+from dsm_sim.model import WORLD_START, ItemRef, ModelRecord, Outcome, outcome_of
 from reference_engine.begin import Acquired, Completed, Locked, begin, class_begins
+from reference_engine.clock import ManualClock
 from reference_engine.handler import HandlerFactory
 from reference_engine.model import effective_status
 from reference_engine.status import COMPLETED, IdempotencyStatus
@@ -44,12 +46,12 @@ S = IdempotencyStatus
 def begins_natively(factory: HandlerFactory) -> bool:
     """Whether handlers built by ``factory`` implement ``begin`` themselves.
 
-    Read from the factory alone: a class, or a function annotated to return
-    a concrete class.  No handler is built to look: a factory may create
-    storage, or hand out a different handler each time, and the kit's runs
-    must see the same factory a user's program does.  A factory that does
-    not say is treated as having no ``begin``; annotate its return type to
-    have the kit verify a native one.
+    Read from the factory when it says: a class, or a function annotated to
+    return a concrete class.  A factory that does not say is asked for one
+    handler, which is closed unopened: the engine uses a native ``begin``
+    whenever the handler has one (:func:`reference_engine.begin.native_begin`),
+    so an unannotated factory must not leave it unverified.  A factory that
+    raises is judged by the runs, which build handlers the same way.
     """
     if isinstance(factory, type):
         return class_begins(factory)
@@ -59,7 +61,35 @@ def begins_natively(factory: HandlerFactory) -> bool:
         hinted = None
     if isinstance(hinted, type) and not getattr(hinted, "_is_protocol", False):
         return class_begins(hinted)
-    return False
+    return _built_begins(factory)
+
+
+#: Factories already asked, by identity (the factory is kept, so the id stays its own).
+_ASKED: dict[int, tuple[HandlerFactory, bool]] = {}
+
+
+def _built_begins(factory: HandlerFactory) -> bool:
+    known = _ASKED.get(id(factory))
+    if known is not None and known[0] is factory:
+        return known[1]
+    try:
+        handler = factory(ManualClock(WORLD_START))
+    except Exception:
+        return False
+    answer = class_begins(type(handler))
+    close = getattr(handler, "close", None)
+    if callable(close):
+        try:
+            closing = close()
+        except Exception:  # an unopened handler may refuse to close; nothing is held
+            closing = None
+        if asyncio.iscoroutine(closing):
+            try:
+                asyncio.run(closing)
+            except Exception:  # refused, or called inside a running loop
+                closing.close()
+    _ASKED[id(factory)] = (factory, answer)
+    return answer
 
 
 def describe_begin(outcome: Outcome) -> str:

@@ -47,6 +47,7 @@ from dsm_sim.conformance.worlds import (
     DEFAULT_WORLD,
     NEAR_CHARACTERS,
     ROLES,
+    SEPARATORS,
     UTC_ZONE,
     ZONES,
     Role,
@@ -245,13 +246,169 @@ def _identity_probe(spelt: Spelt) -> Probe:
         world = _identity_world(number, spelt, _pairs(spelt, text(number))[kind])
         if world is not None:
             worlds.append(world)
+    name = f"near spellings of the {spelt.value.replace('_', ' ')}"
+    return Probe(name, worlds[0], _apart_calls(worlds, counterpart))
+
+
+def _apart_calls(worlds: Sequence[World], counterpart: Role) -> tuple[str, ...]:
+    """In each world the near spelling is done, then the spelling must still be new and free.
+
+    ``exists`` on the spelling is where a lookup by pattern (``LIKE``, a
+    ``_`` that matches any character) or by a normalised key shows; the
+    acquire is where a lock keyed apart from the record shows.
+    """
     calls: list[str] = []
     for index, world in enumerate(worlds):
         if index:
             calls.append(_call("enter_world", world=world))
-        calls.append(_call("try_acquire_lock", worker=1, item=counterpart))
-        calls.append(_call("try_acquire_lock", worker=2, item=Role.VARIANT))
-    return Probe(f"near spellings of the {spelt.value.replace('_', ' ')}", worlds[0], tuple(calls))
+        calls += [
+            _call("try_acquire_lock", worker=1, item=Role.VARIANT),
+            _call("set", worker=1, item=Role.VARIANT, status=S.PROCESSED, data=None),
+            _call("exists", worker=2, item=counterpart),
+            _call("try_acquire_lock", worker=2, item=counterpart),
+        ]
+    return tuple(calls)
+
+
+# --- the same text split between two parts of the key --------------------------------------
+
+
+def _split_world(number: int, hot: ItemRef, variant: ItemRef) -> World:
+    """A world whose HOT and VARIANT items join to the same text, cut between other parts."""
+    refs = (
+        hot,
+        dataclasses.replace(hot, tenant=f"other-{number}"),
+        dataclasses.replace(hot, scope=Scope.WORKFLOW),
+        dataclasses.replace(hot, entity=f"flow-other-{number}"),
+        dataclasses.replace(hot, entity_key=f"line-other-{number}"),
+        ItemRef("t1", Scope.ELEMENT, f"next-{number}", config=ItemRef.FOREVER),
+        variant,
+        dataclasses.replace(hot, item=f"{hot.item}-split-{number}"),
+    )
+    return World(refs)
+
+
+def _split_probe() -> Probe:
+    """Tenant and entity, entity and item entity key, item entity key and item key, re-cut.
+
+    A store that keys records by the parts joined into one text (with no
+    separator, or one a part may contain) mixes up ``("t1-flow", "x")`` and
+    ``("t1", "flow-x")``; each joiner of :data:`SEPARATORS`, and none, is tried
+    between each pair of neighbouring parts.
+    """
+    worlds: list[World] = []
+    for joiner in ("", *SEPARATORS):
+        for cut in ("tenant", "entity", "entity_key"):
+            n = len(worlds)
+            if cut == "tenant":
+                hot = ItemRef(f"t{n}", Scope.ELEMENT, "INV-1", entity=f"flow{joiner}x")
+                variant = ItemRef(f"t{n}{joiner}flow", Scope.ELEMENT, "INV-1", entity="x")
+            elif cut == "entity":
+                hot = ItemRef("t1", Scope.ELEMENT, "INV-1", f"flow{n}{joiner}x", "line")
+                variant = ItemRef("t1", Scope.ELEMENT, "INV-1", f"flow{n}", f"x{joiner}line")
+            else:
+                hot = ItemRef("t1", Scope.ELEMENT, "INV", entity_key=f"line{n}{joiner}x")
+                variant = ItemRef("t1", Scope.ELEMENT, f"x{joiner}INV", entity_key=f"line{n}")
+            worlds.append(_split_world(n, hot, variant))
+    return Probe("key parts split differently", worlds[0], _apart_calls(worlds, Role.HOT))
+
+
+# --- every item at once ----------------------------------------------------------------------
+
+
+def _bulk_probe() -> Probe:
+    """Every item locked, expired and swept at once; one item superseded four times, then expired.
+
+    A sweep that works in batches (a ``LIMIT``), or a history that keeps only
+    the newest rows, shows only when there are more records than its batch.
+    """
+    world = _tagged(DEFAULT_WORLD, "bulk")
+    calls = [_call("try_acquire_lock", worker=1, item=role) for role in ROLES]
+    calls += [_call("clock_jumps_past_lock_duration", item=Role.HOT), _call("reset_expired_locks")]
+    calls += [_call("try_acquire_lock", worker=2, item=role) for role in ROLES]
+    calls += [
+        _call("set", worker=2, item=role, status=S.PROCESSED, data={"n": 0}) for role in ROLES
+    ]
+    calls += [_call("upsert", worker=3, item=Role.HOT, data={"n": n}) for n in range(1, 5)]
+    calls += [_call("clock_jumps_past_retention", item=Role.HOT), _call("expire_past_retention")]
+    return Probe("every item at once", world, tuple(calls))
+
+
+# --- stale tokens ----------------------------------------------------------------------------
+
+#: How worker 1's lock on an item ended before it writes with its token, as steps
+#: after its acquisition (``{item}`` is the item's role).
+_ENDINGS: tuple[tuple[str, tuple[tuple[str, dict[str, object]], ...]], ...] = (
+    (
+        "taken over",
+        (("clock_to_item_lock_expiry", {"micros": 1}), ("try_acquire_lock", {"worker": 2})),
+    ),
+    (
+        "taken over, that lock expired too",
+        (
+            ("clock_to_item_lock_expiry", {"micros": 1}),
+            ("try_acquire_lock", {"worker": 2}),
+            ("clock_to_item_lock_expiry", {"micros": 1}),
+        ),
+    ),
+    ("swept", (("clock_to_item_lock_expiry", {"micros": 1}), ("reset_expired_locks", {}))),
+    (
+        "taken over and completed",
+        (
+            ("clock_to_item_lock_expiry", {"micros": 1}),
+            ("try_acquire_lock", {"worker": 2}),
+            ("set", {"worker": 2, "status": S.PROCESSED, "data": {"n": 2}}),
+        ),
+    ),
+    (
+        "taken over and released",
+        (
+            ("clock_to_item_lock_expiry", {"micros": 1}),
+            ("try_acquire_lock", {"worker": 2}),
+            ("release_lock_as_failed", {"worker": 2, "error": "declined"}),
+        ),
+    ),
+    (
+        "taken over, completed and superseded",
+        (
+            ("clock_to_item_lock_expiry", {"micros": 1}),
+            ("try_acquire_lock", {"worker": 2}),
+            ("set", {"worker": 2, "status": S.PROCESSED, "data": {"n": 2}}),
+            ("upsert", {"worker": 3, "data": {"n": 3}}),
+        ),
+    ),
+    # Not ended: expired but neither swept nor taken over, the token still writes.
+    ("expired, not swept", (("clock_to_item_lock_expiry", {"micros": 1}),)),
+)
+#: Steps that act on every item, not on one.
+_SWEEPS = frozenset({"reset_expired_locks", "expire_past_retention"})
+#: The writes worker 1 then makes with its token.
+_STALE_WRITES: tuple[tuple[str, dict[str, object]], ...] = (
+    ("set", {"status": S.PROCESSED, "data": {"n": 1}}),
+    ("release_lock_as_failed", {"error": "card declined"}),
+    ("upsert", {"data": {"n": 1}}),
+    ("set", {"status": S.SKIPPED, "data": None}),
+)
+
+
+def _fencing_probe() -> Probe:
+    """Each write by a holder whose lock ended in each way: refused (or, not ended, accepted)."""
+    cases = [(ending, write) for ending in _ENDINGS for write in _STALE_WRITES]
+    worlds: list[World] = []
+    calls: list[str] = []
+    for index, ((_, steps), (write, arguments)) in enumerate(cases):
+        role = ROLES[index % len(ROLES)]
+        if index % len(ROLES) == 0:
+            worlds.append(_tagged(DEFAULT_WORLD, f"stale{len(worlds)}"))
+            if index:
+                calls.append(_call("enter_world", world=worlds[-1]))
+        calls.append(_call("try_acquire_lock", worker=1, item=role))
+        calls += [
+            _call(rule, **kwargs) if rule in _SWEEPS else _call(rule, item=role, **kwargs)
+            for rule, kwargs in steps
+        ]
+        calls.append(_call(write, worker=1, item=role, **arguments))
+    return Probe("writes with a token whose lock ended", worlds[0], tuple(calls))
 
 
 # --- time ------------------------------------------------------------------------------------
@@ -319,7 +476,11 @@ def _zone_probe(zone: str) -> Probe:
         _call("set", worker=1, item=Role.ENTITY, status=S.PROCESSED, data={"n": 1}),
         _call("try_acquire_lock", worker=1, item=Role.TENANT),
         _call("release_lock_as_failed", worker=1, item=Role.TENANT, error="card declined"),
-        *_boundary_calls(Role.HOT),
+        _call("try_acquire_lock", worker=1, item=Role.HOT),
+        _call("clock_to_item_lock_expiry", item=Role.HOT, micros=0),
+        _call("reset_expired_locks"),  # still live
+        _call("clock_to_item_lock_expiry", item=Role.HOT, micros=1),
+        _call("reset_expired_locks"),  # swept
     ]
     return Probe(f"time zone {zone}", world, tuple(calls))
 
@@ -329,6 +490,9 @@ def _probes() -> tuple[Probe, ...]:
         _error_probe(),
         _payload_probe(),
         *(_identity_probe(spelt) for spelt in Spelt),
+        _split_probe(),
+        _bulk_probe(),
+        _fencing_probe(),
         _config_probe(),
         *(_zone_probe(zone) for zone in ZONES if zone != UTC_ZONE),
     )

@@ -102,6 +102,21 @@ def test_a_begin_that_acquires_over_processed_work_is_caught() -> None:
     assert "state.begin(" in caught.reproduction
 
 
+def unannotated_begin_over_processed(clock):  # type: ignore[no-untyped-def]
+    """A factory that does not say what it builds, as most users write one."""
+    return BeginOverProcessed(clock)
+
+
+def test_a_native_begin_behind_an_unannotated_factory_is_still_judged() -> None:
+    assert begins_natively(unannotated_begin_over_processed)
+    # A subclass of its own, without a begin, falls back to the composed one.
+    plain = type("PlainSubclass", (InMemoryStateHandler,), {})
+    assert not begins_natively(lambda clock: plain(clock))
+    report = verify(unannotated_begin_over_processed, "ci", seed=SEED, stop_on_first=True)
+    assert len(report.violations) == 1, "a native begin went unverified"
+    assert "state.begin(" in report.violations[0].reproduction
+
+
 def _assert_passed(report: VerificationReport) -> None:
     assert report.error is None, report.error
     assert report.passed, [v.render() for v in report.violations]
