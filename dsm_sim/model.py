@@ -25,6 +25,7 @@ from reference_engine.scope import Scope
 __all__ = [
     "ENTITY_ID",
     "FOREVER_CONFIG",
+    "KEY_JOINERS",
     "SETTABLE",
     "SOURCE_APP_ID",
     "SWEEP_ERROR_DETAIL",
@@ -40,6 +41,7 @@ __all__ = [
     "describe_config",
     "effective_status",
     "execution_id",
+    "joined_alike",
     "outcome_of",
     "shown",
 ]
@@ -234,12 +236,14 @@ class ItemRef:
         ``"tenant"``/``"scope"``/``"entity"``: the same item under another
         tenant, scope, or entity (node or item entity key), all else equal;
         ``"key"``: another item key in the same tenant and scope (a near
-        spelling, a neighbour, the same text split differently between entity
-        key and item key).  ``None`` for the item itself and for items that
+        spelling, a neighbour); ``"split"``: the same text cut differently
+        between the parts of the key (:func:`joined_alike`).  ``None`` for the item itself and for items that
         differ in more than one of those ways.
         """
         if self.record_key == other.record_key:
             return None
+        if self.scope is other.scope and joined_alike(self, other) is not None:
+            return "split"
         same_entity = (self.entity, self.entity_key) == (other.entity, other.entity_key)
         same_place = self.tenant == other.tenant and self.scope is other.scope
         if self.item == other.item:
@@ -263,6 +267,27 @@ def _record_key(ref: ItemRef) -> RecordKey:
         item_entity_key=ref.entity_key,
         item_key=ref.item,
     )
+
+
+#: What a store may join the parts of a key with into one text: nothing, or a separator.
+KEY_JOINERS: tuple[str, ...] = ("", "-", ":", "|", "/", "#", ".", "_", " ", "\x1f")
+
+
+def joined_alike(one: ItemRef, other: ItemRef) -> str | None:
+    """The joiner with which both items' key parts make the same text, if any.
+
+    ``("t1-flow", "x")`` and ``("t1", "flow-x")`` differ, but joined with
+    ``-`` both read ``t1-flow-x``: a store keying records by the joined text
+    gives them one record.
+    """
+    parts = (one.tenant, one.entity, one.entity_key, one.item)
+    others = (other.tenant, other.entity, other.entity_key, other.item)
+    if parts == others:
+        return None
+    for joiner in KEY_JOINERS:
+        if joiner.join(parts) == joiner.join(others):
+            return joiner
+    return None
 
 
 @functools.lru_cache(maxsize=65536)

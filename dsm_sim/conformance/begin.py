@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import inspect
 import typing
 
 from hypothesis.stateful import rule
@@ -55,8 +56,10 @@ def begins_natively(factory: HandlerFactory) -> bool:
     """
     if isinstance(factory, type):
         return class_begins(factory)
+    # A callable object says what it builds on its __call__.
+    annotated = factory if inspect.isroutine(factory) else type(factory).__call__
     try:
-        hinted = typing.get_type_hints(factory).get("return")
+        hinted = typing.get_type_hints(annotated).get("return")
     except Exception:  # unresolvable annotations: look at a handler instead
         hinted = None
     if isinstance(hinted, type) and not getattr(hinted, "_is_protocol", False):

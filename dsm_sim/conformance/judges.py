@@ -18,7 +18,14 @@ from dsm_sim.conformance.explain import at, offset
 from dsm_sim.conformance.payloads import data_difference
 from dsm_sim.conformance.properties import ISOLATION, Finding
 from dsm_sim.conformance.semantics import DSM, SemanticsProfile, truncate
-from dsm_sim.model import ItemRef, ModelRecord, Outcome, describe_config, effective_status
+from dsm_sim.model import (
+    ItemRef,
+    ModelRecord,
+    Outcome,
+    describe_config,
+    effective_status,
+    joined_alike,
+)
 from reference_engine.errors import DsmError, StaleLockError
 from reference_engine.record import StateRecord
 from reference_engine.status import COMPLETED, TRANSITIONS, IdempotencyStatus, is_allowed
@@ -477,11 +484,16 @@ def judge_isolation(
             _looks_like(got, want) and not _looks_like(got, own)
         )
         if borrowed:
-            what = (
-                "distinct keys must never share a record"
-                if kind == "key"
-                else f"the {kind} must be part of the key"
-            )
+            if kind == "split":
+                joiner = joined_alike(ref, other)
+                what = (
+                    f"the key's parts read the same joined with {joiner!r}; a store must keep "
+                    "tenant, entity, item entity key and item key apart (or escape the joiner)"
+                )
+            elif kind == "key":
+                what = "distinct keys must never share a record"
+            else:
+                what = f"the {kind} must be part of the key"
             return Finding(
                 ISOLATION[kind],
                 f"{ref.label} shows {other.label}'s record ({want.status.label}, token "

@@ -42,6 +42,7 @@ from dsm_sim.conformance.explain import render_reproduction
 from dsm_sim.conformance.machine import ConformanceMachine
 from dsm_sim.conformance.payloads import EMPTIES, ERROR_DETAILS, NUMBERS, STRINGS, nested
 from dsm_sim.conformance.properties import PropertyViolation
+from dsm_sim.conformance.races import ClockMove, Instant, RaceOp
 from dsm_sim.conformance.reduce import Call, Program, parse_program
 from dsm_sim.conformance.worlds import (
     DEFAULT_WORLD,
@@ -317,13 +318,17 @@ def _split_probe() -> Probe:
 
 
 def _bulk_probe() -> Probe:
-    """Every item locked, expired and swept at once; one item superseded four times, then expired.
+    """One item retried 260 times; every item locked, expired and swept at once; one
+    item superseded four times, then expired.
 
-    A sweep that works in batches (a ``LIMIT``), or a history that keeps only
-    the newest rows, shows only when there are more records than its batch.
+    A token counter in a narrow column, a sweep that works in batches (a
+    ``LIMIT``), or a history that keeps only the newest rows, shows only when
+    there are more acquisitions or records than it holds.
     """
     world = _tagged(DEFAULT_WORLD, "bulk")
-    calls = [_call("try_acquire_lock", worker=1, item=role) for role in ROLES]
+    # Past the 127 and 255 acquisitions a one-byte counter column holds.
+    calls = [_call("retry_many", worker=3, item=Role.SPLIT, times=260)]
+    calls += [_call("try_acquire_lock", worker=1, item=role) for role in ROLES]
     calls += [_call("clock_jumps_past_lock_duration", item=Role.HOT), _call("reset_expired_locks")]
     calls += [_call("try_acquire_lock", worker=2, item=role) for role in ROLES]
     calls += [
@@ -411,6 +416,76 @@ def _fencing_probe() -> Probe:
     return Probe("writes with a token whose lock ended", worlds[0], tuple(calls))
 
 
+# --- races across instances -----------------------------------------------------------------
+
+#: (racing calls, where the clock stands, how the item is prepared): the pairs
+#: whose outcome a store's atomicity decides.  Preparations: "new" (no
+#: record), "held" (worker 1's live lock), "done" (Processed), "failed".
+_RACES: tuple[tuple[tuple[RaceOp, ...], Instant, str], ...] = (
+    ((RaceOp.ACQUIRE, RaceOp.ACQUIRE), Instant.NOW, "new"),
+    ((RaceOp.UPSERT, RaceOp.UPSERT), Instant.NOW, "done"),
+    ((RaceOp.UPSERT, RaceOp.ACQUIRE), Instant.NOW, "failed"),
+    ((RaceOp.UPSERT, RaceOp.SKIP), Instant.NOW, "done"),
+    ((RaceOp.SKIP, RaceOp.ACQUIRE), Instant.NOW, "new"),
+    ((RaceOp.COMPLETE, RaceOp.UPSERT), Instant.NOW, "held"),
+    ((RaceOp.COMPLETE, RaceOp.SWEEP), Instant.PAST_LOCK, "held"),
+    ((RaceOp.COMPLETE, RaceOp.ACQUIRE), Instant.PAST_LOCK, "held"),
+    ((RaceOp.RELEASE, RaceOp.ACQUIRE), Instant.PAST_LOCK, "held"),
+    ((RaceOp.ACQUIRE, RaceOp.RETENTION), Instant.PAST_RETENTION, "done"),
+)
+#: Yields before each call starts: together, and each one step behind the other.
+_DELAYS: tuple[list[int], ...] = ([0, 0, 0, 0], [0, 1, 0, 0], [1, 0, 0, 0])
+_PREPARE: dict[str, tuple[tuple[str, dict[str, object]], ...]] = {
+    "new": (),
+    "held": (("try_acquire_lock", {"worker": 1}),),
+    "done": (
+        ("try_acquire_lock", {"worker": 1}),
+        ("set", {"worker": 1, "status": S.PROCESSED, "data": {"n": 0}}),
+    ),
+    "failed": (
+        ("try_acquire_lock", {"worker": 1}),
+        ("release_lock_as_failed", {"worker": 1, "error": "declined"}),
+    ),
+}
+
+
+def _race_probe() -> Probe:
+    """Each pair of calls at once, each through its own worker's instance, three interleavings.
+
+    A race that leaves history behind (upserts) is followed by a retention
+    sweep past the item's end, whose count is where a second superseded row
+    shows: the contract reads only the current record.
+    """
+    worlds: list[World] = []
+    calls: list[str] = []
+    cases = [(race, delays) for race in _RACES for delays in _DELAYS]
+    for index, ((ops, instant, prepared), delays) in enumerate(cases):
+        role = ROLES[index % len(ROLES)]
+        if index % len(ROLES) == 0:
+            worlds.append(_tagged(DEFAULT_WORLD, f"race{len(worlds)}"))
+            if index:
+                calls.append(_call("enter_world", world=worlds[-1]))
+        calls += [_call(rule, item=role, **kwargs) for rule, kwargs in _PREPARE[prepared]]
+        calls.append(
+            _call(
+                "race",
+                item=role,
+                ops=list(ops),
+                workers=[2, 3, 1],
+                delays=delays,
+                instant=instant,
+                move=ClockMove.NONE,
+                data={"n": 1},
+            )
+        )
+        if RaceOp.UPSERT in ops:
+            calls += [
+                _call("clock_jumps_past_retention", item=role),
+                _call("expire_past_retention"),
+            ]
+    return Probe("races across instances", worlds[0], tuple(calls))
+
+
 # --- time ------------------------------------------------------------------------------------
 
 
@@ -493,6 +568,7 @@ def _probes() -> tuple[Probe, ...]:
         _split_probe(),
         _bulk_probe(),
         _fencing_probe(),
+        _race_probe(),
         _config_probe(),
         *(_zone_probe(zone) for zone in ZONES if zone != UTC_ZONE),
     )

@@ -78,6 +78,7 @@ ISOLATION: dict[str, str] = {
     "scope": "scope_isolation",
     "entity": "entity_isolation",
     "key": "key_identity",
+    "split": "key_identity",
 }
 
 

@@ -50,7 +50,14 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from dsm_sim.model import ENTITY_ID, SOURCE_APP_ID, WORLD_CONFIGS, WORLD_ITEMS, ItemRef
+from dsm_sim.model import (
+    ENTITY_ID,
+    KEY_JOINERS,
+    SOURCE_APP_ID,
+    WORLD_CONFIGS,
+    WORLD_ITEMS,
+    ItemRef,
+)
 from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.scope import Scope
 
@@ -186,7 +193,7 @@ UNICODE = (
 )
 KEY_TAIL = st.text(alphabet=SPECIAL + UNICODE + "aZ09", max_size=6)
 #: Separators a store might join key parts with.
-SEPARATORS = ("-", ":", "|", "/", "#", ".", "_", " ", "\x1f")
+SEPARATORS = KEY_JOINERS[1:]
 
 
 #: Pairs of characters of one class that a lossy store makes equal: a
