@@ -45,7 +45,9 @@ from dsm_sim.conformance.properties import PropertyViolation
 from dsm_sim.conformance.races import ClockMove, Instant, RaceOp
 from dsm_sim.conformance.reduce import Call, Program, parse_program
 from dsm_sim.conformance.worlds import (
+    APPS,
     DEFAULT_WORLD,
+    EXECUTIONS,
     NEAR_CHARACTERS,
     ROLES,
     SEPARATORS,
@@ -171,7 +173,7 @@ def _payload_probe() -> Probe:
             calls.append(_call("set", worker=1, item=role, status=S.PROCESSED, data=payload))
             done.add(role)
     calls += [_call("skip_item", worker=3, item=role) for role in (Role.HOT, Role.VARIANT)]
-    return Probe("payloads", DEFAULT_WORLD, tuple(calls))
+    return Probe("payloads", _tagged(DEFAULT_WORLD, "data", stamps=2), tuple(calls))
 
 
 # --- identities ------------------------------------------------------------------------------
@@ -325,7 +327,7 @@ def _bulk_probe() -> Probe:
     ``LIMIT``), or a history that keeps only the newest rows, shows only when
     there are more acquisitions or records than it holds.
     """
-    world = _tagged(DEFAULT_WORLD, "bulk")
+    world = _tagged(DEFAULT_WORLD, "bulk", stamps=2)
     # Past the 127 and 255 acquisitions a one-byte counter column holds.
     calls = [_call("retry_many", worker=3, item=Role.SPLIT, times=260)]
     calls += [_call("try_acquire_lock", worker=1, item=role) for role in ROLES]
@@ -404,7 +406,7 @@ def _fencing_probe() -> Probe:
     for index, ((_, steps), (write, arguments)) in enumerate(cases):
         role = ROLES[index % len(ROLES)]
         if index % len(ROLES) == 0:
-            worlds.append(_tagged(DEFAULT_WORLD, f"stale{len(worlds)}"))
+            worlds.append(_tagged(DEFAULT_WORLD, f"stale{len(worlds)}", stamps=len(worlds) + 1))
             if index:
                 calls.append(_call("enter_world", world=worlds[-1]))
         calls.append(_call("try_acquire_lock", worker=1, item=role))
@@ -462,7 +464,7 @@ def _race_probe() -> Probe:
     for index, ((ops, instant, prepared), delays) in enumerate(cases):
         role = ROLES[index % len(ROLES)]
         if index % len(ROLES) == 0:
-            worlds.append(_tagged(DEFAULT_WORLD, f"race{len(worlds)}"))
+            worlds.append(_tagged(DEFAULT_WORLD, f"race{len(worlds)}", stamps=len(worlds)))
             if index:
                 calls.append(_call("enter_world", world=worlds[-1]))
         calls += [_call(rule, item=role, **kwargs) for rule, kwargs in _PREPARE[prepared]]
@@ -516,10 +518,20 @@ def _with_configs(world: World, configs: dict[Role, str], zone: str = UTC_ZONE) 
     return dataclasses.replace(world, refs=refs, zone=zone)
 
 
-def _tagged(world: World, tag: str) -> World:
-    """The world with ``tag/`` before every item key: the same shape, keys of its own."""
+def _tagged(world: World, tag: str, *, stamps: int = 0) -> World:
+    """The world with ``tag/`` before every item key: the same shape, keys of its own.
+
+    ``stamps`` picks who the workers are: their source apps and execution
+    ids from :data:`APPS` and :data:`EXECUTIONS` (0 is the plain world), which
+    every write must stamp from its own call.
+    """
     refs = tuple(dataclasses.replace(ref, item=f"{tag}/{ref.item}") for ref in world.refs)
-    return dataclasses.replace(world, refs=refs)
+    return dataclasses.replace(
+        world,
+        refs=refs,
+        apps=APPS[stamps % len(APPS)],
+        executions=EXECUTIONS[stamps % len(EXECUTIONS)],
+    )
 
 
 #: The longest options move the clock a century on: they come last.
@@ -560,6 +572,33 @@ def _zone_probe(zone: str) -> Probe:
     return Probe(f"time zone {zone}", world, tuple(calls))
 
 
+def _backwards_probe() -> Probe:
+    """The clock jumps back an hour under a live lock, and again under a finished record.
+
+    A lock is live until its ``locked_until`` whatever the clock did before:
+    a store that measures a lock by elapsed time, or that refuses a write
+    whose ``now`` is before ``updated_at``, shows here.
+    """
+    world = _tagged(DEFAULT_WORLD, "back", stamps=1)
+    calls = [
+        _call("try_acquire_lock", worker=1, item=Role.HOT),
+        _call("clock_jumps_back", seconds=3600),
+        _call("try_acquire_lock", worker=2, item=Role.HOT),  # still live: refused
+        _call("reset_expired_locks"),  # and not swept
+        _call("set", worker=1, item=Role.HOT, status=S.PROCESSED, data={"n": 1}),
+        _call("try_acquire_lock", worker=1, item=Role.ENTITY),
+        _call("release_lock_as_failed", worker=1, item=Role.ENTITY, error="declined"),
+        _call("clock_jumps_back", seconds=3600),
+        _call("try_acquire_lock", worker=2, item=Role.ENTITY),  # the retry, in the past
+        _call("upsert", worker=3, item=Role.HOT, data={"n": 2}),
+        _call("clock_to_item_lock_expiry", item=Role.ENTITY, micros=1),
+        _call("reset_expired_locks"),
+        _call("clock_to_item_retention_end", item=Role.HOT, micros=1),
+        _call("expire_past_retention"),
+    ]
+    return Probe("the clock jumps back", world, tuple(calls))
+
+
 def _probes() -> tuple[Probe, ...]:
     return (
         _error_probe(),
@@ -569,6 +608,7 @@ def _probes() -> tuple[Probe, ...]:
         _bulk_probe(),
         _fencing_probe(),
         _race_probe(),
+        _backwards_probe(),
         _config_probe(),
         *(_zone_probe(zone) for zone in ZONES if zone != UTC_ZONE),
     )
