@@ -91,6 +91,8 @@ class Probe:
     name: str
     world: World
     calls: tuple[str, ...]
+    #: A rule the machine must have for the probe to apply (``begin``: a native one).
+    requires: str | None = None
 
     def program(self, machine_name: str) -> str:
         """The calls in the format Hypothesis prints a stateful run in."""
@@ -336,8 +338,16 @@ def _bulk_probe() -> Probe:
     calls += [
         _call("set", worker=2, item=role, status=S.PROCESSED, data={"n": 0}) for role in ROLES
     ]
+    calls += [_call("exists", worker=2, item=role) for role in ROLES]
+    # Expired by a node's own decision: no longer done for the worker that asked before.
+    calls += [
+        _call("set", worker=2, item=Role.ENTITY, status=S.EXPIRED, data=None),
+        _call("exists", worker=2, item=Role.ENTITY),
+    ]
     calls += [_call("upsert", worker=3, item=Role.HOT, data={"n": n}) for n in range(1, 5)]
     calls += [_call("clock_jumps_past_retention", item=Role.HOT), _call("expire_past_retention")]
+    # Expired by the retention worker's instance: no longer done, whoever asks.
+    calls += [_call("exists", worker=2, item=role) for role in ROLES]
     return Probe("every item at once", world, tuple(calls))
 
 
@@ -595,8 +605,31 @@ def _backwards_probe() -> Probe:
         _call("reset_expired_locks"),
         _call("clock_to_item_retention_end", item=Role.HOT, micros=1),
         _call("expire_past_retention"),
+        _call("skip_item", worker=3, item=Role.TENANT),  # a new record, attempt 0
+        _call("set", worker=2, item=Role.SCOPE, status=S.EXPIRED, data=None),  # forbidden
     ]
     return Probe("the clock jumps back", world, tuple(calls))
+
+
+def _begin_probe() -> Probe:
+    """A native ``begin`` from every state: new, live, expired, failed, done, skipped, expired."""
+    world = _tagged(DEFAULT_WORLD, "begin", stamps=1)
+    calls = [
+        _call("begin", worker=1, item=Role.HOT),  # new: acquired
+        _call("begin", worker=2, item=Role.HOT),  # live: locked
+        _call("clock_to_item_lock_expiry", item=Role.HOT, micros=1),
+        _call("begin", worker=2, item=Role.HOT),  # expired, unswept: taken over
+        _call("release_lock_as_failed", worker=2, item=Role.HOT, error="declined"),
+        _call("begin", worker=3, item=Role.HOT),  # failed: retried
+        _call("set", worker=3, item=Role.HOT, status=S.PROCESSED, data={"n": 1}),
+        _call("begin", worker=1, item=Role.HOT),  # done: completed, with its record
+        _call("skip_item", worker=1, item=Role.ENTITY),
+        _call("begin", worker=2, item=Role.ENTITY),  # skipped: completed
+        _call("clock_to_item_retention_end", item=Role.ENTITY, micros=1),
+        _call("expire_past_retention"),
+        _call("begin", worker=2, item=Role.ENTITY),  # expired: retried
+    ]
+    return Probe("begin from every state", world, tuple(calls), requires="begin")
 
 
 def _probes() -> tuple[Probe, ...]:
@@ -609,6 +642,7 @@ def _probes() -> tuple[Probe, ...]:
         _fencing_probe(),
         _race_probe(),
         _backwards_probe(),
+        _begin_probe(),
         _config_probe(),
         *(_zone_probe(zone) for zone in ZONES if zone != UTC_ZONE),
     )
@@ -652,6 +686,8 @@ def probe_findings(
     """
     name = machine.__qualname__
     for probe in probes:
+        if probe.requires is not None and not hasattr(machine, probe.requires):
+            continue
         machine.stats.disabled = found()
         text = render_reproduction([probe.program(name)], factory, semantics)
         # Parsed without the factory's import line: the machine is at hand.

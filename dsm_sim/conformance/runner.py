@@ -684,8 +684,9 @@ def _probe(
     )
     waived = frozenset(semantics.waived)
     path = factory_path(factory)
-    probed.probes = len(PROBES)
-    probed.steps = sum(len(probe.calls) for probe in PROBES)
+    applied = [p for p in PROBES if p.requires is None or hasattr(machine, p.requires)]
+    probed.probes = len(applied)
+    probed.steps = sum(len(probe.calls) for probe in applied)
     hung_before = timeouts_seen()
     started = time.perf_counter()
     with call_timeout(limit):

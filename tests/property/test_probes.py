@@ -21,7 +21,7 @@ from dsm_sim.conformance.world import RunStats
 from dsm_sim.conformance.worlds import UTC_ZONE, ZONES, Spelt
 from dsm_sim.model import WORLD_CONFIGS, ItemRef
 from reference_engine.handler import HandlerFactory
-from reference_engine.handlers.memory import in_memory_handler
+from reference_engine.handlers.memory import InMemoryStateHandler, in_memory_handler
 from reference_engine.handlers.sql.factory import sqlite_file_handler
 
 pytestmark = pytest.mark.property
@@ -175,3 +175,13 @@ def test_a_leading_entered_world_is_folded_into_setup() -> None:
     assert folded.setup.text == f"state.setup(world={second!r})"
     assert [call.rule for call in folded.steps] == ["try_acquire_lock"]
     assert fold_entered_world(folded.render()) == folded.render()  # nothing left to fold
+
+
+def test_the_begin_probe_runs_only_where_the_handler_has_its_own_begin() -> None:
+    plain = type("PlainSubclass", (InMemoryStateHandler,), {})
+    without = verify(plain, "dev", seed=1, max_examples=1)
+    with_begin = verify(in_memory_handler, "dev", seed=1, max_examples=1)
+    needs_begin = [probe for probe in PROBES if probe.requires == "begin"]
+    assert needs_begin
+    assert without.probes == len(PROBES) - len(needs_begin)
+    assert with_begin.probes == len(PROBES)
