@@ -44,6 +44,7 @@ from dsm_sim.conformance.payloads import EMPTIES, ERROR_DETAILS, NUMBERS, STRING
 from dsm_sim.conformance.properties import PropertyViolation
 from dsm_sim.conformance.races import ClockMove, Instant, RaceOp
 from dsm_sim.conformance.reduce import Call, Program, parse_program
+from dsm_sim.conformance.replies import LandedWrite
 from dsm_sim.conformance.worlds import (
     APPS,
     DEFAULT_WORLD,
@@ -175,6 +176,8 @@ def _payload_probe() -> Probe:
             calls.append(_call("set", worker=1, item=role, status=S.PROCESSED, data=payload))
             done.add(role)
     calls += [_call("skip_item", worker=3, item=role) for role in (Role.HOT, Role.VARIANT)]
+    # A superseding upsert without data writes none: the old record's data stays with it.
+    calls.append(_call("upsert", worker=2, item=Role.TENANT, data=None))
     return Probe("payloads", _tagged(DEFAULT_WORLD, "data", stamps=2), tuple(calls))
 
 
@@ -516,7 +519,9 @@ def _boundary_calls(item: Role, worker: int = 1, other: int = 2) -> list[str]:
         _call("expire_past_retention"),  # still kept
         _call("clock_to_item_retention_end", item=item, micros=1),
         _call("expire_past_retention"),  # past it: Expired
-        _call("upsert", worker=worker, item=item, data={"n": 2}),  # on to Processed again
+        _call("try_acquire_lock", worker=3, item=item),  # retried: the next attempt
+        _call("set", worker=3, item=item, status=S.PROCESSED, data={"n": 2}),
+        _call("upsert", worker=worker, item=item, data={"n": 3}),  # superseded
     ]
 
 
@@ -582,6 +587,29 @@ def _zone_probe(zone: str) -> Probe:
     return Probe(f"time zone {zone}", world, tuple(calls))
 
 
+def _lost_reply_probe() -> Probe:
+    """Each completing write lands with its reply lost, then its caller retries or releases.
+
+    The caller still holds its token, now spent: ``set(Processed)`` again, or
+    a release after the completion, must be refused and change nothing.
+    """
+    world = _tagged(DEFAULT_WORLD, "lost", stamps=3)
+    calls: list[str] = []
+    cases = [(kind, release) for kind in LandedWrite for release in (False, True)]
+    for role, (kind, release) in zip(ROLES, cases, strict=False):
+        calls += [
+            _call("try_acquire_lock", worker=1, item=role),
+            _call("write_lands_reply_lost", pick=0, kind=kind, data={"n": 1}),
+            _call("retry_landed_write", pick=0, release=release, data={"n": 1}),
+        ]
+    calls += [
+        _call("acquire_reply_lost", worker=2, item=Role.SPLIT),
+        _call("reads_back_own_lock", worker=2, item=Role.SPLIT),
+        _call("set", worker=2, item=Role.SPLIT, status=S.PROCESSED, data={"n": 2}),
+    ]
+    return Probe("lost replies and the retries after them", world, tuple(calls))
+
+
 def _backwards_probe() -> Probe:
     """The clock jumps back an hour under a live lock, and again under a finished record.
 
@@ -606,6 +634,9 @@ def _backwards_probe() -> Probe:
         _call("clock_to_item_retention_end", item=Role.HOT, micros=1),
         _call("expire_past_retention"),
         _call("skip_item", worker=3, item=Role.TENANT),  # a new record, attempt 0
+        _call("try_acquire_lock", worker=1, item=Role.NEIGHBOUR),
+        _call("clock_to_item_lock_expiry", item=Role.NEIGHBOUR, micros=1),
+        _call("skip_item", worker=2, item=Role.NEIGHBOUR),  # over an expired lock: allowed
         _call("set", worker=2, item=Role.SCOPE, status=S.EXPIRED, data=None),  # forbidden
     ]
     return Probe("the clock jumps back", world, tuple(calls))
@@ -641,6 +672,7 @@ def _probes() -> tuple[Probe, ...]:
         _bulk_probe(),
         _fencing_probe(),
         _race_probe(),
+        _lost_reply_probe(),
         _backwards_probe(),
         _begin_probe(),
         _config_probe(),
