@@ -25,9 +25,9 @@ import datetime as dt
 from typing import Any
 
 from dsm_sim.conformance import properties as P
-from dsm_sim.conformance import world as W
 from dsm_sim.conformance.operations import OperationRules
-from dsm_sim.conformance.worlds import Role, World, in_zone
+from dsm_sim.conformance.worlds import Role, World
+from dsm_sim.model import ItemRef
 
 __all__ = ["EdgeSteps"]
 
@@ -48,15 +48,10 @@ class EdgeSteps(OperationRules):
         """
         if self.diverged:
             return
-        zone = type(self).time_zone or world.zone
-        self.world = dataclasses.replace(world, zone=zone)
-        self.zone = zone
-        in_zone(zone)  # setup saved the zone to restore at teardown
-        self.observers = {ref: ref.context(W.OBSERVER) for ref in self.world}
+        self.setup(world)  # the items, their observers and the zone, as a test case starts
         if not any(ref.record_key in self.model.current for ref in self.world):
             # New keys: nothing to read (a record the handler shows anyway is
             # caught by the next step's reading).
-            self.view = dict.fromkeys(self.world)
             return
         self.view = {
             ref: outcome.value if outcome.error is None else None
@@ -116,7 +111,7 @@ class EdgeSteps(OperationRules):
         self._fold_steps(first, ref)
         self._after_step("acquire")
 
-    def _fold_steps(self, first: int, ref: Any) -> None:
+    def _fold_steps(self, first: int, ref: ItemRef) -> None:
         """Steps ``first``.. as one line, but for the last two (the last round, or the failing one)."""
         looped = self.steps[first:]
         if len(looped) <= 4:

@@ -43,7 +43,7 @@ from dsm_sim.conformance.machine import ConformanceMachine
 from dsm_sim.conformance.payloads import EMPTIES, ERROR_DETAILS, NUMBERS, STRINGS, nested
 from dsm_sim.conformance.properties import PropertyViolation
 from dsm_sim.conformance.races import ClockMove, Instant, RaceOp
-from dsm_sim.conformance.reduce import Call, Program, parse_program
+from dsm_sim.conformance.reduce import Call, Program, UnbuildableMachine, parse_program, replay
 from dsm_sim.conformance.replies import LandedWrite
 from dsm_sim.conformance.worlds import (
     APPS,
@@ -71,6 +71,7 @@ __all__ = [
     "Probe",
     "ProbeFinding",
     "UnbuildableMachine",
+    "applicable",
     "fold_entered_world",
     "probe_findings",
 ]
@@ -123,6 +124,33 @@ def _text(value: str) -> Expr | str:
     if run <= 64 or len(tail) > 8:
         return value
     return Expr(f"{head!r} * {run}" + (f" + {tail!r}" if tail else ""))
+
+
+def _chained(worlds: Sequence[World], steps: Callable[[int], list[str]]) -> tuple[str, ...]:
+    """World after world on one store: ``steps(index)`` in each, entering it after the first."""
+    calls: list[str] = []
+    for index, world in enumerate(worlds):
+        if index:
+            calls.append(_call("enter_world", world=world))
+        calls += steps(index)
+    return tuple(calls)
+
+
+def _slotted(
+    tag: str, stamps: Callable[[int], int], cases: Sequence[Callable[[Role], list[str]]]
+) -> tuple[World, tuple[str, ...]]:
+    """One case per item, eight to a world (``tag<n>/`` keys, workers by ``stamps(n)``)."""
+    size = len(ROLES)
+    worlds = [
+        _tagged(DEFAULT_WORLD, f"{tag}{n}", stamps=stamps(n))
+        for n in range((len(cases) + size - 1) // size)
+    ]
+
+    def steps(index: int) -> list[str]:
+        chunk = cases[index * size : (index + 1) * size]
+        return [call for role, case in zip(ROLES, chunk, strict=False) for call in case(role)]
+
+    return worlds[0], _chained(worlds, steps)
 
 
 # --- error details ---------------------------------------------------------------------------
@@ -265,17 +293,15 @@ def _apart_calls(worlds: Sequence[World], counterpart: Role) -> tuple[str, ...]:
     ``_`` that matches any character) or by a normalised key shows; the
     acquire is where a lock keyed apart from the record shows.
     """
-    calls: list[str] = []
-    for index, world in enumerate(worlds):
-        if index:
-            calls.append(_call("enter_world", world=world))
-        calls += [
+    return _chained(
+        worlds,
+        lambda _: [
             _call("try_acquire_lock", worker=1, item=Role.VARIANT),
             _call("set", worker=1, item=Role.VARIANT, status=S.PROCESSED, data=None),
             _call("exists", worker=2, item=counterpart),
             _call("try_acquire_lock", worker=2, item=counterpart),
-        ]
-    return tuple(calls)
+        ],
+    )
 
 
 # --- the same text split between two parts of the key --------------------------------------
@@ -413,22 +439,25 @@ _STALE_WRITES: tuple[tuple[str, dict[str, object]], ...] = (
 
 def _fencing_probe() -> Probe:
     """Each write by a holder whose lock ended in each way: refused (or, not ended, accepted)."""
-    cases = [(ending, write) for ending in _ENDINGS for write in _STALE_WRITES]
-    worlds: list[World] = []
-    calls: list[str] = []
-    for index, ((_, steps), (write, arguments)) in enumerate(cases):
-        role = ROLES[index % len(ROLES)]
-        if index % len(ROLES) == 0:
-            worlds.append(_tagged(DEFAULT_WORLD, f"stale{len(worlds)}", stamps=len(worlds) + 1))
-            if index:
-                calls.append(_call("enter_world", world=worlds[-1]))
-        calls.append(_call("try_acquire_lock", worker=1, item=role))
-        calls += [
-            _call(rule, **kwargs) if rule in _SWEEPS else _call(rule, item=role, **kwargs)
-            for rule, kwargs in steps
-        ]
-        calls.append(_call(write, worker=1, item=role, **arguments))
-    return Probe("writes with a token whose lock ended", worlds[0], tuple(calls))
+
+    def case(
+        steps: Sequence[tuple[str, dict[str, object]]], write: str, arguments: dict[str, object]
+    ) -> Callable[[Role], list[str]]:
+        def calls(role: Role) -> list[str]:
+            return [
+                _call("try_acquire_lock", worker=1, item=role),
+                *(
+                    _call(rule, **kwargs) if rule in _SWEEPS else _call(rule, item=role, **kwargs)
+                    for rule, kwargs in steps
+                ),
+                _call(write, worker=1, item=role, **arguments),
+            ]
+
+        return calls
+
+    cases = [case(steps, *write) for _, steps in _ENDINGS for write in _STALE_WRITES]
+    world, calls = _slotted("stale", lambda n: n + 1, cases)
+    return Probe("writes with a token whose lock ended", world, calls)
 
 
 # --- races across instances -----------------------------------------------------------------
@@ -471,34 +500,36 @@ def _race_probe() -> Probe:
     sweep past the item's end, whose count is where a second superseded row
     shows: the contract reads only the current record.
     """
-    worlds: list[World] = []
-    calls: list[str] = []
-    cases = [(race, delays) for race in _RACES for delays in _DELAYS]
-    for index, ((ops, instant, prepared), delays) in enumerate(cases):
-        role = ROLES[index % len(ROLES)]
-        if index % len(ROLES) == 0:
-            worlds.append(_tagged(DEFAULT_WORLD, f"race{len(worlds)}", stamps=len(worlds)))
-            if index:
-                calls.append(_call("enter_world", world=worlds[-1]))
-        calls += [_call(rule, item=role, **kwargs) for rule, kwargs in _PREPARE[prepared]]
-        calls.append(
-            _call(
-                "race",
-                item=role,
-                ops=list(ops),
-                workers=[2, 3, 1],
-                delays=delays,
-                instant=instant,
-                move=ClockMove.NONE,
-                data={"n": 1},
+
+    def case(
+        ops: tuple[RaceOp, ...], instant: Instant, prepared: str, delays: list[int]
+    ) -> Callable[[Role], list[str]]:
+        def calls(role: Role) -> list[str]:
+            steps = [_call(rule, item=role, **kwargs) for rule, kwargs in _PREPARE[prepared]]
+            steps.append(
+                _call(
+                    "race",
+                    item=role,
+                    ops=list(ops),
+                    workers=[2, 3, 1],
+                    delays=delays,
+                    instant=instant,
+                    move=ClockMove.NONE,
+                    data={"n": 1},
+                )
             )
-        )
-        if RaceOp.UPSERT in ops:
-            calls += [
-                _call("clock_jumps_past_retention", item=role),
-                _call("expire_past_retention"),
-            ]
-    return Probe("races across instances", worlds[0], tuple(calls))
+            if RaceOp.UPSERT in ops:
+                steps += [
+                    _call("clock_jumps_past_retention", item=role),
+                    _call("expire_past_retention"),
+                ]
+            return steps
+
+        return calls
+
+    cases = [case(*race, delays) for race in _RACES for delays in _DELAYS]
+    world, calls = _slotted("race", lambda n: n, cases)
+    return Probe("races across instances", world, calls)
 
 
 # --- time ------------------------------------------------------------------------------------
@@ -555,17 +586,11 @@ _CONFIG_ORDER = sorted(WORLD_CONFIGS, key=lambda name: name == "longest")
 
 def _config_probe() -> Probe:
     """Each node configuration in a world of its own, one after the other on one store."""
-    calls: list[str] = []
     worlds = [
         _tagged(_with_configs(DEFAULT_WORLD, {Role.HOT: name}), name) for name in _CONFIG_ORDER
     ]
-    for index, world in enumerate(worlds):
-        if index:
-            calls.append(_call("enter_world", world=world))
-        calls += _boundary_calls(Role.HOT)
-    return Probe(
-        "lock and retention boundaries of every node configuration", worlds[0], tuple(calls)
-    )
+    calls = _chained(worlds, lambda _: _boundary_calls(Role.HOT))
+    return Probe("lock and retention boundaries of every node configuration", worlds[0], calls)
 
 
 def _zone_probe(zone: str) -> Probe:
@@ -687,10 +712,6 @@ PROBES: tuple[Probe, ...] = _probes()
 # --- running ---------------------------------------------------------------------------------
 
 
-class UnbuildableMachine(Exception):
-    """The handler could not be built or opened for a probe; the search says why."""
-
-
 @dataclass(frozen=True, slots=True)
 class ProbeFinding:
     """A probe that broke a property: the violation its replay raised, and its program."""
@@ -700,6 +721,11 @@ class ProbeFinding:
     #: The probe as a pasted reproduction prints it, and parsed.
     reproduction: str
     program: Program
+
+
+def applicable(machine: type[ConformanceMachine], probes: Sequence[Probe] = PROBES) -> list[Probe]:
+    """The probes ``machine`` can run: those whose required rule it has."""
+    return [p for p in probes if p.requires is None or hasattr(machine, p.requires)]
 
 
 def probe_findings(
@@ -714,46 +740,21 @@ def probe_findings(
 
     ``found`` says which properties are already known to fail (the caller's
     running tally): they stop a probe quietly, as they stop a test case of
-    the search, so each probe can still find something new.
+    the search, so each probe can still find something new.  A machine that
+    cannot be built raises :class:`~dsm_sim.conformance.reduce.UnbuildableMachine`:
+    the search reports that failure in its own words.
     """
     name = machine.__qualname__
-    for probe in probes:
-        if probe.requires is not None and not hasattr(machine, probe.requires):
-            continue
+    for probe in applicable(machine, probes):
         machine.stats.disabled = found()
         text = render_reproduction([probe.program(name)], factory, semantics)
         # Parsed without the factory's import line: the machine is at hand.
         program = parse_program(render_reproduction([probe.program(name)], "", semantics))
         if program is None:  # the kit's own format: a probe that does not parse is a bug here
             raise AssertionError(f"probe {probe.name!r} does not parse as a program")
-        violation = _run(machine, program)
+        violation = replay(machine, program, unbuildable=True)
         if violation is not None:
             yield ProbeFinding(probe, violation, text, program)
-
-
-def _run(machine: type[ConformanceMachine], program: Program) -> PropertyViolation | None:
-    """Replay ``program`` as pasted; the violation it raised, or None.
-
-    Unlike a reduction's replays, a machine that cannot be built (the
-    factory raised, ``open`` failed or hung) stops the probes: the search
-    reports that failure in its own words.  Anything else a step raises is
-    no violation, as in :func:`~dsm_sim.conformance.reduce.replay`.
-    """
-    try:
-        state = machine()
-    except Exception as exc:
-        raise UnbuildableMachine(str(exc)) from exc
-    try:
-        try:
-            program.setup_on(state)
-            for call in program.steps:
-                getattr(state, call.rule)(**call.kwargs(program.namespace))
-        finally:
-            state.teardown()
-    except PropertyViolation as violation:
-        return violation
-    except Exception:
-        return None
     return None
 
 

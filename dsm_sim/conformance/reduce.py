@@ -36,6 +36,7 @@ __all__ = [
     "Call",
     "Program",
     "Reduced",
+    "UnbuildableMachine",
     "parse_program",
     "reduce_program",
     "replay",
@@ -156,13 +157,24 @@ def parse_program(text: str) -> Program | None:
     )
 
 
-def replay(machine: type[ConformanceMachine], program: Program) -> PropertyViolation | None:
-    """Run the program as pasted; the violation it raised, or None when it raised none."""
-    return _replay(machine, program)[0]
+def replay(
+    machine: type[ConformanceMachine], program: Program, *, unbuildable: bool = False
+) -> PropertyViolation | None:
+    """Run the program as pasted; the violation it raised, or None when it raised none.
+
+    With ``unbuildable`` a machine that cannot be built (the factory raised,
+    ``open`` failed) raises :class:`UnbuildableMachine` instead of counting
+    as no violation.
+    """
+    return _replay(machine, program, unbuildable=unbuildable)[0]
+
+
+class UnbuildableMachine(Exception):
+    """The handler could not be built or opened for a replay."""
 
 
 def _replay(
-    machine: type[ConformanceMachine], program: Program
+    machine: type[ConformanceMachine], program: Program, *, unbuildable: bool = False
 ) -> tuple[PropertyViolation | None, int]:
     """The violation a replay raised, and how many steps (after ``setup``) it ran.
 
@@ -174,7 +186,9 @@ def _replay(
     ran = 0
     try:
         state = machine()
-    except Exception:
+    except Exception as exc:
+        if unbuildable:
+            raise UnbuildableMachine(str(exc)) from exc
         return None, ran
     try:
         try:

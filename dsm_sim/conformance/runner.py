@@ -49,8 +49,8 @@ from dsm_sim.conformance.loop import (
 )
 from dsm_sim.conformance.machine import ConformanceMachine, build_machine
 from dsm_sim.conformance.probes import (
-    PROBES,
     UnbuildableMachine,
+    applicable,
     fold_entered_world,
     probe_findings,
 )
@@ -337,6 +337,10 @@ class _Search:
     steps: int = 0
 
 
+def _summary(name: str) -> str:
+    return next(p.summary for p in PROPERTIES if p.name == name)
+
+
 def _violated(
     violation: PropertyViolation,
     *,
@@ -348,7 +352,7 @@ def _violated(
     factory: str,
     semantics: str | None = None,
 ) -> PropertyResult:
-    summary = next(p.summary for p in PROPERTIES if p.name == violation.property)
+    summary = _summary(violation.property)
     zone = getattr(violation, "time_zone", None)
     notes = [
         "\n".join(line for line in str(note).splitlines() if line.strip() != _COUNTER_CALL)
@@ -684,7 +688,7 @@ def _probe(
     )
     waived = frozenset(semantics.waived)
     path = factory_path(factory)
-    applied = [p for p in PROBES if p.requires is None or hasattr(machine, p.requires)]
+    applied = applicable(machine)
     probed.probes = len(applied)
     probed.steps = sum(len(probe.calls) for probe in applied)
     hung_before = timeouts_seen()
@@ -707,7 +711,7 @@ def _probe(
             zone = getattr(violation, "time_zone", None)
             result = PropertyResult(
                 name=prop,
-                summary=next(p.summary for p in PROPERTIES if p.name == prop),
+                summary=_summary(prop),
                 status=ResultStatus.FAILED,
                 checks=stats.checks[prop],
                 message=violation.finding.message,
