@@ -259,14 +259,15 @@ def _what_happened(token: int, current_token: int | None, status: str) -> str:
     if status == "Failed":
         return (
             "this token's lock already ended: the record is Failed with this token, "
-            "so either the lock expired and was swept, or this is a retry of a release "
-            "that already landed"
+            "so either the lock expired and was swept, or this token's own release landed "
+            "with another error detail (retrying the write that landed succeeds)"
         )
     if status == "Processing":
         return "the record is Processing with this token, yet the store refused the write"
     return (
-        f"this token's lock already ended: the record is {status} with this token "
-        "(a retry of a write that already landed?)"
+        f"this token's lock already ended: the record is {status} with this token, "
+        "from a write of this token that asked for another outcome (retrying the write "
+        "that landed succeeds; this one asks for something else)"
     )
 
 

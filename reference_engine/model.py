@@ -37,6 +37,7 @@ __all__ = [
     "ReferenceModel",
     "effective_status",
     "require_holder",
+    "write_landed",
 ]
 
 S = IdempotencyStatus
@@ -123,6 +124,42 @@ def require_holder(ctx: StateHandlerContext, record: FencedRecord | None) -> Fen
     return record
 
 
+def write_landed(
+    record: ModelRecord | StateRecord | None,
+    token: int,
+    status: IdempotencyStatus,
+    *,
+    data: str | None = None,
+    error_detail: str | None = None,
+) -> bool:
+    """Whether a fenced write finds its own outcome already stored under its token.
+
+    A worker whose reply was lost retries the write it made; the first one
+    landed and ended the lock.  When the record shows exactly what the retry
+    asks for (this token, this status, no lock, the same data or none given,
+    the same error detail), the write has happened and the retry succeeds
+    without changing anything: refusing it would tell the caller a lie (its
+    lock was not swept) and repeating it would move ``updated_at``.  Anything
+    else (a sweep's Failed, a take-over, a different payload, a release after
+    a completion) is still refused by fencing.
+
+    ``data`` is the retry's canonical JSON text; a stored record's data is
+    compared in the same canonical form, whatever the store gave back.
+    """
+    if (
+        record is None
+        or record.attempt != token
+        or record.status is not status
+        or record.locked_until is not None
+        or record.error_detail != error_detail
+    ):
+        return False
+    if data is None:
+        return True
+    stored = record.data
+    return (stored if stored is None or isinstance(stored, str) else encode_data(stored)) == data
+
+
 def _retain_until(ctx: StateHandlerContext, now: dt.datetime) -> dt.datetime | None:
     retention = ctx.handler_config.retention
     return None if retention is None else now + retention
@@ -181,6 +218,8 @@ class ReferenceModel:
         encoded = encode_data(data)
         record = self.current.get(ctx.record_key)
         if ctx.lock_token is not None:
+            if write_landed(record, ctx.lock_token, status, data=encoded):
+                return
             held = require_holder(ctx, record)
             check_transition(S.PROCESSING, status, item_key=ctx.item_key)
             self._write(ctx, now, held, status=status, data=encoded, locked_until=None)
@@ -204,7 +243,10 @@ class ReferenceModel:
     ) -> None:
         if ctx.lock_token is None:
             raise LockNotHeldError(item_key=ctx.item_key, operation="release_lock_as_failed")
-        held = require_holder(ctx, self.current.get(ctx.record_key))
+        record = self.current.get(ctx.record_key)
+        if write_landed(record, ctx.lock_token, S.FAILED, error_detail=error_detail):
+            return
+        held = require_holder(ctx, record)
         check_transition(S.PROCESSING, S.FAILED, item_key=ctx.item_key)
         self._write(ctx, now, held, status=S.FAILED, locked_until=None, error_detail=error_detail)
 
@@ -215,6 +257,8 @@ class ReferenceModel:
         key = ctx.record_key
         record = self.current.get(key)
         if ctx.lock_token is not None:
+            if write_landed(record, ctx.lock_token, S.PROCESSED, data=encoded):
+                return
             held = require_holder(ctx, record)
             check_transition(S.PROCESSING, S.PROCESSED, item_key=ctx.item_key)
             self._write(ctx, now, held, status=S.PROCESSED, data=encoded, locked_until=None)

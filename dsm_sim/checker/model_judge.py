@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from reference_engine.config import HandlerConfig
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import DsmError
 from reference_engine.model import ModelRecord, ReferenceModel, effective_status
+from reference_engine.record import encode_data
 from reference_engine.scope import Scope
 from reference_engine.status import IdempotencyStatus, is_allowed
 
@@ -69,7 +71,10 @@ JUDGED: tuple[tuple[str, str], ...] = (
 
 #: Instants are recorded to the microsecond; two readings this close are equal.
 _EPSILON = 2e-6
+#: The model holds a payload as the canonical JSON of ``{_MARK: digest}``, so
+#: that a retry's data compares with the stored data digest to digest.
 _MARK = "digest:"
+_FENCED_WRITES = (OpName.SET, OpName.RELEASE_LOCK_AS_FAILED, OpName.UPSERT)
 _NODE_OPS = (
     OpName.EXISTS,
     OpName.TRY_ACQUIRE_LOCK,
@@ -133,8 +138,9 @@ def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
     now = history.epoch + dt.timedelta(seconds=op.store_time)
     ctx = _context(info, op)
     model = ReferenceModel()
-    if op.before is not None:
-        model.current[ctx.record_key] = _record(ctx, op.before, history.epoch)
+    stored = None if op.before is None else _record(ctx, op.before, history.epoch)
+    if stored is not None:
+        model.current[ctx.record_key] = dataclasses.replace(stored)
     expected_value: object = None
     expected_error: str | None = None
     try:
@@ -193,6 +199,20 @@ def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
                 f"refuses the call ({expected_error})",
             )
         return found
+    landed = (
+        stored is not None
+        and op.token is not None
+        and op.op in _FENCED_WRITES
+        and model.current.get(ctx.record_key) == stored
+    )
+    if landed and op.after is not None and (change := _difference(op.after, op.before)):
+        say(
+            "spent_token_rejected",
+            f"retried a write that had landed under token {op.token} (the record "
+            f"{_label(before)} already shows it) and changed it: {change}; the retry must "
+            "succeed and change nothing",
+        )
+        return found
     expected = _expected_view(model, ctx, op, history.epoch, expected_error)
     found.extend(_compare(op, before, expected, op.after, say_prefix=say))
     return found
@@ -205,12 +225,12 @@ def _run(model: ReferenceModel, op: Op, ctx: StateHandlerContext, now: dt.dateti
         case OpName.TRY_ACQUIRE_LOCK:
             return model.try_acquire_lock(dataclasses.replace(ctx, lock_token=None), now)
         case OpName.SET:
-            model.set(ctx, S(op.status or "none"), None, now)
+            model.set(ctx, S(op.status or "none"), _marked(op.data), now)
         case OpName.RELEASE_LOCK_AS_FAILED:
             detail = "released" if op.detail is None else op.detail
             model.release_lock_as_failed(ctx, detail, now)
         case OpName.UPSERT:
-            model.upsert(ctx, None, now)
+            model.upsert(ctx, _marked(op.data), now)
         case _:
             raise AssertionError(op.op)
     return None
@@ -227,7 +247,7 @@ def _expected_view(
     if record is None:
         return None
     data = record.data
-    kept = data[len(_MARK) :] if data is not None and data.startswith(_MARK) else data
+    kept = _digest(data)
     if error is None and op.op in (OpName.SET, OpName.UPSERT) and op.data is not None:
         kept = op.data
     return RecordView(
@@ -504,7 +524,7 @@ def _view_of_model(
         created_at=_sec(record.created_at, epoch) or 0.0,
         updated_at=_sec(record.updated_at, epoch) or 0.0,
         retain_until=_sec(record.retain_until, epoch),
-        data=data[len(_MARK) :] if data is not None and data.startswith(_MARK) else data,
+        data=_digest(data),
         audit=_audit_of(record) if with_audit else None,
     )
 
@@ -585,7 +605,7 @@ def _record(ctx: StateHandlerContext, view: RecordView, epoch: dt.datetime) -> M
         status=S(view.status),
         attempt=view.attempt,
         locked_until=at(view.locked_until),
-        data=None if view.data is None else _MARK + view.data,
+        data=None if view.data is None else encode_data(_marked(view.data)),
         error_detail=None if view.audit is None else view.audit[0],
         entity_execution_id="" if view.audit is None else view.audit[2],
         source_app_id="" if view.audit is None else view.audit[1],
@@ -593,6 +613,21 @@ def _record(ctx: StateHandlerContext, view: RecordView, epoch: dt.datetime) -> M
         updated_at=epoch + dt.timedelta(seconds=view.updated_at),
         retain_until=at(view.retain_until),
     )
+
+
+def _marked(digest: str | None) -> dict[str, str] | None:
+    """A payload the model can store and compare in place of the one its digest stands for."""
+    return None if digest is None else {_MARK: digest}
+
+
+def _digest(data: str | None) -> str | None:
+    """The digest a model payload stands for (the inverse of :func:`_marked`)."""
+    if data is None:
+        return None
+    decoded = json.loads(data)
+    if isinstance(decoded, dict) and set(decoded) == {_MARK}:
+        return str(decoded[_MARK])
+    return data
 
 
 def _sec(instant: dt.datetime | None, epoch: dt.datetime) -> float | None:

@@ -219,8 +219,16 @@ def judge_write(
             "spent_token_rejected",
             f"worker {worker}'s {operation} on {ref.name} at {at(now)} with token {token} was "
             f"{fate}, but its own {spent_by} with that token had already landed (the reply "
-            f"was lost) and the record is {status}: a spent token must raise StaleLockError "
-            f"and change nothing{harm}",
+            f"was lost) and the record is {status}: a spent token asking for another outcome "
+            f"must raise StaleLockError and change nothing{harm}",
+        )
+    if spent_by is not None and want.error is None and got.error is not None:
+        return Finding(
+            "spent_token_rejected",
+            f"worker {worker}'s {operation} on {ref.name} at {at(now)} with token {token} was "
+            f"refused with {got.describe()}, but the record already shows the outcome it asks "
+            f"for, written by its own {spent_by} with that token (the reply was lost): a retry "
+            "that finds its own outcome stored must succeed and change nothing",
         )
     if isinstance(want.error, StaleLockError) and not isinstance(got.error, StaleLockError):
         fate = "accepted" if got.error is None else f"refused with {got.describe()}"

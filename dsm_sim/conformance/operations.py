@@ -103,6 +103,8 @@ class OperationRules(RuleBasedStateMachine):
         #: Holds whose completing write landed while the caller saw no reply:
         #: the write that landed, by hold.
         self.spent: dict[W.Hold, str] = {}
+        #: The landed write of each spent hold, to be made again exactly as it was.
+        self.landed: dict[W.Hold, tuple[str, Callable[..., Any], Callable[..., Any]]] = {}
         self.holder: dict[ItemRef, int] = {}
         self.steps: list[Step] = []
         self.view: dict[ItemRef, StateRecord | None] = dict.fromkeys(self.world)
@@ -390,6 +392,7 @@ class OperationRules(RuleBasedStateMachine):
         if held is not None and (want.error is None or isinstance(want.error, LockError)):
             if reply_lost and want.error is None:
                 self.spent[held] = operation.split(",")[0] + (")" if "," in operation else "")
+                self.landed[held] = (operation, call, model_call)
             else:
                 self.holds.remove(held)
                 self.spent.pop(held, None)
@@ -406,6 +409,8 @@ class OperationRules(RuleBasedStateMachine):
         self._checked("errors_agree_with_model")
         if isinstance(want.error, StaleLockError):
             self._checked("spent_token_rejected" if spent_by else "stale_write_rejected")
+        elif spent_by is not None and want.error is None:
+            self._checked("spent_token_rejected")  # the landed write, made again
         if len(self.model.superseded) > superseded:
             self._checked("upsert_keeps_history")
         finding = J.judge_write(

@@ -615,24 +615,34 @@ def _zone_probe(zone: str) -> Probe:
 def _lost_reply_probe() -> Probe:
     """Each completing write lands with its reply lost, then its caller retries or releases.
 
-    The caller still holds its token, now spent: ``set(Processed)`` again, or
-    a release after the completion, must be refused and change nothing.
+    The caller still holds its token, now spent.  The same write made again
+    must succeed and change nothing; ``set(Processed)`` with other data, or a
+    release after the completion, must be refused and change nothing.  Then
+    an acquisition's reply is lost and the worker finds its lock by reading.
     """
-    world = _tagged(DEFAULT_WORLD, "lost", stamps=3)
-    calls: list[str] = []
-    cases = [(kind, release) for kind in LandedWrite for release in (False, True)]
-    for role, (kind, release) in zip(ROLES, cases, strict=False):
-        calls += [
+    retries: tuple[dict[str, object], ...] = (
+        {"again": True, "release": False, "data": {"n": 1}},
+        {"again": False, "release": False, "data": {"n": 2}},
+        {"again": False, "release": True, "data": None},
+    )
+
+    def case(kind: LandedWrite, retry: dict[str, object]) -> Callable[[Role], list[str]]:
+        return lambda role: [
             _call("try_acquire_lock", worker=1, item=role),
             _call("write_lands_reply_lost", pick=0, kind=kind, data={"n": 1}),
-            _call("retry_landed_write", pick=0, release=release, data={"n": 1}),
+            _call("retry_landed_write", pick=0, **retry),
         ]
-    calls += [
-        _call("acquire_reply_lost", worker=2, item=Role.SPLIT),
-        _call("reads_back_own_lock", worker=2, item=Role.SPLIT),
-        _call("set", worker=2, item=Role.SPLIT, status=S.PROCESSED, data={"n": 2}),
-    ]
-    return Probe("lost replies and the retries after them", world, tuple(calls))
+
+    def found_by_reading(role: Role) -> list[str]:
+        return [
+            _call("acquire_reply_lost", worker=2, item=role),
+            _call("reads_back_own_lock", worker=2, item=role),
+            _call("set", worker=2, item=role, status=S.PROCESSED, data={"n": 2}),
+        ]
+
+    cases = [case(kind, retry) for kind in LandedWrite for retry in retries]
+    world, calls = _slotted("lost", lambda n: 3, [*cases, found_by_reading])
+    return Probe("lost replies and the retries after them", world, calls)
 
 
 def _backwards_probe() -> Probe:

@@ -38,7 +38,8 @@ PROPERTIES: tuple[Property, ...] = (
     Property("stale_write_rejected", "a swept or taken-over holder's write raises StaleLockError"),
     Property(
         "spent_token_rejected",
-        "a write with a token whose own write already landed never changes the record",
+        "a spent token (its own write landed) changes nothing: the same write again succeeds, "
+        "any other raises StaleLockError",
     ),
     Property("errors_agree_with_model", "every refused call raises the error the spec names"),
     Property("allowed_transitions_only", "every status change is in the transition table"),

@@ -4,10 +4,12 @@ A worker that sees a ``StoreError`` or a timeout after its write actually
 landed still holds its token and retries (the invoice node retries ``set``
 after a charge), or gives up and releases.  That token is *spent*: the
 write it stood for has happened.  ``docs/semantics.md`` says what happens
-next, and the kit holds every handler to it: a write with a spent token is
-refused with ``StaleLockError`` and changes nothing (property
-``spent_token_rejected``).  Above all it never moves a Processed record to
-Failed: that hands finished work to the next delivery, a second charge.
+next, and the kit holds every handler to it: a write with a spent token
+changes nothing (property ``spent_token_rejected``).  The same write made
+again succeeds, since it has happened; any other (new data, a release after
+the completion) is refused with ``StaleLockError``.  Above all it never moves
+a Processed record to Failed: that hands finished work to the next delivery,
+a second charge.
 
 An acquisition's reply can be lost too: the lock is taken, the worker does
 not know its token, and may read the record back to find it is the holder
@@ -65,16 +67,23 @@ class ReplyRules(OperationRules):
         else:
             self._upsert(hold.worker, hold.ref, data, hold=hold, reply_lost=True)
 
-    @rule(pick=st.integers(0, 5), release=st.booleans(), data=W.PLAIN_DATA)
-    def retry_landed_write(self, pick: int, release: bool, data: dict[str, Any] | None) -> None:
-        """The caller of a landed write retries ``set(Processed)``, or gives up and releases.
+    @rule(pick=st.integers(0, 5), release=st.booleans(), data=W.PLAIN_DATA, again=st.booleans())
+    def retry_landed_write(
+        self, pick: int, release: bool, data: dict[str, Any] | None, again: bool = False
+    ) -> None:
+        """The caller of a landed write makes it ``again``, retries ``set(Processed)`` with
+        ``data``, or gives up and releases.
 
-        Either way with its spent token; the record must not move.
+        Always with its spent token, and the record must not move: the same
+        write again succeeds, any other is refused.
         """
         hold = self._pick_hold(pick, spent=True)
         if self.diverged or hold is None:
             return
-        if release:
+        if again and hold in self.landed:
+            operation, call, model_call = self.landed[hold]
+            self._write(operation, hold.worker, hold.ref, call, model_call, hold=hold)
+        elif release:
             self._release(hold.worker, hold.ref, "gave up after a timeout", hold=hold)
         else:
             self._set(hold.worker, hold.ref, S.PROCESSED, data, hold=hold)

@@ -28,6 +28,7 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -162,6 +163,18 @@ public final class MemoryHandler {
         return r;
     }
 
+    /**
+     * A retried fenced write whose first copy landed: the record shows exactly what the write
+     * asks for under its token (this status, unlocked, this error detail, this data or none
+     * given), so the retry succeeds and changes nothing (reference_engine/model.py,
+     * write_landed). Both texts are the harness's canonical JSON, so comparing them is exact.
+     */
+    static boolean writeLanded(Rec r, Long token, String status, String dataJson, String errorDetail) {
+        if (r == null || r.attempt != token || !r.status.equals(status) || r.lockedUntil != null) return false;
+        if (!Objects.equals(r.errorDetail, errorDetail)) return false;
+        return dataJson == null || dataJson.equals(r.dataJson);
+    }
+
     static void refuseLiveLock(Ctx ctx, Rec r, long now) {
         if (r != null && isLive(r, now)) {
             throw new Refusal("lock_held",
@@ -264,6 +277,7 @@ public final class MemoryHandler {
                 checkData(req.get("data_json"));
                 String data = text(req.get("data_json"));
                 if (ctx.token != null) {
+                    if (writeLanded(r, ctx.token, status, data, null)) return NULL;
                     Rec held = requireHolder(ctx, r);
                     checkTransition("processing", status, ctx);
                     write(ctx, now, held, status, null, data, null, false, null);
@@ -285,14 +299,17 @@ public final class MemoryHandler {
                         "release_lock_as_failed on item " + ctx.itemKey + " needs the processing lock",
                         "item_key", ctx.itemKey, "operation", "release_lock_as_failed");
                 }
+                String detail = (String) req.get("error_detail");
+                if (writeLanded(r, ctx.token, "failed", null, detail)) return NULL;
                 Rec held = requireHolder(ctx, r);
-                write(ctx, now, held, "failed", null, null, null, true, (String) req.get("error_detail"));
+                write(ctx, now, held, "failed", null, null, null, true, detail);
                 return NULL;
             }
             case "upsert": {
                 checkData(req.get("data_json"));
                 String data = text(req.get("data_json"));
                 if (ctx.token != null) {
+                    if (writeLanded(r, ctx.token, "processed", data, null)) return NULL;
                     Rec held = requireHolder(ctx, r);
                     write(ctx, now, held, "processed", null, data, null, false, null);
                     return NULL;

@@ -132,6 +132,16 @@ function requireHolder(ctx, record) {
   return record;
 }
 
+// A retried fenced write whose first copy landed: the record shows exactly what the write
+// asks for under its token (this status, unlocked, this error detail, this data or none
+// given), so the retry succeeds and changes nothing (reference_engine/model.py,
+// write_landed). Both texts are the harness's canonical JSON, so comparing them is exact.
+function writeLanded(record, token, status, dataJson, errorDetail) {
+  if (!record || record.attempt !== token || record.status !== status || record.locked_until !== null) return false;
+  if (record.error_detail !== errorDetail) return false;
+  return dataJson === null || record.data_json === dataJson;
+}
+
 function refuseLiveLock(ctx, record, now) {
   if (record && isLive(record, now)) {
     throw new Refusal(
@@ -248,6 +258,7 @@ const ops = {
     checkData(req.data_json);
     const record = current.get(keyText(ctx));
     if (ctx.lock_token !== null) {
+      if (writeLanded(record, ctx.lock_token, status, req.data_json, null)) return null;
       const held = requireHolder(ctx, record);
       checkTransition("processing", status, ctx);
       write(ctx, now, held, { status, data_json: req.data_json, locked_until: null });
@@ -280,7 +291,9 @@ const ops = {
         { item_key: ctx.item_key, operation: "release_lock_as_failed" },
       );
     }
-    const held = requireHolder(ctx, current.get(keyText(ctx)));
+    const record = current.get(keyText(ctx));
+    if (writeLanded(record, ctx.lock_token, "failed", null, req.error_detail)) return null;
+    const held = requireHolder(ctx, record);
     write(ctx, now, held, { status: "failed", locked_until: null, error_detail: req.error_detail });
     return null;
   },
@@ -291,6 +304,7 @@ const ops = {
     const key = keyText(ctx);
     const record = current.get(key);
     if (ctx.lock_token !== null) {
+      if (writeLanded(record, ctx.lock_token, "processed", req.data_json, null)) return null;
       const held = requireHolder(ctx, record);
       write(ctx, now, held, { status: "processed", data_json: req.data_json, locked_until: null });
       return null;

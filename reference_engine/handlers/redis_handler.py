@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
@@ -48,7 +48,7 @@ from reference_engine.errors import (
 )
 from reference_engine.handlers.redis_pipeline import PipelinedConnection, pipelinable
 from reference_engine.handlers.redis_scripts import RegisteredScripts
-from reference_engine.model import NEEDS_LOCK, SWEEP_ERROR_DETAIL
+from reference_engine.model import NEEDS_LOCK, SWEEP_ERROR_DETAIL, write_landed
 from reference_engine.record import StateRecord, check_settable, encode_data, is_lock_live
 from reference_engine.status import (
     ACQUIRABLE,
@@ -366,7 +366,14 @@ class RedisStateHandler:
             _SOURCES[status],
             "1" if status in NEEDS_LOCK else "0",
         ]
-        reply = await self._write(self._registered().set, ctx, key, self.clock.now(), args)
+        reply = await self._write(
+            self._registered().set,
+            ctx,
+            key,
+            self.clock.now(),
+            args,
+            landed=_landed(ctx, status, data=encoded),
+        )
         if reply[0] == "notheld":
             raise LockNotHeldError(item_key=ctx.item_key, operation=f"set({status.label})")
         if reply[0] == "forbidden":
@@ -379,7 +386,12 @@ class RedisStateHandler:
         key = ctx.record_key
         args: list[str | int] = [error_detail, _SOURCES[S.FAILED]]
         reply = await self._write(
-            self._registered().release_as_failed, ctx, key, self.clock.now(), args
+            self._registered().release_as_failed,
+            ctx,
+            key,
+            self.clock.now(),
+            args,
+            landed=_landed(ctx, S.FAILED, error_detail=error_detail),
         )
         if reply[0] == "forbidden":
             check_transition(S.PROCESSING, S.FAILED, item_key=ctx.item_key)
@@ -398,7 +410,13 @@ class RedisStateHandler:
         ]
         extra = [self.keys.history_seq, self.keys.history]
         reply = await self._write(
-            self._registered().upsert, ctx, key, self.clock.now(), args, extra
+            self._registered().upsert,
+            ctx,
+            key,
+            self.clock.now(),
+            args,
+            extra,
+            landed=_landed(ctx, S.PROCESSED, data=encoded),
         )
         if reply[0] == "forbidden":
             source = S(reply[1])
@@ -492,8 +510,15 @@ class RedisStateHandler:
         now: dt.datetime,
         args: list[str | int],
         extra_keys: list[str] | None = None,
+        *,
+        landed: Callable[[StateRecord | None], bool] | None = None,
     ) -> list[Any]:
-        """Run one write script; raise the model's exception for the refusals all writes share."""
+        """Run one write script; raise the model's exception for the refusals all writes share.
+
+        A fenced write the script refuses as stale may be a retry of one that
+        landed; ``landed`` judges the record read back (only on that path),
+        and then the reply is ``["landed"]``: the retry succeeds unwritten.
+        """
         retention = ctx.handler_config.retention
         common: list[str | int] = [
             _to_micros(now),
@@ -528,6 +553,8 @@ class RedisStateHandler:
         code = reply[0]
         if code == "stale":
             assert ctx.lock_token is not None
+            if landed is not None and landed(await self.get(ctx)):
+                return ["landed"]
             raise StaleLockError(
                 item_key=ctx.item_key,
                 token=ctx.lock_token,
@@ -567,3 +594,17 @@ class RedisStateHandler:
                 batch = []
         if batch:
             await client.unlink(*batch)
+
+
+def _landed(
+    ctx: StateHandlerContext,
+    status: IdempotencyStatus,
+    *,
+    data: str | None = None,
+    error_detail: str | None = None,
+) -> Callable[[StateRecord | None], bool] | None:
+    """The already-landed test for a fenced write, or None for a write without a token."""
+    token = ctx.lock_token
+    if token is None:
+        return None
+    return lambda record: write_landed(record, token, status, data=data, error_detail=error_detail)

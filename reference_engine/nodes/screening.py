@@ -10,8 +10,10 @@ effect) and recorded Processed.
 Lines are items keyed under their invoice (the invoice is the item entity
 key).  A store error part-way through a pass repeats the pass inside the same
 execution; lines already done answer ``exists`` and are skipped.  A release
-whose reply was lost is retried with the same token: a ``StaleLockError`` on
-the retry means the first release landed.
+whose reply was lost is retried with the same token: when the first release
+landed, the retry finds it stored and succeeds without a second write; a
+``StaleLockError`` on the retry means the lock was swept meanwhile, which
+leaves the line Failed all the same.
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ class ScreeningExecutor(BaseNodeExecutor):
             try:
                 await dsm.release_lock_as_failed(line.id, why, invoice)
             except StaleLockError:
-                return  # the first release landed: the token was already spent
+                return  # swept meanwhile: the line is Failed all the same
 
 
 def screening_node(

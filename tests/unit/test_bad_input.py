@@ -832,20 +832,59 @@ def _raise_stale_lock() -> None:
 # --- what a StaleLockError says ----------------------------------------------------------------
 
 
-def test_a_retried_write_that_already_landed_is_not_called_a_sweep(store: Store) -> None:
-    """The reply of a set was lost; the machine kept its token and retries the same write."""
+def test_a_retried_write_that_already_landed_succeeds_and_changes_nothing(store: Store) -> None:
+    """The reply of each lock-ending write was lost; the machine kept its token and retries."""
 
     async def scenario() -> None:
         async with node(store) as n:
-            assert await n.machine.try_acquire_lock("inv-1")
-            landed = n.machine.context_for("inv-1")
-            await n.handler.set(landed, S.PROCESSED, {"ok": True})  # the write whose reply was lost
-            with pytest.raises(StaleLockError) as info:
-                await n.machine.set("inv-1", S.PROCESSED, {"ok": True})
-            error = info.value
-            assert (error.token, error.current_token, error.status) == (1, 1, "Processed")
-            check_message(error, "already ended", "Processed with this token", "retry")
-            assert "swept" not in str(error)
+            for key, write in (
+                ("inv-1", lambda: n.machine.set("inv-1", S.PROCESSED, {"ok": True})),
+                ("inv-2", lambda: n.machine.set("inv-2", S.PROCESSED)),
+                ("inv-3", lambda: n.machine.release_lock_as_failed("inv-3", "card declined")),
+                ("inv-4", lambda: n.machine.upsert("inv-4", {"v": [1, 2]})),
+            ):
+                assert await n.machine.try_acquire_lock(key)
+                landed = n.machine.context_for(key)
+                # The write whose reply was lost, made with the machine's own token:
+                if key == "inv-3":
+                    await n.handler.release_lock_as_failed(landed, "card declined")
+                elif key == "inv-4":
+                    await n.handler.upsert(landed, {"v": [1, 2]})
+                else:
+                    await n.handler.set(landed, S.PROCESSED, {"ok": True})
+                before = await n.snapshot()
+                clock = n.factory.registry.clock
+                assert isinstance(clock, ManualClock)
+                clock.advance(dt.timedelta(seconds=1))
+                await write()
+                assert await n.snapshot() == before, f"the retry on {key} wrote again"
+
+    run(scenario)
+
+
+def test_another_write_with_a_spent_token_is_refused_and_not_called_a_sweep(
+    store: Store,
+) -> None:
+    """Same token, another outcome: new data, or a release after the completion landed."""
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            for key, write in (
+                ("inv-1", lambda: n.machine.set("inv-1", S.PROCESSED, {"ok": False})),
+                ("inv-2", lambda: n.machine.release_lock_as_failed("inv-2", "gave up")),
+            ):
+                assert await n.machine.try_acquire_lock(key)
+                await n.handler.set(n.machine.context_for(key), S.PROCESSED, {"ok": True})
+                before = await n.snapshot()
+                with pytest.raises(StaleLockError) as info:
+                    await write()
+                error = info.value
+                assert (error.token, error.current_token, error.status) == (1, 1, "Processed")
+                check_message(
+                    error, "already ended", "Processed with this token", "another outcome"
+                )
+                assert "swept" not in str(error)
+                assert await n.snapshot() == before
 
     run(scenario)
 

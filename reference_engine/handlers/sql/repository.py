@@ -52,7 +52,7 @@ from reference_engine.handlers.sql import prepared as P
 from reference_engine.handlers.sql.fastpath import PgFastPath
 from reference_engine.handlers.sql.prepared import effective_status_in, sources_of
 from reference_engine.handlers.sql.schema import CURRENT_ROW, KEY_COLUMNS, process_state_logs
-from reference_engine.model import NEEDS_LOCK, effective_status, require_holder
+from reference_engine.model import NEEDS_LOCK, effective_status, require_holder, write_landed
 from reference_engine.record import StateRecord, is_lock_live
 from reference_engine.status import (
     ACQUIRABLE,
@@ -380,6 +380,10 @@ class ProcessStateLogRepository:
     ) -> None:
         """``UPDATE ... WHERE status = 'processing' AND attempt = :token``; else StaleLockError.
 
+        A write that matched no row may be a retry of one that landed: the
+        follow-up read tells (:func:`~reference_engine.model.write_landed`),
+        and then the retry succeeds without writing.
+
         The follow-up read runs only when no row matched.  Outside the write's
         transaction (PostgreSQL autocommit) it may see a later state, which
         decides the same way: a row that did not match the token at the write
@@ -391,7 +395,10 @@ class ProcessStateLogRepository:
         params = P.fenced_params(ctx, now, target, data=data, error_detail=error_detail)
         if not is_allowed(S.PROCESSING, target):
             # Fencing is checked before the table, as the reference model does.
-            require_holder(ctx, await self.get(key))
+            record = await self.get(key)
+            if write_landed(record, ctx.lock_token, target, data=data, error_detail=error_detail):
+                return
+            require_holder(ctx, record)
             check_transition(S.PROCESSING, target, item_key=ctx.item_key)
         if self.mariadb:
             # The status always changes, so "matched" and "changed" are the same count.
@@ -399,7 +406,10 @@ class ProcessStateLogRepository:
                 return
         elif await self._fetchval(P.fenced_statement(**shape), params, write=True) is not None:
             return
-        require_holder(ctx, await self.get(key))
+        record = await self.get(key)
+        if write_landed(record, ctx.lock_token, target, data=data, error_detail=error_detail):
+            return
+        require_holder(ctx, record)
         # The row matched the token on the follow-up read but not on the write:
         # impossible, since tokens only grow; refuse rather than guess.
         raise StoreError(f"fenced write on item {ctx.item_key!r} neither matched nor went stale")
