@@ -1,0 +1,690 @@
+#!/usr/bin/env node
+// A PostgreSQL DataStateMachine handler speaking the dsm handler protocol
+// (docs/protocol.md), on the `pg` package (npm ci in this directory). It makes
+// the same decisions as memory.js, rule for rule, but each operation is one SQL
+// statement where PostgreSQL allows, so that the database, not this process,
+// makes it atomic: requests run concurrently on a connection pool and really
+// race in the database, as several workers of one service would.
+//
+//   DSM_NODE_PG_URL=postgresql://postgres@127.0.0.1:5432/test node handlers/node/postgres.js
+//
+// Where the records live:
+//   * By default each process creates a schema of its own, dsm_node_<8 hex>,
+//     with one table, dsm_node_state, and drops it on close: the kit starts one
+//     process per test case and each must start with an empty store. The
+//     process holds a session advisory lock named after its schema for as long
+//     as it runs, so a schema left behind by a killed process (its lock gone
+//     with its connection) is dropped by the next process that starts.
+//   * Under `dsm stress` (DSM_STRESS_DB_URL names a PostgreSQL database, a
+//     SQLAlchemy URL whose +driver is dropped) the table is created, if
+//     missing, in DSM_STRESS_SCHEMA (the run drops that schema) and kept.
+//   * DSM_NODE_PG_TABLE (optionally with DSM_NODE_PG_SCHEMA) names a table
+//     that is created if missing and kept.
+// Only the last two are one store for every process with this environment, so
+// only they answer open with "shared_store": true.
+//
+// Instants are integer microseconds since the epoch (BigInt here, bigint columns), computed
+// from each request's `now`; the database clock is never read. Payloads are
+// stored as the JSON text the harness sent (a text column, never jsonb, which
+// would turn 1.0 into 1 and refuse \u0000).
+//
+// DSM_NODE_BUG=check_then_insert switches on a deliberately broken acquire: it
+// reads the row, then writes the lock with an unconditional upsert, so two
+// racers that both read "free" both get the lock.
+// DSM_NODE_PG_POOL sets the pool size (4 by default).
+
+"use strict";
+
+const crypto = require("node:crypto");
+const pg = require("pg");
+
+const PROTOCOL_VERSION = 1;
+const MAX_DATA_BYTES = 256 * 1024;
+const SWEEP_ERROR_DETAIL = "lock expired; reset by the catch-up sweep";
+//: How often an operation is run again when a concurrent writer changed the row
+//: between its statement and the follow-up read; each lost race means another
+//: writer finished, so the bound only turns pathological contention into an error.
+const RACE_RETRIES = 10;
+const OWN_SCHEMA_PREFIX = "dsm_node_";
+const OWN_SCHEMA = /^dsm_node_([0-9a-f]{8})$/;
+//: The first key of the session advisory locks that mark a process's own schema live.
+const LOCK_CLASS = 0x64736d; // "dsm"
+const BUG = process.env.DSM_NODE_BUG || "";
+if (!["", "check_then_insert"].includes(BUG)) {
+  process.stderr.write(`postgres.js: unknown DSM_NODE_BUG=${BUG}\n`);
+  process.exit(2);
+}
+
+// The transition table of reference_engine/status.py.
+const TRANSITIONS = {
+  none: ["processing", "skipped"],
+  processing: ["processed", "failed", "skipped", "expired"],
+  processed: ["superseded", "skipped", "expired"],
+  failed: ["processing", "skipped", "expired"],
+  superseded: ["skipped", "expired"],
+  skipped: ["skipped", "expired"],
+  expired: ["processing", "skipped"],
+};
+const STATUSES = Object.keys(TRANSITIONS);
+const ACQUIRABLE = new Set(["none", "failed", "expired"]);
+const SETTABLE = new Set(["processed", "failed", "skipped", "expired"]);
+const NEEDS_LOCK = new Set(["processed", "failed"]);
+
+const label = (status) => status.charAt(0).toUpperCase() + status.slice(1);
+const sourcesOf = (target) => new Set(STATUSES.filter((source) => TRANSITIONS[source].includes(target)));
+
+class Refusal extends Error {
+  constructor(kind, message, fields) {
+    super(message);
+    this.body = Object.assign({ kind, message }, fields || {});
+  }
+}
+
+// --- time: integer microseconds ------------------------------------------------------------
+
+const INSTANT = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?Z$/;
+
+// BigInt microseconds: past 2255 an instant in microseconds passes 2**53, where a Number
+// starts to drop the last microsecond (the kit keeps records for up to a century past
+// instants that far out).
+function parseInstant(text) {
+  const m = INSTANT.exec(text);
+  if (!m) throw new Refusal("bad_request", `not an instant: ${JSON.stringify(text)}`);
+  // Date.UTC reads years 0-99 as 1900-1999: set the year apart (2000 is a leap year too).
+  const day = new Date(Date.UTC(2000, +m[2] - 1, +m[3], +m[4], +m[5], +m[6]));
+  const ms = day.setUTCFullYear(+m[1]);
+  const micros = m[7] ? BigInt((m[7] + "000000").slice(0, 6)) : 0n;
+  return BigInt(ms) * 1000n + micros;
+}
+
+function formatInstant(us) {
+  if (us === null) return null;
+  let ms = us / 1000n;
+  let rest = us % 1000n;
+  if (rest < 0n) {
+    rest += 1000n;
+    ms -= 1n;
+  }
+  return new Date(Number(ms)).toISOString().slice(0, 23) + String(rest).padStart(3, "0") + "Z";
+}
+
+// A duration of the request (lock_duration_us, retention_us) added to an instant.
+const after = (instant, durationUs) => instant + BigInt(durationUs);
+
+// --- where the store is ----------------------------------------------------------------------
+
+const quote = (name) => `"${name.replace(/"/g, '""')}"`;
+
+// A SQLAlchemy URL (postgresql+asyncpg://...) as a libpq one; null for another database.
+function libpqUrl(url) {
+  const m = /^(postgres(?:ql)?)(\+[A-Za-z0-9_]+)?:\/\//.exec(url.trim());
+  return m ? "postgresql://" + url.trim().slice(m[0].length) : null;
+}
+
+function location(env) {
+  const stressUrl = libpqUrl(env.DSM_STRESS_DB_URL || "");
+  if (stressUrl) {
+    return {
+      url: stressUrl,
+      schema: (env.DSM_STRESS_SCHEMA || "").trim() || null,
+      table: (env.DSM_NODE_PG_TABLE || "").trim() || "dsm_node_state",
+      own: false,
+    };
+  }
+  const url = (env.DSM_NODE_PG_URL || "").trim();
+  if (!url) return { error: "set DSM_NODE_PG_URL to a PostgreSQL URL (postgresql://user@host:5432/db)" };
+  const libpq = libpqUrl(url);
+  if (!libpq) return { error: `DSM_NODE_PG_URL is not a PostgreSQL URL: ${JSON.stringify(url)}` };
+  const table = (env.DSM_NODE_PG_TABLE || "").trim();
+  if (table) return { url: libpq, schema: (env.DSM_NODE_PG_SCHEMA || "").trim() || null, table, own: false };
+  const lockId = crypto.randomBytes(4).readInt32BE(0);
+  const hex = (lockId >>> 0).toString(16).padStart(8, "0");
+  return { url: libpq, schema: OWN_SCHEMA_PREFIX + hex, table: "dsm_node_state", own: true, lockId };
+}
+
+const WHERE = location(process.env);
+const POOL_SIZE = Math.max(1, parseInt(process.env.DSM_NODE_PG_POOL || "", 10) || 4);
+
+// --- the SQL ---------------------------------------------------------------------------------
+
+const T = (WHERE.schema ? quote(WHERE.schema) + "." : "") + quote(WHERE.table || "dsm_node_state");
+const COLUMNS =
+  "tenant_id, scope_id, scope_code, entity_id, item_entity_key, item_key, status, attempt, " +
+  "locked_until, data_json, error_detail, entity_execution_id, source_app_id, created_at, " +
+  "updated_at, retain_until";
+const KEY_COLUMNS = "tenant_id, scope_id, entity_id, item_entity_key, item_key";
+// The key's current row, as parameters $1..$5. Keys are "C"-collated text: compared byte for byte.
+const KEY =
+  "tenant_id = $1::text AND scope_id = $2::bigint AND entity_id = $3::text " +
+  "AND item_entity_key = $4::text AND item_key = $5::text AND NOT superseded";
+const CONFLICT = `ON CONFLICT (${KEY_COLUMNS}) WHERE NOT superseded`;
+
+function ddl() {
+  const index = quote(`${(WHERE.table || "dsm_node_state").slice(0, 50)}_current`);
+  const text = 'text COLLATE "C" NOT NULL';
+  return [
+    WHERE.schema ? `CREATE SCHEMA IF NOT EXISTS ${quote(WHERE.schema)}` : null,
+    `CREATE TABLE IF NOT EXISTS ${T} (
+      id bigserial PRIMARY KEY,
+      tenant_id ${text}, scope_id bigint NOT NULL, scope_code text NOT NULL,
+      entity_id ${text}, item_entity_key ${text}, item_key ${text},
+      status text NOT NULL, attempt bigint NOT NULL, locked_until bigint,
+      data_json text, error_detail text,
+      entity_execution_id text NOT NULL, source_app_id text NOT NULL,
+      created_at bigint NOT NULL, updated_at bigint NOT NULL, retain_until bigint,
+      superseded boolean NOT NULL DEFAULT false)`,
+    `CREATE UNIQUE INDEX IF NOT EXISTS ${index} ON ${T} (${KEY_COLUMNS}) WHERE NOT superseded`,
+  ].filter(Boolean);
+}
+
+// SQL for "the row's effective status is one of `statuses`" at `now` (the parameter named
+// by `now`): an expired, unswept lock counts as Failed, a live one as Processing. "none" (no
+// row) is left to the statement's INSERT.
+function effectiveIn(statuses, now, alias) {
+  const c = (column) => (alias ? `${alias}.${column}` : column);
+  const clauses = [];
+  const plain = STATUSES.filter((s) => statuses.has(s) && s !== "none" && s !== "processing");
+  if (plain.length) clauses.push(`${c("status")} IN (${plain.map((s) => `'${s}'`).join(", ")})`);
+  if (statuses.has("failed")) {
+    clauses.push(`(${c("status")} = 'processing' AND (${c("locked_until")} IS NULL OR ${c("locked_until")} < ${now}))`);
+  }
+  if (statuses.has("processing")) clauses.push(`(${c("status")} = 'processing' AND ${c("locked_until")} >= ${now})`);
+  return clauses.length ? `(${clauses.join(" OR ")})` : "false";
+}
+
+// A new row, from the parameters of the statements that insert: $1 .. $5 the key, then
+//   $6 scope_code  $7 data_json  $8 entity_execution_id  $9 source_app_id  $10 now  $11 retain_until
+const NEW_ROW = (status, attempt, lockedUntil) =>
+  `$1::text, $2::bigint, $6::text, $3::text, $4::text, $5::text, '${status}', ${attempt}, ${lockedUntil}, ` +
+  "$7::text, NULL, $8::text, $9::text, $10::bigint, $10::bigint, $11::bigint";
+const STAMP =
+  "entity_execution_id = EXCLUDED.entity_execution_id, source_app_id = EXCLUDED.source_app_id, " +
+  "updated_at = EXCLUDED.updated_at, retain_until = EXCLUDED.retain_until";
+const FRESH = ACQUIRABLE;
+
+const SQL = {
+  exists: `SELECT 1 FROM ${T} WHERE ${KEY} AND status IN ('processed', 'skipped')`,
+  current: `SELECT ${COLUMNS} FROM ${T} WHERE ${KEY}`,
+  liveLock: `SELECT locked_until FROM ${T} WHERE ${KEY} AND status = 'processing' AND locked_until >= $6::bigint`,
+  // $6 scope_code, $7 the new lock's locked_until, $8 .. $11 the stamp.
+  acquire:
+    `INSERT INTO ${T} AS t (${COLUMNS}) VALUES (` +
+    "$1::text, $2::bigint, $6::text, $3::text, $4::text, $5::text, 'processing', 1, $7::bigint, " +
+    "NULL, NULL, $8::text, $9::text, $10::bigint, $10::bigint, $11::bigint) " +
+    `${CONFLICT} DO UPDATE SET status = 'processing', attempt = t.attempt + 1, ` +
+    `locked_until = EXCLUDED.locked_until, error_detail = NULL, ${STAMP} ` +
+    `WHERE ${effectiveIn(FRESH, "$10::bigint", "t")} RETURNING attempt`,
+  // The bug of DSM_NODE_BUG=check_then_insert: the decision was made on an earlier read,
+  // and $12 is the token computed from it.
+  acquireBlindly:
+    `INSERT INTO ${T} AS t (${COLUMNS}) VALUES (` +
+    "$1::text, $2::bigint, $6::text, $3::text, $4::text, $5::text, 'processing', $12::bigint, $7::bigint, " +
+    "NULL, NULL, $8::text, $9::text, $10::bigint, $10::bigint, $11::bigint) " +
+    `${CONFLICT} DO UPDATE SET status = 'processing', attempt = EXCLUDED.attempt, ` +
+    `locked_until = EXCLUDED.locked_until, error_detail = NULL, ${STAMP}`,
+  // set and upsert with a token: $6 the target status, $7 the data, $8 .. $11 the stamp,
+  // $12 the caller's token.
+  fencedSet:
+    `UPDATE ${T} SET status = $6::text, locked_until = NULL, data_json = COALESCE($7::text, data_json), ` +
+    "entity_execution_id = $8::text, source_app_id = $9::text, updated_at = $10::bigint, retain_until = $11::bigint " +
+    `WHERE ${KEY} AND status = 'processing' AND attempt = $12::bigint RETURNING id`,
+  // $6 the error detail, $7 .. $10 the stamp, $11 the caller's token.
+  fencedRelease:
+    `UPDATE ${T} SET status = 'failed', locked_until = NULL, error_detail = $6::text, ` +
+    "entity_execution_id = $7::text, source_app_id = $8::text, updated_at = $9::bigint, retain_until = $10::bigint " +
+    `WHERE ${KEY} AND status = 'processing' AND attempt = $11::bigint RETURNING id`,
+  // set(Skipped) without a token: every source but a live lock, a missing record included.
+  setSkipped:
+    `INSERT INTO ${T} AS t (${COLUMNS}) VALUES (${NEW_ROW("skipped", 0, "NULL")}) ` +
+    `${CONFLICT} DO UPDATE SET status = 'skipped', locked_until = NULL, ` +
+    `data_json = COALESCE(EXCLUDED.data_json, t.data_json), ${STAMP} ` +
+    `WHERE ${effectiveIn(new Set([...sourcesOf("skipped")].filter((s) => s !== "processing")), "$10::bigint", "t")} ` +
+    "RETURNING id",
+  // set(Expired) without a token: None -> Expired is not in the table, so no insert.
+  // $6 the data, $7 .. $10 the stamp.
+  setExpired:
+    `UPDATE ${T} SET status = 'expired', locked_until = NULL, data_json = COALESCE($6::text, data_json), ` +
+    "entity_execution_id = $7::text, source_app_id = $8::text, updated_at = $9::bigint, retain_until = $10::bigint " +
+    `WHERE ${KEY} AND ${effectiveIn(new Set([...sourcesOf("expired")].filter((s) => s !== "processing")), "$9::bigint")} ` +
+    "RETURNING id",
+  // upsert without a token, one statement: supersede a Processed row and insert its
+  // successor with the same attempt, or else acquire-and-complete a fresh one.
+  upsert:
+    `WITH old AS (UPDATE ${T} SET status = 'superseded', superseded = true, updated_at = $10::bigint ` +
+    `WHERE ${KEY} AND status = 'processed' RETURNING attempt), ` +
+    `successor AS (INSERT INTO ${T} (${COLUMNS}) SELECT ${NEW_ROW("processed", "old.attempt", "NULL")} ` +
+    "FROM old RETURNING attempt), " +
+    `fresh AS (INSERT INTO ${T} AS t (${COLUMNS}) SELECT ${NEW_ROW("processed", 1, "NULL")} ` +
+    "WHERE NOT EXISTS (SELECT 1 FROM old) " +
+    `${CONFLICT} DO UPDATE SET status = 'processed', attempt = t.attempt + 1, locked_until = NULL, ` +
+    `data_json = COALESCE(EXCLUDED.data_json, t.data_json), error_detail = NULL, ${STAMP} ` +
+    `WHERE ${effectiveIn(FRESH, "$10::bigint", "t")} RETURNING attempt) ` +
+    "SELECT (SELECT count(*) FROM successor) + (SELECT count(*) FROM fresh) AS written",
+  resetExpiredLocks:
+    `UPDATE ${T} SET status = 'failed', locked_until = NULL, error_detail = $2::text, updated_at = $1::bigint ` +
+    "WHERE status = 'processing' AND locked_until < $1::bigint AND NOT superseded",
+  expirePastRetention:
+    `UPDATE ${T} SET status = 'expired', locked_until = NULL, updated_at = $1::bigint ` +
+    "WHERE retain_until < $1::bigint AND status <> 'expired' " +
+    "AND (status <> 'processing' OR locked_until IS NULL OR locked_until < $1::bigint)",
+};
+
+// --- the connections -------------------------------------------------------------------------
+
+const int = (value) => (value === null ? null : Number(value));
+// bigint columns come back as text: instants stay exact as BigInt.
+const micros = (value) => (value === null ? null : BigInt(value));
+
+let pool = null;
+let keeper = null; // the connection that holds this process's schema lock (own schema only)
+
+async function prepare() {
+  if (WHERE.error) throw new Refusal("store_error", `postgres.js: ${WHERE.error}`);
+  pool = new pg.Pool({
+    connectionString: WHERE.url,
+    max: POOL_SIZE,
+    connectionTimeoutMillis: 5000,
+    statement_timeout: 5000,
+    lock_timeout: 5000,
+    application_name: "dsm postgres.js",
+  });
+  pool.on("error", (err) => process.stderr.write(`postgres.js: idle connection failed: ${err.message}\n`));
+  if (WHERE.own) {
+    keeper = new pg.Client({ connectionString: WHERE.url, application_name: "dsm postgres.js" });
+    keeper.on("error", (err) => process.stderr.write(`postgres.js: schema keeper failed: ${err.message}\n`));
+    await keeper.connect();
+    await keeper.query("SELECT pg_advisory_lock($1, $2)", [LOCK_CLASS, WHERE.lockId]);
+    await dropOrphans(keeper);
+    await keeper.query(ddl().join(";\n"));
+  } else {
+    // Several processes of one stress run create the table at once: one at a time.
+    const client = await pool.connect();
+    try {
+      await client.query("BEGIN");
+      await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [LOCK_CLASS, T]);
+      for (const statement of ddl()) await client.query(statement);
+      await client.query("COMMIT");
+    } catch (err) {
+      await client.query("ROLLBACK").catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+  // One pooled connection ready before the first request.
+  (await pool.connect()).release();
+}
+
+// Drop the schemas of processes that died without closing: nobody holds their lock.
+async function dropOrphans(client) {
+  const found = await client.query("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'dsm\\_node\\_%'");
+  for (const { nspname } of found.rows) {
+    const m = OWN_SCHEMA.exec(nspname);
+    if (!m || nspname === WHERE.schema) continue;
+    const id = parseInt(m[1], 16) | 0;
+    const { rows } = await client.query("SELECT pg_try_advisory_lock($1, $2) AS free", [LOCK_CLASS, id]);
+    if (!rows[0].free) continue;
+    try {
+      await client.query(`DROP SCHEMA IF EXISTS ${quote(nspname)} CASCADE`);
+    } finally {
+      await client.query("SELECT pg_advisory_unlock($1, $2)", [LOCK_CLASS, id]);
+    }
+  }
+}
+
+async function finish() {
+  try {
+    if (keeper) {
+      await keeper.query(`DROP SCHEMA IF EXISTS ${quote(WHERE.schema)} CASCADE`);
+      await keeper.end();
+      keeper = null;
+    }
+  } finally {
+    if (pool) {
+      const ending = pool;
+      pool = null;
+      await ending.end();
+    }
+  }
+}
+
+const ready = prepare();
+ready.catch(() => {}); // reported by the first request that waits for it
+
+async function query(name, values) {
+  await ready;
+  try {
+    return await pool.query({ name, text: SQL[name], values });
+  } catch (err) {
+    throw new Refusal("store_error", `PostgreSQL refused ${name}: ${err.message}`);
+  }
+}
+
+function keyParams(ctx) {
+  return [ctx.tenant_id, ctx.scope_id, ctx.entity_id, ctx.item_entity_key, ctx.item_key];
+}
+
+// Who wrote, when, and how long to keep the row: refreshed by every write.
+function stamp(ctx, now) {
+  const retain = ctx.retention_us === null ? null : after(now, ctx.retention_us);
+  return [ctx.entity_execution_id, ctx.source_app_id, now, retain];
+}
+
+// The parameters of a statement: the key ($1 .. $5), then `values` in order.
+const bind = (ctx, ...values) => [...keyParams(ctx), ...values];
+
+function toRecord(row) {
+  return {
+    key: {
+      tenant_id: row.tenant_id,
+      scope_id: int(row.scope_id),
+      entity_id: row.entity_id,
+      item_entity_key: row.item_entity_key,
+      item_key: row.item_key,
+    },
+    status: row.status,
+    attempt: int(row.attempt),
+    locked_until: micros(row.locked_until),
+    data_json: row.data_json,
+    error_detail: row.error_detail,
+    entity_execution_id: row.entity_execution_id,
+    source_app_id: row.source_app_id,
+    created_at: micros(row.created_at),
+    updated_at: micros(row.updated_at),
+    retain_until: micros(row.retain_until),
+  };
+}
+
+async function currentRecord(ctx) {
+  const { rows } = await query("current", keyParams(ctx));
+  return rows.length ? toRecord(rows[0]) : null;
+}
+
+// --- the rules (as in memory.js) -------------------------------------------------------------
+
+function isLive(record, now) {
+  return record.status === "processing" && record.locked_until !== null && now <= record.locked_until;
+}
+
+function effectiveStatus(record, now) {
+  if (!record) return "none";
+  if (record.status === "processing" && !isLive(record, now)) return "failed";
+  return record.status;
+}
+
+function checkTransition(source, target, ctx) {
+  if (!TRANSITIONS[source].includes(target)) {
+    const allowed = TRANSITIONS[source].map(label).sort();
+    throw new Refusal(
+      "forbidden_transition",
+      `transition ${label(source)} -> ${label(target)} is not allowed for item ${JSON.stringify(ctx.item_key)}; allowed from ${label(source)}: ${allowed.join(", ")}`,
+      { source: label(source), target: label(target), allowed, item_key: ctx.item_key },
+    );
+  }
+}
+
+function staleLock(ctx, record) {
+  const token = ctx.lock_token;
+  return new Refusal(
+    "stale_lock",
+    `stale lock on item ${JSON.stringify(ctx.item_key)}: this execution holds fencing token ${token}, but the record is ${record ? `${label(record.status)} with token ${record.attempt}` : "gone"}; this write is rejected`,
+    {
+      item_key: ctx.item_key,
+      token,
+      current_token: record ? record.attempt : null,
+      status: record ? label(record.status) : "None",
+    },
+  );
+}
+
+// A retried fenced write whose first copy landed: the record shows exactly what it asks
+// for under its token, unlocked (reference_engine.model.write_landed).
+function writeLanded(record, token, status, dataJson, errorDetail) {
+  if (!record || record.attempt !== token || record.status !== status || record.locked_until !== null) return false;
+  if (record.error_detail !== errorDetail) return false;
+  return dataJson === null || record.data_json === dataJson;
+}
+
+function lockHeld(ctx, lockedUntil) {
+  return new Refusal(
+    "lock_held",
+    `item ${JSON.stringify(ctx.item_key)} is locked by another worker until ${formatInstant(lockedUntil)}`,
+    { item_key: ctx.item_key, locked_until: formatInstant(lockedUntil) },
+  );
+}
+
+function refuseLiveLock(ctx, record, now) {
+  if (record && isLive(record, now)) throw lockHeld(ctx, record.locked_until);
+}
+
+function checkData(dataJson) {
+  if (dataJson === null) return;
+  const size = Buffer.byteLength(dataJson, "utf8");
+  if (size > MAX_DATA_BYTES) {
+    throw new Refusal(
+      "payload_too_large",
+      `data payload is ${size} bytes serialised; the limit is ${MAX_DATA_BYTES} bytes`,
+      { size, limit: MAX_DATA_BYTES },
+    );
+  }
+}
+
+function lostRaces(ctx, op) {
+  return new Refusal("store_error", `${op} on item ${JSON.stringify(ctx.item_key)} kept losing races`);
+}
+
+// UPDATE ... WHERE status = 'processing' AND attempt = token; when no row matched, one read
+// tells a landed retry (success, nothing written) from a stale token. The read may see a
+// later state than the UPDATE did; it decides the same way, since the answer changes
+// nothing and tokens only grow. Only a row back under this very token (a token from the
+// future that an acquire has since reached) sends the write round again.
+async function fenced(ctx, statement, params, status, dataJson, errorDetail) {
+  for (let round = 0; round < RACE_RETRIES; round++) {
+    if ((await query(statement, params)).rowCount) return null;
+    const record = await currentRecord(ctx);
+    if (writeLanded(record, ctx.lock_token, status, dataJson, errorDetail)) return null;
+    if (!record || record.status !== "processing" || record.attempt !== ctx.lock_token) {
+      throw staleLock(ctx, record);
+    }
+  }
+  throw lostRaces(ctx, "a fenced write");
+}
+
+const ops = {
+  async exists(req, now) {
+    return (await query("exists", keyParams(req.context))).rowCount > 0;
+  },
+
+  async get(req) {
+    const record = await currentRecord(req.context);
+    return record ? wireRecord(record) : null;
+  },
+
+  async try_acquire_lock(req, now) {
+    const ctx = req.context;
+    const params = bind(ctx, ctx.scope_code, after(now, ctx.lock_duration_us), ...stamp(ctx, now));
+    if (BUG === "check_then_insert") {
+      const seen = await currentRecord(ctx);
+      if (!ACQUIRABLE.has(effectiveStatus(seen, now))) return null;
+      const token = seen ? seen.attempt + 1 : 1;
+      await query("acquireBlindly", [...params, token]);
+      return token;
+    }
+    const { rows } = await query("acquire", params);
+    return rows.length ? int(rows[0].attempt) : null;
+  },
+
+  async set(req, now) {
+    const ctx = req.context;
+    const status = req.status;
+    if (!SETTABLE.has(status)) {
+      const use = status === "superseded" ? "upsert()" : "try_acquire_lock()";
+      throw new Refusal("unsupported_status", `set() cannot write status ${label(status)}; use ${use} instead`, {
+        status: label(status),
+        use,
+      });
+    }
+    checkData(req.data_json);
+    if (ctx.lock_token !== null) {
+      // Every settable status may follow Processing, so fencing is the only check.
+      const params = bind(ctx, status, req.data_json, ...stamp(ctx, now), ctx.lock_token);
+      return fenced(ctx, "fencedSet", params, status, req.data_json, null);
+    }
+    if (NEEDS_LOCK.has(status)) {
+      const { rows } = await query("liveLock", [...keyParams(ctx), now]);
+      if (rows.length) throw lockHeld(ctx, micros(rows[0].locked_until));
+      throw new Refusal(
+        "lock_not_held",
+        `set(${label(status)}) on item ${JSON.stringify(ctx.item_key)} needs the processing lock; call try_acquire_lock first`,
+        { item_key: ctx.item_key, operation: `set(${label(status)})` },
+      );
+    }
+    const statement = status === "skipped" ? "setSkipped" : "setExpired";
+    const params =
+      status === "skipped"
+        ? bind(ctx, ctx.scope_code, req.data_json, ...stamp(ctx, now))
+        : bind(ctx, req.data_json, ...stamp(ctx, now));
+    for (let round = 0; round < RACE_RETRIES; round++) {
+      if ((await query(statement, params)).rowCount) return null;
+      const record = await currentRecord(ctx);
+      refuseLiveLock(ctx, record, now);
+      checkTransition(effectiveStatus(record, now), status, ctx);
+      // Allowed on this read, not at the write: another writer moved the row in between.
+    }
+    throw lostRaces(ctx, `set(${label(status)})`);
+  },
+
+  async release_lock_as_failed(req, now) {
+    const ctx = req.context;
+    if (ctx.lock_token === null) {
+      throw new Refusal(
+        "lock_not_held",
+        `release_lock_as_failed on item ${JSON.stringify(ctx.item_key)} needs the processing lock; call try_acquire_lock first`,
+        { item_key: ctx.item_key, operation: "release_lock_as_failed" },
+      );
+    }
+    const params = bind(ctx, req.error_detail, ...stamp(ctx, now), ctx.lock_token);
+    return fenced(ctx, "fencedRelease", params, "failed", null, req.error_detail);
+  },
+
+  async upsert(req, now) {
+    const ctx = req.context;
+    checkData(req.data_json);
+    if (ctx.lock_token !== null) {
+      const params = bind(ctx, "processed", req.data_json, ...stamp(ctx, now), ctx.lock_token);
+      return fenced(ctx, "fencedSet", params, "processed", req.data_json, null);
+    }
+    const params = bind(ctx, ctx.scope_code, req.data_json, ...stamp(ctx, now));
+    for (let round = 0; round < RACE_RETRIES; round++) {
+      const { rows } = await query("upsert", params);
+      if (int(rows[0].written) > 0) return null;
+      const record = await currentRecord(ctx);
+      refuseLiveLock(ctx, record, now);
+      const source = effectiveStatus(record, now);
+      if (!ACQUIRABLE.has(source)) checkTransition(source, "superseded", ctx);
+      // Takeable or supersedable on this read, not at the write: a concurrent writer moved it.
+    }
+    throw lostRaces(ctx, "upsert");
+  },
+
+  async reset_expired_locks(req, now) {
+    return (await query("resetExpiredLocks", [now, SWEEP_ERROR_DETAIL])).rowCount;
+  },
+
+  async expire_past_retention(req, now) {
+    return (await query("expirePastRetention", [now])).rowCount;
+  },
+};
+
+function wireRecord(record) {
+  return {
+    key: record.key,
+    status: record.status,
+    attempt: record.attempt,
+    locked_until: formatInstant(record.locked_until),
+    data_json: record.data_json,
+    error_detail: record.error_detail,
+    entity_execution_id: record.entity_execution_id,
+    source_app_id: record.source_app_id,
+    created_at: formatInstant(record.created_at),
+    updated_at: formatInstant(record.updated_at),
+    retain_until: formatInstant(record.retain_until),
+  };
+}
+
+// --- the protocol ----------------------------------------------------------------------------
+
+let closed = false;
+
+function answer(message) {
+  process.stdout.write(JSON.stringify(message) + "\n");
+}
+
+function fail(err) {
+  if (err instanceof Refusal) return err.body;
+  if (err && typeof err.code === "string") {
+    // A pg or network error before any statement ran (connecting, the DDL of open).
+    return { kind: "store_error", message: `PostgreSQL: ${err.message}` };
+  }
+  return { kind: "internal", message: String(err && err.stack), type: String(err && err.name) };
+}
+
+async function run(req) {
+  const now = parseInstant(req.now);
+  if (req.op === "open") {
+    if (req.protocol !== PROTOCOL_VERSION) {
+      throw new Refusal("bad_request", `this handler speaks protocol ${PROTOCOL_VERSION}, not ${req.protocol}`);
+    }
+    await ready;
+    return {
+      protocol: PROTOCOL_VERSION,
+      concurrent: true,
+      name: `node postgres ${T}` + (BUG ? ` (bug: ${BUG})` : ""),
+      shared_store: !WHERE.own,
+    };
+  }
+  if (req.op === "close") {
+    closed = true;
+    await ready.catch(() => {});
+    await finish();
+    return null;
+  }
+  const op = Object.prototype.hasOwnProperty.call(ops, req.op) ? ops[req.op] : null;
+  if (!op) throw new Refusal("bad_request", `unknown op ${JSON.stringify(req.op)}`);
+  return op(req, now);
+}
+
+function handle(line) {
+  let req;
+  try {
+    req = JSON.parse(line);
+  } catch (err) {
+    process.stderr.write(`postgres.js: a request is not JSON (${err.message}); ignored\n`);
+    return;
+  }
+  const id = req && req.id;
+  run(req).then(
+    (result) => answer({ id, result: result === undefined ? null : result }),
+    (err) => answer({ id, error: fail(err) }),
+  );
+}
+
+let buffered = "";
+process.stdin.setEncoding("utf8");
+process.stdin.on("data", (chunk) => {
+  buffered += chunk;
+  let end;
+  while (!closed && (end = buffered.indexOf("\n")) >= 0) {
+    const line = buffered.slice(0, end);
+    buffered = buffered.slice(end + 1);
+    if (line.trim()) handle(line);
+  }
+  if (closed) process.stdin.destroy();
+});
+// The harness went away without close: drop what this process created all the same.
+process.stdin.on("end", () => {
+  if (!closed) {
+    closed = true;
+    ready.catch(() => {}).then(finish).catch((err) => process.stderr.write(`postgres.js: ${err.message}\n`));
+  }
+});
