@@ -18,7 +18,7 @@ from reference_engine.handlers.memory import InMemoryStateHandler
 from reference_engine.model import effective_status
 from reference_engine.status import ACQUIRABLE, IdempotencyStatus
 
-__all__ = ["InstanceLockedAcquire"]
+__all__ = ["InstanceLockedAcquire", "RemoteInstanceLockedAcquire"]
 
 
 class InstanceLockedAcquire(InMemoryStateHandler):
@@ -29,14 +29,28 @@ class InstanceLockedAcquire(InMemoryStateHandler):
     check and the write, and the write takes that live lock over.
     """
 
+    #: Seconds between the check and the write: the store's round trip.
+    window = 0.0
+
     async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
         guard = self.__dict__.setdefault("_acquire_guard", asyncio.Lock())
         async with guard:
             now = self.clock.now()
             if effective_status(self.model.current.get(ctx.record_key), now) not in ACQUIRABLE:
                 return None
-            await asyncio.sleep(0)  # the round trip between the SELECT and the write
+            await asyncio.sleep(self.window)  # the round trip between the SELECT and the write
             record = self.model.current.get(ctx.record_key)
             if record is not None and record.status is IdempotencyStatus.PROCESSING:
                 record.locked_until = now - dt.timedelta(microseconds=1)  # the blind write
             return self.model.try_acquire_lock(ctx, now)
+
+
+class RemoteInstanceLockedAcquire(InstanceLockedAcquire):
+    """The same bug on a store 5 ms away, as two worker processes meet it.
+
+    Requests from two processes reach a server at different instants, so a
+    check and its write a loop turn apart almost never meet another
+    process's acquire; a real round trip between them does.
+    """
+
+    window = 0.005

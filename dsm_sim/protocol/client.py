@@ -25,6 +25,13 @@ time.
 Every request line sent is kept (:attr:`ExecHandler.transcript`), so the
 shrunk counterexample of a verification can be written out as a replay file
 (:mod:`dsm_sim.protocol.replay`).
+
+Each handler a factory builds names a fresh store on ``open``.  A process
+that can work in a named store (answering ``"named_store": true``) lets
+the kit and the simulator open *peers*: more processes on the same store,
+so races between workers reach the store from separate processes, as in
+production.  That is how a handler that serves one request at a time
+(``"concurrent": false``) is still raced inside the kit.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ import copy
 import itertools
 import json
 import os
+import re
+import secrets
 import shlex
 import subprocess
 import weakref
@@ -86,6 +95,14 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 STDERR_TAIL_BYTES = 4096
 #: How many protocol failures a factory keeps for the report.
 MAX_RECORDED_FAILURES = 20
+#: What a store name sent on ``open`` looks like: safe as a SQL identifier,
+#: a file name and a key prefix in every store a handler might use.
+STORE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+def fresh_store_name() -> str:
+    """A store name no other handler of any run has used."""
+    return f"dsm_{secrets.token_hex(8)}"
 
 
 def default_timeout() -> float:
@@ -310,7 +327,15 @@ class ExecHandler:
         cwd: str | None = None,
         failures: list[DsmError] | None = None,
         spares: _Spares | None = None,
+        store: str | None = None,
+        owns_store: bool = True,
     ) -> None:
+        if store is not None and not STORE_NAME.fullmatch(store):
+            raise ConfigurationError(
+                f"a store name is 1-40 characters of a-z, 0-9 and _, starting with a letter; "
+                f"got {store[:60]!r}"
+            )
+        self.target = command
         self.address = command if isinstance(command, TcpAddress) else None
         self.argv = [] if isinstance(command, TcpAddress) else split_command(command)
         self.command = describe_target(command)
@@ -322,6 +347,12 @@ class ExecHandler:
         self.concurrent = False
         #: Whether its store is one that other processes of the command reach too.
         self.shared_store = False
+        #: The store named on ``open`` (None: the process chooses), and whether
+        #: the process said it works in it, so that peers can be opened on it.
+        self.store = store
+        self.named_store = False
+        #: The one handler of a named store that removes it on ``close``.
+        self.owns_store = owns_store
         self.name = ""
         #: Every request line written, in order: the raw material of a replay file.
         self.transcript: list[bytes] = []
@@ -421,7 +452,10 @@ class ExecHandler:
             return
         await self.connect()
         try:
-            result = await self._call("open", {"protocol": PROTOCOL_VERSION})
+            args: dict[str, Any] = {"protocol": PROTOCOL_VERSION}
+            if self.store is not None:
+                args["store"] = self.store
+            result = await self._call("open", args)
             if result["protocol"] != PROTOCOL_VERSION:
                 raise VersionMismatchError(offered=PROTOCOL_VERSION, answered=result["protocol"])
         except BaseException:
@@ -429,7 +463,29 @@ class ExecHandler:
             raise
         self.concurrent = bool(result["concurrent"])
         self.shared_store = bool(result.get("shared_store", False))
+        self.named_store = self.store is not None and bool(result.get("named_store", False))
         self.name = str(result.get("name", ""))
+
+    def peer(self) -> ExecHandler | None:
+        """Another process on this handler's named store, or None when it has none.
+
+        The peer shares the factory's command, environment, timeout and
+        failure log, and never removes the store: the handler that named it
+        does, on its own ``close`` after the peers'.
+        """
+        if not self.named_store or self.store is None:
+            return None
+        return ExecHandler(
+            self.target,
+            self.clock,
+            timeout=self.timeout,
+            env=self.env,
+            cwd=self.cwd,
+            failures=self.failures,
+            spares=self._spares,
+            store=self.store,
+            owns_store=False,
+        )
 
     async def close(self) -> None:
         """Ask the process to close, then make sure it is gone, whatever it did."""
@@ -437,7 +493,8 @@ class ExecHandler:
             return
         try:
             if self._broken is None:
-                await self._call("close", {})
+                last = self.named_store and self.owns_store
+                await self._call("close", {"drop_store": True} if last else {})
         finally:
             await self._shutdown()
 
@@ -819,6 +876,7 @@ class ExecFactory:
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        named_stores: bool = True,
     ) -> None:
         if not isinstance(command, TcpAddress):
             split_command(command)  # an empty command is a usage error now, not at the first open
@@ -827,6 +885,8 @@ class ExecFactory:
         self.timeout = timeout
         self.env = env
         self.cwd = cwd
+        #: Whether each handler names a fresh store of its own on ``open``.
+        self.named_stores = named_stores
         # Not importable by name: a printed reproduction says "your_factory" instead
         # of naming this class, which would not build the same handler.
         kind = "exec-tcp" if isinstance(command, TcpAddress) else "exec"
@@ -849,6 +909,7 @@ class ExecFactory:
             cwd=self.cwd,
             failures=self.failures,
             spares=None if isinstance(self.target, TcpAddress) else self._spares,
+            store=fresh_store_name() if self.named_stores else None,
         )
         self.last_transcript = handler.transcript
         return handler
@@ -861,7 +922,7 @@ class ExecFactory:
     def _identity(self) -> tuple[object, ...]:
         env = None if self.env is None else tuple(sorted(self.env.items()))
         target = self.target if isinstance(self.target, TcpAddress) else self.command
-        return (target, self.timeout, env, self.cwd)
+        return (target, self.timeout, env, self.cwd, self.named_stores)
 
     # Equal for the same command line: the pytest suite verifies once per factory,
     # and each test's fixture builds a new one.
@@ -878,9 +939,14 @@ def exec_factory(
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    named_stores: bool = True,
 ) -> ExecFactory:
-    """``(clock) -> handler`` for the handler process ``command`` starts."""
-    return ExecFactory(command, timeout=timeout, env=env, cwd=cwd)
+    """``(clock) -> handler`` for the handler process ``command`` starts.
+
+    ``named_stores=False`` never names a store on ``open``, so no handler
+    gets peers: every call of a test case goes to one process.
+    """
+    return ExecFactory(command, timeout=timeout, env=env, cwd=cwd, named_stores=named_stores)
 
 
 def tcp_factory(address: str | TcpAddress, *, timeout: float | None = None) -> ExecFactory:

@@ -18,6 +18,14 @@ connection is a session of its own, with its own handler built on its
 need), and the server runs until it is stopped.  It prints the address it
 listens on as its first line on stdout (port 0 picks a free one), so a
 script can start it and read where to connect.
+
+Named stores: a connection whose ``open`` names a store (``"store"``) that
+another live connection of the server opened gets a peer of that
+connection's handler (:meth:`~reference_engine.instances.SharedStoreHandler.peer`),
+so the kit's workers reach one store through separate sessions, as they do
+in process.  The server answers ``"named_store": true`` only when the
+handler can give peers; the store is forgotten when the connection that
+named it first closes.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from dsm_sim.protocol.client import TcpAddress, parse_address
 from dsm_sim.protocol.schema import PROTOCOL_VERSION, SchemaProblem, load_schema, problem
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory, StateHandler
+from reference_engine.instances import peer_of
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["RequestClock", "Server", "configure", "main", "serve", "serve_tcp"]
@@ -73,11 +82,45 @@ class RequestClock:
         return f"RequestClock(latest={self.latest!r})"
 
 
+class NamedStores:
+    """The handlers that first opened each named store in one server process.
+
+    A later session naming the same store is given a peer of that handler;
+    a store whose handler offers no peer is not shared (each session then
+    gets a store of its own, and says so by answering without
+    ``named_store``).
+    """
+
+    def __init__(self) -> None:
+        self.owners: dict[str, StateHandler] = {}
+
+    def peer(self, store: str) -> StateHandler | None:
+        owner = self.owners.get(store)
+        return None if owner is None else peer_of(owner)
+
+    def claim(self, store: str, handler: StateHandler) -> bool:
+        """Make ``handler`` the owner of ``store``; whether peers of it can share it."""
+        spare = peer_of(handler)
+        if spare is None:
+            return False
+        self.owners[store] = handler
+        return True
+
+    def release(self, handler: StateHandler) -> None:
+        for store in [name for name, owner in self.owners.items() if owner is handler]:
+            del self.owners[store]
+
+
 class Server:
     """Answers protocol requests with one handler built by ``factory`` on ``open``."""
 
     def __init__(
-        self, factory: HandlerFactory, send: Callable[[bytes], None], *, shared_store: bool = False
+        self,
+        factory: HandlerFactory,
+        send: Callable[[bytes], None],
+        *,
+        shared_store: bool = False,
+        stores: NamedStores | None = None,
     ) -> None:
         self.factory = factory
         self.send = send
@@ -85,6 +128,11 @@ class Server:
         self.shared_store = shared_store
         self.clock = RequestClock()
         self.handler: StateHandler | None = None
+        #: Where this server's sessions find each other's named stores; None
+        #: for a server of one session (stdin), whose store no other process
+        #: can reach, so it never claims to work in a named one.
+        self.stores = stores
+        self.named_store = False
         self.closed = False
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -149,9 +197,14 @@ class Server:
                 raise _BadRequest(
                     f"this server speaks protocol {PROTOCOL_VERSION}, not {message['protocol']}"
                 )
+            store = message.get("store")
             if self.handler is None:
-                self.handler = self.factory(self.clock)
+                joined = None if store is None or self.stores is None else self.stores.peer(store)
+                self.handler = self.factory(self.clock) if joined is None else joined
+                self.named_store = joined is not None
             await self.handler.open()
+            if store is not None and self.stores is not None and not self.named_store:
+                self.named_store = self.stores.claim(store, self.handler)
             name = getattr(self.factory, "__qualname__", type(self.factory).__name__)
             answer: dict[str, Any] = {
                 "protocol": PROTOCOL_VERSION,
@@ -160,12 +213,16 @@ class Server:
             }
             if self.shared_store:
                 answer["shared_store"] = True
+            if self.named_store:
+                answer["named_store"] = True
             return answer
         handler = self.handler
         if handler is None:
             raise _BadRequest(f"{op} before open")
         if op == "close":
             self.closed = True
+            if self.stores is not None:
+                self.stores.release(handler)
             await handler.close()
             return None
         calls: dict[str, Callable[[], Awaitable[Any]]] = {
@@ -220,9 +277,11 @@ async def serve_tcp(
 ) -> None:
     """Serve every connection to ``address`` as a session of its own, until cancelled."""
 
+    stores = NamedStores()
+
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await _session(factory, reader, writer.write, shared_store=shared_store)
+            await _session(factory, reader, writer.write, shared_store=shared_store, stores=stores)
         except ConnectionError:
             pass  # the harness dropped the connection (a timeout): nothing left to answer
         finally:
@@ -245,8 +304,9 @@ async def _session(
     send: Callable[[bytes], None],
     *,
     shared_store: bool = False,
+    stores: NamedStores | None = None,
 ) -> None:
-    server = Server(factory, send, shared_store=shared_store)
+    server = Server(factory, send, shared_store=shared_store, stores=stores)
     while not server.closed:
         try:
             line = await reader.readline()
@@ -263,6 +323,8 @@ async def _session(
     if server.tasks:
         await asyncio.gather(*server.tasks, return_exceptions=True)
     if server.handler is not None and not server.closed:
+        if server.stores is not None:
+            server.stores.release(server.handler)
         await server.handler.close()
 
 

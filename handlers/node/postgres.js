@@ -9,12 +9,15 @@
 //   DSM_NODE_PG_URL=postgresql://postgres@127.0.0.1:5432/test node handlers/node/postgres.js
 //
 // Where the records live:
-//   * By default each process creates a schema of its own, dsm_node_<8 hex>,
-//     with one table, dsm_node_state, and drops it on close: the kit starts one
-//     process per test case and each must start with an empty store. The
-//     process holds a session advisory lock named after its schema for as long
-//     as it runs, so a schema left behind by a killed process (its lock gone
-//     with its connection) is dropped by the next process that starts.
+//   * By default the store is a schema named on `open`: dsm_node_<store> when
+//     the harness names a store (the kit and the simulator name a fresh one
+//     per test case or run, and open more processes on it to race them; the
+//     process answers "named_store": true), else dsm_node_<16 hex> of its own.
+//     It holds one table, dsm_node_state, and is dropped on the close that
+//     says drop_store (or on close, for a schema of its own). Every process
+//     working in a schema holds a shared session advisory lock named after
+//     it, so a schema left behind by killed processes (their locks gone with
+//     their connections) is dropped by the next process that opens.
 //   * Under `dsm stress` (DSM_STRESS_DB_URL names a PostgreSQL database, a
 //     SQLAlchemy URL whose +driver is dropped) the table is created, if
 //     missing, in DSM_STRESS_SCHEMA (the run drops that schema) and kept.
@@ -32,6 +35,9 @@
 // reads the row, then writes the lock with an unconditional upsert, so two
 // racers that both read "free" both get the lock.
 // DSM_NODE_PG_POOL sets the pool size (4 by default).
+// DSM_NODE_PG_SERIAL=1 makes the process serve one request at a time and say
+// so ("concurrent": false): its races then happen only between processes on
+// one named store, which is how the kit reaches such a handler.
 
 "use strict";
 
@@ -46,7 +52,9 @@ const SWEEP_ERROR_DETAIL = "lock expired; reset by the catch-up sweep";
 //: writer finished, so the bound only turns pathological contention into an error.
 const RACE_RETRIES = 10;
 const OWN_SCHEMA_PREFIX = "dsm_node_";
-const OWN_SCHEMA = /^dsm_node_([0-9a-f]{8})$/;
+const OWN_SCHEMA = /^dsm_node_[a-z0-9_]+$/;
+//: What a store name from the harness looks like (the protocol's pattern).
+const STORE_NAME = /^[a-z][a-z0-9_]{0,39}$/;
 //: The first key of the session advisory locks that mark a process's own schema live.
 const LOCK_CLASS = 0x64736d; // "dsm"
 const BUG = process.env.DSM_NODE_BUG || "";
@@ -137,17 +145,19 @@ function location(env) {
   if (!libpq) return { error: `DSM_NODE_PG_URL is not a PostgreSQL URL: ${JSON.stringify(url)}` };
   const table = (env.DSM_NODE_PG_TABLE || "").trim();
   if (table) return { url: libpq, schema: (env.DSM_NODE_PG_SCHEMA || "").trim() || null, table, own: false };
-  const lockId = crypto.randomBytes(4).readInt32BE(0);
-  const hex = (lockId >>> 0).toString(16).padStart(8, "0");
-  return { url: libpq, schema: OWN_SCHEMA_PREFIX + hex, table: "dsm_node_state", own: true, lockId };
+  // The schema is chosen on open, from the store the harness names.
+  return { url: libpq, schema: null, table: "dsm_node_state", own: true };
 }
 
 const WHERE = location(process.env);
 const POOL_SIZE = Math.max(1, parseInt(process.env.DSM_NODE_PG_POOL || "", 10) || 4);
+const SERIAL = (process.env.DSM_NODE_PG_SERIAL || "").trim() === "1";
 
 // --- the SQL ---------------------------------------------------------------------------------
 
-const T = (WHERE.schema ? quote(WHERE.schema) + "." : "") + quote(WHERE.table || "dsm_node_state");
+// The table, and the statements on it: fixed by place() before the first statement runs.
+let T = null;
+let SQL = null;
 const COLUMNS =
   "tenant_id, scope_id, scope_code, entity_id, item_entity_key, item_key, status, attempt, " +
   "locked_until, data_json, error_detail, entity_execution_id, source_app_id, created_at, " +
@@ -202,7 +212,7 @@ const STAMP =
   "updated_at = EXCLUDED.updated_at, retain_until = EXCLUDED.retain_until";
 const FRESH = ACQUIRABLE;
 
-const SQL = {
+const statements = () => ({
   exists: `SELECT 1 FROM ${T} WHERE ${KEY} AND status IN ('processed', 'skipped')`,
   current: `SELECT ${COLUMNS} FROM ${T} WHERE ${KEY}`,
   liveLock: `SELECT locked_until FROM ${T} WHERE ${KEY} AND status = 'processing' AND locked_until >= $6::bigint`,
@@ -267,7 +277,14 @@ const SQL = {
     `UPDATE ${T} SET status = 'expired', locked_until = NULL, updated_at = $1::bigint ` +
     "WHERE retain_until < $1::bigint AND status <> 'expired' " +
     "AND (status <> 'processing' OR locked_until IS NULL OR locked_until < $1::bigint)",
-};
+});
+
+// Work in `schema` (or the connection's search path, for null) from now on.
+function place(schema) {
+  WHERE.schema = schema;
+  T = (schema ? quote(schema) + "." : "") + quote(WHERE.table || "dsm_node_state");
+  SQL = statements();
+}
 
 // --- the connections -------------------------------------------------------------------------
 
@@ -276,7 +293,8 @@ const int = (value) => (value === null ? null : Number(value));
 const micros = (value) => (value === null ? null : BigInt(value));
 
 let pool = null;
-let keeper = null; // the connection that holds this process's schema lock (own schema only)
+let keeper = null; // the connection that holds this process's lock on its schema (own schemas only)
+let named = false; // whether the schema is the store the harness named on open
 
 async function prepare() {
   if (WHERE.error) throw new Refusal("store_error", `postgres.js: ${WHERE.error}`);
@@ -289,53 +307,66 @@ async function prepare() {
     application_name: "dsm postgres.js",
   });
   pool.on("error", (err) => process.stderr.write(`postgres.js: idle connection failed: ${err.message}\n`));
-  if (WHERE.own) {
-    keeper = new pg.Client({ connectionString: WHERE.url, application_name: "dsm postgres.js" });
-    keeper.on("error", (err) => process.stderr.write(`postgres.js: schema keeper failed: ${err.message}\n`));
-    await keeper.connect();
-    await keeper.query("SELECT pg_advisory_lock($1, $2)", [LOCK_CLASS, WHERE.lockId]);
-    await dropOrphans(keeper);
-    await keeper.query(ddl().join(";\n"));
-  } else {
-    // Several processes of one stress run create the table at once: one at a time.
-    const client = await pool.connect();
-    try {
-      await client.query("BEGIN");
-      await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [LOCK_CLASS, T]);
-      for (const statement of ddl()) await client.query(statement);
-      await client.query("COMMIT");
-    } catch (err) {
-      await client.query("ROLLBACK").catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
+  if (!WHERE.own) {
+    place(WHERE.schema);
+    await createTable(pool);
   }
   // One pooled connection ready before the first request.
   (await pool.connect()).release();
 }
 
-// Drop the schemas of processes that died without closing: nobody holds their lock.
+// Several processes create one table at once (a stress run, peers on a named store): one at a time.
+async function createTable(on) {
+  const client = await on.connect();
+  try {
+    await client.query("BEGIN");
+    await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [LOCK_CLASS, T]);
+    for (const statement of ddl()) await client.query(statement);
+    await client.query("COMMIT");
+  } catch (err) {
+    await client.query("ROLLBACK").catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
+}
+
+// Open the store: the named one, shared with every process that names it, or one of our own.
+// The shared lock is taken before the schema exists, so no other process takes it for an orphan.
+async function claimSchema(store) {
+  if (store !== undefined && store !== null && !STORE_NAME.test(store)) {
+    throw new Refusal("bad_request", `store: not a store name: ${JSON.stringify(store)}`);
+  }
+  named = Boolean(store);
+  place(OWN_SCHEMA_PREFIX + (named ? store : crypto.randomBytes(8).toString("hex")));
+  keeper = new pg.Client({ connectionString: WHERE.url, application_name: "dsm postgres.js" });
+  keeper.on("error", (err) => process.stderr.write(`postgres.js: schema keeper failed: ${err.message}\n`));
+  await keeper.connect();
+  await keeper.query("SELECT pg_advisory_lock_shared($1, hashtext($2))", [LOCK_CLASS, WHERE.schema]);
+  await dropOrphans(keeper);
+  await createTable(pool);
+}
+
+// Drop the schemas whose processes all died without closing: nobody holds their lock.
 async function dropOrphans(client) {
   const found = await client.query("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'dsm\\_node\\_%'");
   for (const { nspname } of found.rows) {
-    const m = OWN_SCHEMA.exec(nspname);
-    if (!m || nspname === WHERE.schema) continue;
-    const id = parseInt(m[1], 16) | 0;
-    const { rows } = await client.query("SELECT pg_try_advisory_lock($1, $2) AS free", [LOCK_CLASS, id]);
+    if (!OWN_SCHEMA.test(nspname) || nspname === WHERE.schema) continue;
+    const { rows } = await client.query("SELECT pg_try_advisory_lock($1, hashtext($2)) AS free", [LOCK_CLASS, nspname]);
     if (!rows[0].free) continue;
     try {
       await client.query(`DROP SCHEMA IF EXISTS ${quote(nspname)} CASCADE`);
     } finally {
-      await client.query("SELECT pg_advisory_unlock($1, $2)", [LOCK_CLASS, id]);
+      await client.query("SELECT pg_advisory_unlock($1, hashtext($2))", [LOCK_CLASS, nspname]);
     }
   }
 }
 
-async function finish() {
+// Leave the store; drop it when it is ours alone, or when the harness says this is its last process.
+async function finish(drop) {
   try {
     if (keeper) {
-      await keeper.query(`DROP SCHEMA IF EXISTS ${quote(WHERE.schema)} CASCADE`);
+      if (drop || !named) await keeper.query(`DROP SCHEMA IF EXISTS ${quote(WHERE.schema)} CASCADE`);
       await keeper.end();
       keeper = null;
     }
@@ -636,17 +667,19 @@ async function run(req) {
       throw new Refusal("bad_request", `this handler speaks protocol ${PROTOCOL_VERSION}, not ${req.protocol}`);
     }
     await ready;
+    if (WHERE.own) await claimSchema(req.store);
     return {
       protocol: PROTOCOL_VERSION,
-      concurrent: true,
+      concurrent: !SERIAL,
       name: `node postgres ${T}` + (BUG ? ` (bug: ${BUG})` : ""),
       shared_store: !WHERE.own,
+      named_store: named,
     };
   }
   if (req.op === "close") {
     closed = true;
     await ready.catch(() => {});
-    await finish();
+    await finish(req.drop_store === true);
     return null;
   }
   const op = Object.prototype.hasOwnProperty.call(ops, req.op) ? ops[req.op] : null;
@@ -663,11 +696,15 @@ function handle(line) {
     return;
   }
   const id = req && req.id;
-  run(req).then(
+  const served = (SERIAL ? (queue = queue.then(() => run(req))) : run(req)).then(
     (result) => answer({ id, result: result === undefined ? null : result }),
     (err) => answer({ id, error: fail(err) }),
   );
+  if (SERIAL) queue = served;
 }
+
+// Under DSM_NODE_PG_SERIAL=1, each request starts when the one before it has been answered.
+let queue = Promise.resolve();
 
 let buffered = "";
 process.stdin.setEncoding("utf8");
@@ -685,6 +722,9 @@ process.stdin.on("data", (chunk) => {
 process.stdin.on("end", () => {
   if (!closed) {
     closed = true;
-    ready.catch(() => {}).then(finish).catch((err) => process.stderr.write(`postgres.js: ${err.message}\n`));
+    ready
+      .catch(() => {})
+      .then(() => finish(false))
+      .catch((err) => process.stderr.write(`postgres.js: ${err.message}\n`));
   }
 });

@@ -15,6 +15,7 @@ Node is skipped where missing, and a failure under ``CI=true``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from dsm_sim.conformance.runner import verify
 from dsm_sim.protocol.client import exec_factory, parse_address, tcp_factory
 from dsm_sim.protocol.replay import read_replay, replay
 from dsm_sim.protocol.schema import problem
@@ -35,13 +37,25 @@ from dsm_sim.scenario import load_scenarios
 from dsm_sim.simulator.clock import DEFAULT_EPOCH
 from dsm_sim.simulator.run import run_scenario
 from reference_engine.cli import main
+from reference_engine.context import StateHandlerContext
 from reference_engine.errors import ConfigurationError
+from reference_engine.status import IdempotencyStatus
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_HANDLER = ROOT / "handlers" / "node" / "memory.js"
 SERVED = "reference_engine.handlers.memory:in_memory_handler"
+INSTANCE_LOCKED = "dsm_sim.broken.instances:RemoteInstanceLockedAcquire"
+SERVE = [sys.executable, "-m", "reference_engine.cli", "serve"]
+CTX = StateHandlerContext(
+    scope_id=4,
+    scope_code="Element",
+    entity_id="flow-1",
+    entity_execution_id="run-1",
+    tenant_id="t1",
+    source_app_id="app-1",
+)
 
 
 def _node() -> str:
@@ -137,12 +151,12 @@ def test_a_silent_handler_in_the_simulator_is_a_named_timeout(
 # --- --exec-tcp ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def served_tcp() -> Iterator[str]:
-    """``dsm serve --tcp`` of the in-memory handler on a free port: its address."""
+@contextlib.contextmanager
+def _serving_tcp(factory: str) -> Iterator[str]:
+    """``dsm serve --tcp`` of ``factory`` on a free port: its address."""
     command = [sys.executable, "-m", "reference_engine.cli", "serve", "--tcp", "127.0.0.1:0"]
     process = subprocess.Popen(
-        [*command, SERVED], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+        [*command, factory], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
     )
     try:
         assert process.stdout is not None
@@ -156,6 +170,13 @@ def served_tcp() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def served_tcp() -> Iterator[str]:
+    """``dsm serve --tcp`` of the in-memory handler on a free port: its address."""
+    with _serving_tcp(SERVED) as address:
+        yield address
 
 
 def test_memory_handler_served_over_tcp_passes_the_kit(
@@ -195,6 +216,49 @@ def test_each_tcp_connection_starts_with_an_empty_store(served_tcp: str) -> None
             await second.close()
 
     assert asyncio.run(acquire_twice()) == [1, 1]
+
+
+def test_connections_that_name_one_store_share_it(served_tcp: str) -> None:
+    """A peer is a second session on the store its handler named: what one writes, all read."""
+    import asyncio
+
+    from reference_engine.clock import ManualClock
+
+    ctx = CTX.for_item("INV-7")
+
+    async def through_a_peer() -> tuple[bool, int | None, int | None, bool]:
+        owner = tcp_factory(served_tcp)(ManualClock())
+        await owner.open()
+        peer = owner.peer()
+        assert peer is not None and peer.store == owner.store and not peer.owns_store
+        await peer.open()
+        try:
+            token = await owner.try_acquire_lock(ctx)
+            refused = await peer.try_acquire_lock(ctx)
+            held = CTX.for_item("INV-7", lock_token=token)
+            await peer.set(held, IdempotencyStatus.PROCESSED, None)
+            return owner.named_store, token, refused, await owner.exists(ctx)
+        finally:
+            await peer.close()
+            await owner.close()
+
+    assert asyncio.run(through_a_peer()) == (True, 1, None, True)
+
+
+def test_a_lock_held_by_the_served_instance_is_caught_across_connections() -> None:
+    """Served over TCP, each of the kit's workers is a session of its own on the named store.
+
+    The handler makes acquire atomic with an ``asyncio.Lock`` in the instance:
+    through one session (and in the ``dsm serve`` of one process, whose store
+    no other process reaches) the races never interleave; through peers they
+    do, as between two worker processes.
+    """
+    with _serving_tcp(INSTANCE_LOCKED) as address:
+        report = verify(tcp_factory(address), "dev", seed=0, stop_on_first=True)
+    assert [v.found_as for v in report.violations] == ["at_most_one_live_lock"]
+    one_process = exec_factory([*SERVE, INSTANCE_LOCKED])
+    alone = verify(one_process, "dev", seed=0, stop_on_first=True, max_examples=4)
+    assert alone.passed, [v.render() for v in alone.violations]
 
 
 def test_a_tcp_address_nobody_listens_on_is_a_usage_error(
