@@ -20,6 +20,7 @@ rule with nothing to act on (no lock held, nothing processing) does nothing.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping
@@ -198,16 +199,27 @@ class OperationRules(RuleBasedStateMachine):
         raise violation
 
     def _observe(self) -> dict[ItemRef, Outcome]:
-        """Every item's record as the handler reads it, in one pass on the loop."""
+        """Every item's record as the handler reads it, in one pass on the loop.
+
+        A handler in another process that takes requests while earlier ones
+        are in flight (``pipelines_requests``) gets every read at once: the
+        reads of a quiet store answer the same in any order, and one round
+        trip for the lot instead of one per item is most of what the
+        protocol costs a verification.  An in-process handler is read one
+        item after the other, as before.
+        """
+
+        async def read(ctx: StateHandlerContext) -> Outcome:
+            try:
+                return Outcome(value=await self.handler.get(ctx))
+            except Exception as exc:
+                return Outcome(error=exc)
 
         async def read_all() -> dict[ItemRef, Outcome]:
-            seen: dict[ItemRef, Outcome] = {}
-            for ref, ctx in self.observers.items():
-                try:
-                    seen[ref] = Outcome(value=await self.handler.get(ctx))
-                except Exception as exc:
-                    seen[ref] = Outcome(error=exc)
-            return seen
+            if getattr(self.handler, "pipelines_requests", False):
+                outcomes = await asyncio.gather(*(read(ctx) for ctx in self.observers.values()))
+                return dict(zip(self.observers, outcomes, strict=True))
+            return {ref: await read(ctx) for ref, ctx in self.observers.items()}
 
         return self.driver.run(read_all())
 

@@ -466,6 +466,11 @@ class ExecHandler:
         self.named_store = self.store is not None and bool(result.get("named_store", False))
         self.name = str(result.get("name", ""))
 
+    @property
+    def pipelines_requests(self) -> bool:
+        """Whether several requests may be on the wire at once (the process said so on open)."""
+        return self.concurrent
+
     def peer(self) -> ExecHandler | None:
         """Another process on this handler's named store, or None when it has none.
 

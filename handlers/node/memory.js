@@ -58,20 +58,32 @@ class Refusal extends Error {
 
 const INSTANT = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?Z$/;
 
+// BigInt microseconds: past 2255 an instant in microseconds passes 2**53, where a Number
+// starts to drop the last microsecond (the kit keeps records for up to a century past
+// instants that far out).
 function parseInstant(text) {
   const m = INSTANT.exec(text);
   if (!m) throw new Refusal("bad_request", `not an instant: ${JSON.stringify(text)}`);
-  const ms = Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], +m[6]);
-  const micros = m[7] ? +(m[7] + "000000").slice(0, 6) : 0;
-  return ms * 1000 + micros;
+  // Date.UTC reads years 0-99 as 1900-1999: set the year apart (2000 is a leap year too).
+  const day = new Date(Date.UTC(2000, +m[2] - 1, +m[3], +m[4], +m[5], +m[6]));
+  const ms = day.setUTCFullYear(+m[1]);
+  const micros = m[7] ? BigInt((m[7] + "000000").slice(0, 6)) : 0n;
+  return BigInt(ms) * 1000n + micros;
 }
 
 function formatInstant(us) {
   if (us === null) return null;
-  const ms = Math.floor(us / 1000);
-  const rest = us - ms * 1000;
-  return new Date(ms).toISOString().slice(0, 23) + String(rest).padStart(3, "0") + "Z";
+  let ms = us / 1000n;
+  let rest = us % 1000n;
+  if (rest < 0n) {
+    rest += 1000n;
+    ms -= 1n;
+  }
+  return new Date(Number(ms)).toISOString().slice(0, 23) + String(rest).padStart(3, "0") + "Z";
 }
+
+// A duration of the request (lock_duration_us, retention_us) added to an instant.
+const after = (instant, durationUs) => instant + BigInt(durationUs);
 
 // --- the store -------------------------------------------------------------------------------
 
@@ -165,7 +177,7 @@ function checkData(dataJson) {
 }
 
 function retainUntil(ctx, now) {
-  return ctx.retention_us === null ? null : now + ctx.retention_us;
+  return ctx.retention_us === null ? null : after(now, ctx.retention_us);
 }
 
 // Insert or update the current record; a data of null keeps the stored data,
@@ -206,7 +218,7 @@ function acquire(ctx, now, record) {
   write(ctx, now, record, {
     status: "processing",
     attempt: token,
-    locked_until: now + ctx.lock_duration_us,
+    locked_until: after(now, ctx.lock_duration_us),
     error_detail: null,
   });
   return token;
@@ -235,7 +247,7 @@ const ops = {
           write(ctx, now, current.get(keyText(ctx)), {
             status: "processing",
             attempt: token,
-            locked_until: now + ctx.lock_duration_us,
+            locked_until: after(now, ctx.lock_duration_us),
             error_detail: null,
           });
           resolve(token);

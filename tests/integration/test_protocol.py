@@ -10,6 +10,7 @@ skipped where missing, and a failure under ``CI=true``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import gc
 import os
@@ -432,6 +433,29 @@ def test_node_handler_passes_the_kit(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0, out
     assert out.rstrip().endswith("PASSED")
     assert "--exec" in out.splitlines()[0]
+
+
+def test_node_handler_keeps_microseconds_past_2255() -> None:
+    """Past 2255 an instant in microseconds passes 2**53, where a JavaScript Number drops µs."""
+    from reference_engine.config import HandlerConfig
+
+    node = _need("node")
+    now = dt.datetime(2226, 1, 17, 9, 0, 1, 5, tzinfo=dt.UTC)
+    kept = HandlerConfig(lock_duration=dt.timedelta(days=1), retention=dt.timedelta(days=36500))
+    ctx = dataclasses.replace(CTX, handler_config=kept)
+
+    async def acquire() -> tuple[dt.datetime | None, dt.datetime | None]:
+        handler = exec_factory([node, str(NODE_HANDLER)])(ManualClock(now))
+        await handler.open()
+        try:
+            await handler.try_acquire_lock(ctx)
+            record = await handler.get(ctx)
+        finally:
+            await handler.close()
+        assert record is not None
+        return record.locked_until, record.retain_until
+
+    assert asyncio.run(acquire()) == (now + kept.lock_duration, now + dt.timedelta(days=36500))
 
 
 # no_fencing is caught (and replayed from its replay file) in test_protocol_harness.py.
