@@ -12,6 +12,11 @@
 //
 //   node handlers/node/memory.js
 //   DSM_NODE_BUG=no_fencing node handlers/node/memory.js   (a deliberately broken store)
+//   node handlers/node/memory.js --tcp 127.0.0.1:0         (a server: prints where it listens)
+//
+// On stdin each process is one store. As a server, every connection works in the
+// server's one store ("shared_store": true, what dsm stress needs), or in the store its
+// open names ("named_store": true: the kit's peers on a test case's store).
 //
 // DSM_NODE_BUG switches on one realistic bug, so a test can show the kit
 // catching it through the protocol:
@@ -87,8 +92,8 @@ const after = (instant, durationUs) => instant + BigInt(durationUs);
 
 // --- the store -------------------------------------------------------------------------------
 
-const current = new Map(); // record key -> record
-const superseded = []; // Superseded records, oldest first
+// A store: the current record of each key, and the Superseded ones, oldest first.
+const newStore = () => ({ current: new Map(), superseded: [] });
 
 function recordKey(ctx) {
   return {
@@ -182,9 +187,9 @@ function retainUntil(ctx, now) {
 
 // Insert or update the current record; a data of null keeps the stored data,
 // an error_detail left undefined keeps the stored one.
-function write(ctx, now, record, change) {
+function write(store, ctx, now, record, change) {
   if (!record) {
-    current.set(keyText(ctx), {
+    store.current.set(keyText(ctx), {
       key: recordKey(ctx),
       status: change.status,
       attempt: change.attempt || 0,
@@ -210,12 +215,12 @@ function write(ctx, now, record, change) {
   record.retain_until = retainUntil(ctx, now);
 }
 
-function acquire(ctx, now, record) {
+function acquire(store, ctx, now, record) {
   const source = effectiveStatus(record, now);
   if (!ACQUIRABLE.has(source)) return null;
   checkTransition(source, "processing", ctx);
   const token = record ? record.attempt + 1 : 1;
-  write(ctx, now, record, {
+  write(store, ctx, now, record, {
     status: "processing",
     attempt: token,
     locked_until: after(now, ctx.lock_duration_us),
@@ -225,26 +230,26 @@ function acquire(ctx, now, record) {
 }
 
 const ops = {
-  exists(req, now) {
-    return COMPLETED.has(effectiveStatus(current.get(keyText(req.context)), now));
+  exists(req, now, store) {
+    return COMPLETED.has(effectiveStatus(store.current.get(keyText(req.context)), now));
   },
 
-  get(req) {
-    const record = current.get(keyText(req.context));
+  get(req, now, store) {
+    const record = store.current.get(keyText(req.context));
     return record ? wireRecord(record) : null;
   },
 
-  try_acquire_lock(req, now) {
+  try_acquire_lock(req, now, store) {
     const ctx = req.context;
     if (BUG === "check_then_insert") {
       // The bug: read, then write after a round trip to the store, with no
       // condition on the write: two racers both see the item free.
-      const seen = current.get(keyText(ctx));
+      const seen = store.current.get(keyText(ctx));
       if (!ACQUIRABLE.has(effectiveStatus(seen, now))) return null;
       const token = seen ? seen.attempt + 1 : 1;
       return new Promise((resolve) =>
         setTimeout(() => {
-          write(ctx, now, current.get(keyText(ctx)), {
+          write(store, ctx, now, store.current.get(keyText(ctx)), {
             status: "processing",
             attempt: token,
             locked_until: after(now, ctx.lock_duration_us),
@@ -254,10 +259,10 @@ const ops = {
         }, 5),
       );
     }
-    return acquire(ctx, now, current.get(keyText(ctx)));
+    return acquire(store, ctx, now, store.current.get(keyText(ctx)));
   },
 
-  set(req, now) {
+  set(req, now, store) {
     const ctx = req.context;
     const status = req.status;
     if (!SETTABLE.has(status)) {
@@ -268,12 +273,12 @@ const ops = {
       });
     }
     checkData(req.data_json);
-    const record = current.get(keyText(ctx));
+    const record = store.current.get(keyText(ctx));
     if (ctx.lock_token !== null) {
       if (writeLanded(record, ctx.lock_token, status, req.data_json, null)) return null;
       const held = requireHolder(ctx, record);
       checkTransition("processing", status, ctx);
-      write(ctx, now, held, { status, data_json: req.data_json, locked_until: null });
+      write(store, ctx, now, held, { status, data_json: req.data_json, locked_until: null });
       return null;
     }
     refuseLiveLock(ctx, record, now);
@@ -285,7 +290,7 @@ const ops = {
       );
     }
     checkTransition(effectiveStatus(record, now), status, ctx);
-    write(ctx, now, record, {
+    write(store, ctx, now, record, {
       status,
       data_json: req.data_json,
       locked_until: null,
@@ -294,7 +299,7 @@ const ops = {
     return null;
   },
 
-  release_lock_as_failed(req, now) {
+  release_lock_as_failed(req, now, store) {
     const ctx = req.context;
     if (ctx.lock_token === null) {
       throw new Refusal(
@@ -303,29 +308,29 @@ const ops = {
         { item_key: ctx.item_key, operation: "release_lock_as_failed" },
       );
     }
-    const record = current.get(keyText(ctx));
+    const record = store.current.get(keyText(ctx));
     if (writeLanded(record, ctx.lock_token, "failed", null, req.error_detail)) return null;
     const held = requireHolder(ctx, record);
-    write(ctx, now, held, { status: "failed", locked_until: null, error_detail: req.error_detail });
+    write(store, ctx, now, held, { status: "failed", locked_until: null, error_detail: req.error_detail });
     return null;
   },
 
-  upsert(req, now) {
+  upsert(req, now, store) {
     const ctx = req.context;
     checkData(req.data_json);
     const key = keyText(ctx);
-    const record = current.get(key);
+    const record = store.current.get(key);
     if (ctx.lock_token !== null) {
       if (writeLanded(record, ctx.lock_token, "processed", req.data_json, null)) return null;
       const held = requireHolder(ctx, record);
-      write(ctx, now, held, { status: "processed", data_json: req.data_json, locked_until: null });
+      write(store, ctx, now, held, { status: "processed", data_json: req.data_json, locked_until: null });
       return null;
     }
     refuseLiveLock(ctx, record, now);
     const source = effectiveStatus(record, now);
     if (ACQUIRABLE.has(source)) {
       // The happy path compressed: acquire and complete in one step.
-      write(ctx, now, record, {
+      write(store, ctx, now, record, {
         status: "processed",
         data_json: req.data_json,
         locked_until: null,
@@ -337,9 +342,9 @@ const ops = {
     checkTransition(source, "superseded", ctx);
     record.status = "superseded";
     record.updated_at = now;
-    superseded.push(record);
-    current.delete(key);
-    write(ctx, now, undefined, {
+    store.superseded.push(record);
+    store.current.delete(key);
+    write(store, ctx, now, undefined, {
       status: "processed",
       data_json: req.data_json,
       locked_until: null,
@@ -348,9 +353,9 @@ const ops = {
     return null;
   },
 
-  reset_expired_locks(req, now) {
+  reset_expired_locks(req, now, store) {
     let count = 0;
-    for (const record of current.values()) {
+    for (const record of store.current.values()) {
       const past = BUG === "inclusive_sweep" ? record.locked_until <= now : record.locked_until < now;
       if (record.status === "processing" && record.locked_until !== null && past) {
         record.status = "failed";
@@ -363,9 +368,9 @@ const ops = {
     return count;
   },
 
-  expire_past_retention(req, now) {
+  expire_past_retention(req, now, store) {
     let count = 0;
-    for (const record of [...current.values(), ...superseded]) {
+    for (const record of [...store.current.values(), ...store.superseded]) {
       if (
         record.retain_until !== null &&
         record.retain_until < now &&
@@ -400,57 +405,118 @@ function wireRecord(record) {
 
 // --- the protocol ----------------------------------------------------------------------------
 
-let closed = false;
+// Named stores (the harness names one per test case on open and opens peers on it) live as
+// long as the process; only a server's connections can share them, since a store in this
+// process's memory is out of every other process's reach.
+const named = new Map(); // store name -> store
+// The one store every connection to a server works in when its open names none (dsm stress).
+const serverStore = newStore();
 
-function answer(message) {
-  process.stdout.write(JSON.stringify(message) + "\n");
-}
+// One protocol session: the requests of stdin, or of one server connection.
+function session(send, server) {
+  let store = null;
+  let storeName = null;
+  const state = { closed: false, handle };
 
-function handle(line) {
-  let req;
-  try {
-    req = JSON.parse(line);
-  } catch (err) {
-    process.stderr.write(`memory.js: a request is not JSON (${err.message}); ignored\n`);
-    return;
+  function answer(message) {
+    send(JSON.stringify(message) + "\n");
   }
-  const id = req && req.id;
-  const reply = (result) => answer({ id, result: result === undefined ? null : result });
-  const refuse = (err) => {
-    if (err instanceof Refusal) answer({ id, error: err.body });
-    else answer({ id, error: { kind: "internal", message: String(err && err.stack), type: String(err && err.name) } });
-  };
-  try {
-    const now = parseInstant(req.now);
-    if (req.op === "open") {
-      if (req.protocol !== PROTOCOL_VERSION) {
-        throw new Refusal("bad_request", `this handler speaks protocol ${PROTOCOL_VERSION}, not ${req.protocol}`);
+
+  function open(req) {
+    if (req.protocol !== PROTOCOL_VERSION) {
+      throw new Refusal("bad_request", `this handler speaks protocol ${PROTOCOL_VERSION}, not ${req.protocol}`);
+    }
+    const wanted = server && typeof req.store === "string" ? req.store : null;
+    if (wanted) {
+      if (!named.has(wanted)) named.set(wanted, newStore());
+      storeName = wanted;
+      store = named.get(wanted);
+    } else {
+      store = server ? serverStore : newStore();
+    }
+    return {
+      protocol: PROTOCOL_VERSION,
+      concurrent: true,
+      name: "node in-memory" + (BUG ? ` (bug: ${BUG})` : ""),
+      shared_store: server && !wanted,
+      named_store: Boolean(wanted),
+    };
+  }
+
+  function handle(line) {
+    let req;
+    try {
+      req = JSON.parse(line);
+    } catch (err) {
+      process.stderr.write(`memory.js: a request is not JSON (${err.message}); ignored\n`);
+      return;
+    }
+    const id = req && req.id;
+    const reply = (result) => answer({ id, result: result === undefined ? null : result });
+    const refuse = (err) => {
+      if (err instanceof Refusal) answer({ id, error: err.body });
+      else answer({ id, error: { kind: "internal", message: String(err && err.stack), type: String(err && err.name) } });
+    };
+    try {
+      const now = parseInstant(req.now);
+      if (req.op === "open") return reply(open(req));
+      if (req.op === "close") {
+        state.closed = true;
+        if (storeName && req.drop_store === true) named.delete(storeName);
+        return reply(null);
       }
-      return reply({ protocol: PROTOCOL_VERSION, concurrent: true, name: "node in-memory" + (BUG ? ` (bug: ${BUG})` : "") });
+      if (!store) throw new Refusal("bad_request", `${JSON.stringify(req.op)} before open`);
+      const op = Object.prototype.hasOwnProperty.call(ops, req.op) ? ops[req.op] : null;
+      if (!op) throw new Refusal("bad_request", `unknown op ${JSON.stringify(req.op)}`);
+      const result = op(req, now, store);
+      if (result instanceof Promise) result.then(reply, refuse);
+      else reply(result);
+    } catch (err) {
+      refuse(err);
     }
-    if (req.op === "close") {
-      closed = true;
-      return reply(null);
-    }
-    const op = Object.prototype.hasOwnProperty.call(ops, req.op) ? ops[req.op] : null;
-    if (!op) throw new Refusal("bad_request", `unknown op ${JSON.stringify(req.op)}`);
-    const result = op(req, now);
-    if (result instanceof Promise) result.then(reply, refuse);
-    else reply(result);
-  } catch (err) {
-    refuse(err);
   }
+
+  return state;
 }
 
-let buffered = "";
-process.stdin.setEncoding("utf8");
-process.stdin.on("data", (chunk) => {
-  buffered += chunk;
-  let end;
-  while (!closed && (end = buffered.indexOf("\n")) >= 0) {
-    const line = buffered.slice(0, end);
-    buffered = buffered.slice(end + 1);
-    if (line.trim()) handle(line);
+// Feed a stream's lines to a session until it closes.
+function serveLines(stream, state, onClosed) {
+  let buffered = "";
+  stream.setEncoding("utf8");
+  stream.on("data", (chunk) => {
+    buffered += chunk;
+    let end;
+    while (!state.closed && (end = buffered.indexOf("\n")) >= 0) {
+      const line = buffered.slice(0, end);
+      buffered = buffered.slice(end + 1);
+      if (line.trim()) state.handle(line);
+    }
+    if (state.closed) onClosed();
+  });
+}
+
+// `node memory.js --tcp HOST:PORT` serves connections instead of stdin: each is a session,
+// and they share the server's store (or the store their open names), so the kit can race
+// peers and `dsm stress --handler exec-tcp:HOST:PORT` can run its processes on one store.
+const tcpAt = process.argv.indexOf("--tcp");
+if (tcpAt >= 0) {
+  const address = process.argv[tcpAt + 1] || "";
+  const m = /^(.+):(\d+)$/.exec(address);
+  if (!m) {
+    process.stderr.write(`memory.js: --tcp wants HOST:PORT, got ${JSON.stringify(address)}\n`);
+    process.exit(2);
   }
-  if (closed) process.stdin.destroy();
-});
+  const net = require("node:net");
+  const server = net.createServer((socket) => {
+    const state = session((text) => socket.write(text), true);
+    serveLines(socket, state, () => socket.end());
+    socket.on("error", () => socket.destroy());
+  });
+  server.listen(+m[2], m[1], () => {
+    const where = server.address();
+    process.stdout.write(`memory.js: listening on ${where.address}:${where.port}\n`);
+  });
+} else {
+  const state = session((text) => process.stdout.write(text), false);
+  serveLines(process.stdin, state, () => process.stdin.destroy());
+}
