@@ -497,6 +497,20 @@ def test_java_handler_passes_the_kit(java_classes: Path) -> None:
     _assert_passed(report)
 
 
+@pytest.mark.parametrize("name", ["slow-worker", "lost-replies", "retention-window"])
+def test_java_handler_keeps_every_invariant_of_a_scenario(java_classes: Path, name: str) -> None:
+    from dsm_sim.scenario import load_scenarios
+    from dsm_sim.simulator.run import run_scenario
+
+    java = _need("java")
+    command = [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
+    command += ["-cp", str(java_classes), "MemoryHandler"]
+    (scenario,) = load_scenarios(ROOT / "scenarios" / f"{name}.toml")
+    result = run_scenario(scenario, 1, exec_factory(command), handler_name="exec:java")
+    assert result.passed, result.violated
+    assert result.stats["side_effects"], result.stats
+
+
 def test_java_handler_without_fencing_is_caught(java_classes: Path) -> None:
     java = _need("java")
     command = [java, "-XX:TieredStopAtLevel=1", "-cp", str(java_classes), "MemoryHandler"]
