@@ -7,7 +7,7 @@ each test stays a second or two of real time.
 
 The crucial case is a worker whose lock expires during a partition, whose
 item is taken over by another worker, and whose late ``set`` arrives after
-the partition heals: fencing must reject it.  The same sequence run with a
+the partition heals: fencing must reject it, on PostgreSQL and on MariaDB.  The same sequence run with a
 handler that ignores the token must show the stale write landing, or the
 check below would pass whatever the handler does.
 """
@@ -47,6 +47,7 @@ from reference_engine.handlers.sql.engine import (
     normalize_url,
 )
 from reference_engine.handlers.sql.handler import SqlStateHandler
+from reference_engine.handlers.sql.mariadb import create_database, drop_database
 from reference_engine.handlers.sql.schema import CURRENT_ROW, KEY_COLUMNS, process_state_logs
 from reference_engine.record import StateRecord, encode_data
 from reference_engine.status import IdempotencyStatus
@@ -107,9 +108,17 @@ class UnfencedSqlHandler(SqlStateHandler):
             await conn.execute(statement)
 
 
+#: The SQL servers the late-write case runs on, by the fixture that gives each one's URL.
+SQL_SERVERS = [
+    pytest.param("postgres_url", marks=pytest.mark.postgres, id="postgresql"),
+    pytest.param("mariadb_url", marks=pytest.mark.mariadb, id="mariadb"),
+]
+
+
 def _upstream(url: str) -> tuple[str, int]:
     parsed = make_url(url)
-    return parsed.host or "127.0.0.1", parsed.port or 5432
+    default = 3306 if parsed.get_backend_name() == "mariadb" else 5432
+    return parsed.host or "127.0.0.1", parsed.port or default
 
 
 def _through(url: str, port: int) -> str:
@@ -140,11 +149,15 @@ async def _workers(
     a_class: type[SqlStateHandler] = SqlStateHandler,
     connect_args: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[SqlStateHandler, SqlStateHandler]]:
-    """Worker A through the proxy and worker B direct, both on one fresh schema, dropped after."""
+    """Worker A through the proxy and worker B direct, both on one fresh schema, dropped after.
+
+    On MariaDB the schema is a database of its own, as the isolated handler makes it.
+    """
     schema = f"dsm_net_{uuid.uuid4().hex[:12]}"
+    mariadb = make_url(postgres_url).get_backend_name() == "mariadb"
 
     async def create(engine: AsyncEngine) -> None:
-        await create_pg_schema(engine, schema)
+        await (create_database if mariadb else create_pg_schema)(engine, schema)
 
     b = SqlStateHandler(_engine(postgres_url, schema), clock, on_open=create)
     a = a_class(_engine(_through(postgres_url, proxy.port), schema, connect_args), clock)
@@ -157,7 +170,7 @@ async def _workers(
         await b.close()
         cleanup = create_engine_for(postgres_url)
         try:
-            await drop_pg_schema(cleanup, schema)
+            await (drop_database if mariadb else drop_pg_schema)(cleanup, schema)
         finally:
             await cleanup.dispose()
 
@@ -212,10 +225,13 @@ async def _late_write_after_partition(
         return outcome, record, token_b, proxy.windows
 
 
-@pytest.mark.postgres
-def test_late_write_after_partition_is_fenced_off(postgres_url: str) -> None:
+@pytest.mark.parametrize("server", SQL_SERVERS)
+def test_late_write_after_partition_is_fenced_off(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(server)
     outcome, record, token_b, windows = asyncio.run(
-        _late_write_after_partition(postgres_url, SqlStateHandler)
+        _late_write_after_partition(url, SqlStateHandler)
     )
     assert fencing_violations(outcome, record, token_b) == []
     assert isinstance(outcome, StaleLockError)
@@ -230,11 +246,12 @@ def test_late_write_after_partition_is_fenced_off(postgres_url: str) -> None:
     ]
 
 
-@pytest.mark.postgres
-def test_unfenced_handler_lets_the_late_write_land(postgres_url: str) -> None:
-    outcome, record, token_b, _ = asyncio.run(
-        _late_write_after_partition(postgres_url, UnfencedSqlHandler)
-    )
+@pytest.mark.parametrize("server", SQL_SERVERS)
+def test_unfenced_handler_lets_the_late_write_land(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(server)
+    outcome, record, token_b, _ = asyncio.run(_late_write_after_partition(url, UnfencedSqlHandler))
     assert outcome is None
     assert record is not None and record.data == {"by": "A"}
     problems = fencing_violations(outcome, record, token_b)
@@ -263,7 +280,7 @@ async def _reset_mid_statement(postgres_url: str) -> None:
         assert await a.try_acquire_lock(ctx("INV-2")) == 1  # a fresh connection from the pool
         assert proxy.accepted == 2
 
-        # The statement ran and committed, the reply is lost: a whole row, never half of one.
+        # The statement ran, its reply is lost: a whole row or none, never half of one.
         proxy.stall(Direction.TO_CLIENT)
         call = asyncio.ensure_future(a.try_acquire_lock(ctx("INV-3")))
         await proxy.wait_queued(Direction.TO_CLIENT)
@@ -272,20 +289,29 @@ async def _reset_mid_statement(postgres_url: str) -> None:
         with pytest.raises(StoreError):
             await call
         record = await b.get(ctx("INV-3"))
-        assert record is not None
-        assert (record.status, record.attempt, record.locked_until) == (
-            S.PROCESSING,
-            1,
-            START + LOCK,
-        )
-        # The caller's outcome was unknown; the store's is not: the lock is live.
-        assert await a.try_acquire_lock(ctx("INV-3")) is None
+        if make_url(postgres_url).get_backend_name() == "mariadb":
+            # Each statement runs in a transaction of its own: its COMMIT was
+            # never sent, so the reset rolled the whole acquisition back.
+            assert record is None
+            assert await a.try_acquire_lock(ctx("INV-3")) == 1
+        else:
+            # The fast path runs in autocommit: the row committed with the statement.
+            assert record is not None
+            assert (record.status, record.attempt, record.locked_until) == (
+                S.PROCESSING,
+                1,
+                START + LOCK,
+            )
+            # The caller's outcome was unknown; the store's is not: the lock is live.
+            assert await a.try_acquire_lock(ctx("INV-3")) is None
         assert await a.exists(ctx("INV-0")) is False
 
 
-@pytest.mark.postgres
-def test_reset_mid_statement_is_a_store_error_and_the_pool_recovers(postgres_url: str) -> None:
-    asyncio.run(_reset_mid_statement(postgres_url))
+@pytest.mark.parametrize("server", SQL_SERVERS)
+def test_reset_mid_statement_is_a_store_error_and_the_pool_recovers(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    asyncio.run(_reset_mid_statement(request.getfixturevalue(server)))
 
 
 # --- 3. latency and a partition longer than the client's timeout -------------------------------
@@ -315,9 +341,9 @@ async def _latency(postgres_url: str) -> tuple[list[object], list[object], tuple
         return slow, direct, proxy.windows
 
 
-@pytest.mark.postgres
-def test_latency_does_not_change_outcomes(postgres_url: str) -> None:
-    slow, direct, windows = asyncio.run(_latency(postgres_url))
+@pytest.mark.parametrize("server", SQL_SERVERS)
+def test_latency_does_not_change_outcomes(server: str, request: pytest.FixtureRequest) -> None:
+    slow, direct, windows = asyncio.run(_latency(request.getfixturevalue(server)))
     assert slow == direct == [False, 1, True, None, (S.PROCESSED, 1, {"n": 1})]
     assert [(w.kind, w.detail) for w in windows] == [
         (FaultKind.LATENCY, "to_server=0.02s to_client=0.03s")
