@@ -7,6 +7,7 @@ Examples::
     dsm run scenarios/ --seeds 3 --report reports/ --junit reports/junit-chaos.xml
     dsm run scenarios/ --handler mypkg.store:make_handler --clock system
     dsm run scenarios/ --seeds 20 --jobs 2   # runs in 2 worker processes, same output
+    dsm run scenarios/ --seeds 500 --cluster tcp://scheduler:8786   # on a Dask cluster
 
 ``--handler`` takes ``package.module:factory``, ``broken:NAME`` (an entry of
 the catalogue of broken handlers), ``exec:COMMAND`` (a handler in another
@@ -97,6 +98,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="J",
         help=f"run the runs in J worker processes, J from 1 to {MAX_JOBS} (default 1: in this "
         "process); output, reports and exit code are the same as with 1",
+    )
+    parser.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        default=None,
+        help="run the runs on a Dask distributed cluster: 'local' starts one of --jobs worker "
+        "processes on this machine, tcp://HOST:PORT uses the scheduler there (needs the "
+        "'cluster' extra); output, reports and exit code are the same as a serial run",
     )
     parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
     parser.add_argument(
@@ -207,13 +216,30 @@ def main(args: argparse.Namespace) -> int:
     jobs = getattr(args, "jobs", 1)
     # Worker processes resolve the handler from its spec; in this process the factory
     # resolved above is used, as before.
-    outcomes = run_plan(
-        plan,
-        factory if jobs == 1 else args.handler,
-        jobs=jobs,
-        handler_name=args.handler,
-        system_clock=system,
-    )
+    cluster = getattr(args, "cluster", None)
+    if cluster is not None:
+        from dsm_sim.simulator.distributed import run_plan_on_cluster
+
+        try:
+            outcomes = run_plan_on_cluster(
+                plan,
+                args.handler,
+                address=None if cluster == "local" else cluster,
+                workers=max(jobs, 2) if cluster == "local" else jobs,
+                handler_name=args.handler,
+                system_clock=system,
+            )
+        except ConfigurationError as exc:
+            print(f"dsm run: {exc}", file=err)
+            return 2
+    else:
+        outcomes = run_plan(
+            plan,
+            factory if jobs == 1 else args.handler,
+            jobs=jobs,
+            handler_name=args.handler,
+            system_clock=system,
+        )
     for (scenario, seed, done), outcome in zip(
         _progress(plan, out if not args.quiet else err), outcomes, strict=True
     ):

@@ -45,8 +45,11 @@ __all__ = [
     "MAX_JOBS",
     "RunCrash",
     "RunOutcome",
+    "Task",
     "UnpicklableFactoryError",
     "WorkerRunError",
+    "prepare_handler",
+    "run_one",
     "run_plan",
 ]
 
@@ -119,7 +122,7 @@ class RunOutcome:
 
 
 @dataclass(frozen=True, slots=True)
-class _Task:
+class Task:
     """Everything a worker needs, as plain picklable values."""
 
     scenario: Scenario
@@ -150,8 +153,12 @@ def _factory(handler: str | bytes) -> HandlerFactory:
     return _FACTORIES[handler]
 
 
-def _work(task: _Task) -> RunOutcome:
-    """Run one task; any exception comes back in the outcome, never as a broken pool."""
+def run_one(task: Task) -> RunOutcome:
+    """Run one task; any exception comes back in the outcome, never as a broken pool.
+
+    What a ``--jobs`` worker process and a Dask worker
+    (:mod:`dsm_sim.simulator.distributed`) both execute.
+    """
     try:
         result = run_scenario(
             task.scenario,
@@ -165,7 +172,7 @@ def _work(task: _Task) -> RunOutcome:
     return RunOutcome(task.scenario, task.seed, result=result)
 
 
-def _sendable(task: _Task, exc: Exception) -> BaseException:
+def _sendable(task: Task, exc: Exception) -> BaseException:
     """``exc`` itself when it survives pickling, else a :class:`WorkerRunError` holding its text."""
     try:
         pickle.loads(pickle.dumps(exc))
@@ -188,7 +195,8 @@ def _context() -> BaseContext:
     return ctx
 
 
-def _prepare(handler: str | HandlerFactory) -> str | bytes:
+def prepare_handler(handler: str | HandlerFactory) -> str | bytes:
+    """The handler as a worker receives it: its spec, or the factory pickled here."""
     if isinstance(handler, str):
         return handler
     try:
@@ -218,8 +226,8 @@ def run_plan(
         handler_name = handler  # what run_scenario names a run given by its spec
     if jobs == 1 or len(plan) <= 1:
         return _serial(plan, handler, handler_name, system_clock)
-    sent = _prepare(handler)
-    tasks = [_Task(s, seed, sent, handler_name, system_clock) for s, seed in plan]
+    sent = prepare_handler(handler)
+    tasks = [Task(s, seed, sent, handler_name, system_clock) for s, seed in plan]
     return _parallel(tasks, min(jobs, len(tasks)))
 
 
@@ -242,10 +250,10 @@ def _serial(
 
 
 #: An in-flight run: its task and its future, or ``None`` once it must be run alone.
-_Slot = tuple[_Task, "Future[RunOutcome] | None"]
+_Slot = tuple[Task, "Future[RunOutcome] | None"]
 
 
-def _parallel(tasks: list[_Task], jobs: int) -> Iterator[RunOutcome]:
+def _parallel(tasks: list[Task], jobs: int) -> Iterator[RunOutcome]:
     ctx = _context()
     pending = deque(tasks)
     inflight: deque[_Slot] = deque()
@@ -282,10 +290,10 @@ def _recover(
     return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx), kept
 
 
-def _submit(pool: ProcessPoolExecutor, task: _Task) -> Future[RunOutcome] | None:
+def _submit(pool: ProcessPoolExecutor, task: Task) -> Future[RunOutcome] | None:
     """The task's future; ``None`` (run it alone) when the pool broke before taking it."""
     try:
-        return pool.submit(_work, task)
+        return pool.submit(run_one, task)
     except BrokenProcessPool:
         return None
 
@@ -295,7 +303,7 @@ def _finished(future: Future[RunOutcome] | None) -> bool:
     return future is not None and future.done() and future.exception() is None
 
 
-def _isolated(ctx: BaseContext, task: _Task) -> RunOutcome:
+def _isolated(ctx: BaseContext, task: Task) -> RunOutcome:
     """Run ``task`` in a process of its own, so a crash is known to be this run's."""
     receive, send = ctx.Pipe(duplex=False)
     process = ctx.Process(target=_isolated_main, args=(send, task), daemon=True)  # type: ignore[attr-defined]
@@ -322,8 +330,8 @@ def _isolated(ctx: BaseContext, task: _Task) -> RunOutcome:
     )
 
 
-def _isolated_main(send: Connection, task: _Task) -> None:
-    send.send(_work(task))
+def _isolated_main(send: Connection, task: Task) -> None:
+    send.send(run_one(task))
     send.close()
 
 

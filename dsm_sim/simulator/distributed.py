@@ -1,0 +1,143 @@
+"""Run a plan of (scenario, seed) runs on a Dask cluster, handing outcomes back in plan order.
+
+``--jobs`` spreads a sweep over the cores of one machine
+(:mod:`dsm_sim.simulator.parallel`).  A team whose sweep outgrows one machine
+already has, or can start, a Dask ``distributed`` cluster; this module sends
+the same runs there instead of growing a scheduler of our own.  Each run is
+the same :func:`~dsm_sim.simulator.parallel.run_one` a ``--jobs`` worker
+executes, so a run gives the same result wherever it runs, and outcomes are
+yielded in the order of the plan: output, reports and the exit code are the
+ones a serial run gives.
+
+Two ways in:
+
+* ``address=None``: a ``LocalCluster`` of ``workers`` processes on this
+  machine, started for the sweep and closed after it (what the tests use);
+* ``address="tcp://scheduler:8786"``: an existing cluster.  Its workers must
+  have this package (and the handler's) installed; the handler travels as its
+  spec (``module:factory``, ``broken:NAME``, ``exec:CMD``) and is resolved on
+  the worker.
+
+A worker that dies is Dask's to handle: it reschedules the run elsewhere, and
+a run that kills every worker it is given (``KilledWorker``) comes back as a
+:class:`~dsm_sim.simulator.parallel.RunCrash`, as a crash in a ``--jobs``
+pool does.  ``dask[distributed]`` is an optional dependency (the ``cluster``
+extra); without it, asking for a cluster is a :class:`ClusterUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from dsm_sim.scenario import Scenario
+from dsm_sim.simulator.bridge import CALL_TIMEOUT_ENV
+from dsm_sim.simulator.parallel import RunCrash, RunOutcome, Task, prepare_handler, run_one
+from reference_engine.errors import ConfigurationError
+from reference_engine.handler import HandlerFactory
+
+__all__ = ["ClusterUnavailableError", "run_plan_on_cluster"]
+
+#: Runs submitted ahead of the one being handed back, per worker: enough to keep
+#: every worker busy while the parent waits for the oldest run.
+_AHEAD = 8
+
+
+class ClusterUnavailableError(ConfigurationError):
+    """The Dask cluster cannot be used: the package is missing or the scheduler unreachable."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where, self.reason = where, reason
+        super().__init__(
+            f"cannot run on the Dask cluster {where}: {reason}. Install the extra "
+            "(pip install -e '.[cluster]'), check the scheduler address (tcp://HOST:8786), "
+            "or run on this machine with --jobs"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.where, self.reason))
+
+
+def run_plan_on_cluster(
+    plan: Sequence[tuple[Scenario, int]],
+    handler: str | HandlerFactory,
+    *,
+    address: str | None = None,
+    workers: int = 2,
+    handler_name: str | None = None,
+    system_clock: bool = False,
+    connect_timeout: float = 10.0,
+) -> Iterator[RunOutcome]:
+    """Run every (scenario, seed) of ``plan`` on a Dask cluster; yield outcomes in plan order.
+
+    Raises :class:`ClusterUnavailableError` before any run when Dask is not
+    installed or the scheduler does not answer within ``connect_timeout``
+    seconds.
+    """
+    where = address or f"LocalCluster({workers} workers)"
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise ClusterUnavailableError(where, f"dask.distributed is not installed ({exc})") from None
+    if handler_name is None and isinstance(handler, str):
+        handler_name = handler
+    sent = prepare_handler(handler)
+    timeout = os.environ.get(CALL_TIMEOUT_ENV)
+    tasks = [Task(s, seed, sent, handler_name, system_clock) for s, seed in plan]
+    stack = contextlib.ExitStack()
+    try:
+        if address is None:
+            cluster = stack.enter_context(
+                LocalCluster(  # type: ignore[no-untyped-call]
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                )
+            )
+            client = stack.enter_context(Client(cluster))  # type: ignore[no-untyped-call]
+        else:
+            client = stack.enter_context(Client(address, timeout=connect_timeout))  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        stack.close()
+        raise ClusterUnavailableError(where, f"{type(exc).__name__}: {exc}") from None
+    return _outcomes(stack, client, tasks, timeout, workers)
+
+
+def _outcomes(
+    stack: contextlib.ExitStack, client: Any, tasks: list[Task], timeout: str | None, workers: int
+) -> Iterator[RunOutcome]:
+    from distributed import KilledWorker
+
+    pending = deque(tasks)
+    inflight: deque[tuple[Task, Any]] = deque()
+    ahead = _AHEAD * max(1, workers)
+    with stack:
+        while pending or inflight:
+            while pending and len(inflight) < ahead:
+                task = pending.popleft()
+                inflight.append((task, client.submit(_remote, task, timeout, pure=False)))
+            task, future = inflight.popleft()
+            try:
+                outcome: RunOutcome = future.result()
+            except KilledWorker as exc:
+                outcome = RunOutcome(
+                    task.scenario,
+                    task.seed,
+                    crash=RunCrash(
+                        task.scenario, task.seed, f"killed every worker it ran on: {exc}"
+                    ),
+                )
+            except Exception as exc:  # the outcome could not be sent back
+                outcome = RunOutcome(task.scenario, task.seed, error=exc)
+            yield outcome
+
+
+def _remote(task: Task, timeout: str | None) -> RunOutcome:
+    """One run on a worker, with the caller's bound on each real handler call."""
+    if timeout is not None:
+        os.environ[CALL_TIMEOUT_ENV] = timeout
+    return run_one(task)

@@ -1,0 +1,101 @@
+"""``dsm run --cluster``: a sweep on a Dask cluster changes nothing a user reads.
+
+A ``LocalCluster`` of two worker processes stands in for a real cluster: the
+runs travel to other processes through Dask's scheduler exactly as they would
+to other machines.  The comparison is byte for byte, as for ``--jobs``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from dsm_sim.scenario import load_scenario
+from dsm_sim.simulator.distributed import ClusterUnavailableError, run_plan_on_cluster
+from dsm_sim.simulator.parallel import run_plan
+from reference_engine.cli import main as dsm
+
+try:
+    import distributed  # noqa: F401
+except ImportError:  # pragma: no cover - the dev extra installs it
+    if os.environ.get("CI", "").lower() == "true":
+        raise  # CI=true: a missing dependency is a failure, not a skip
+    pytest.skip("the 'cluster' extra (dask[distributed]) is not installed", allow_module_level=True)
+
+pytestmark = pytest.mark.scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def test_a_local_cluster_gives_byte_identical_stdout_reports_and_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = [
+        "run",
+        str(SCENARIOS / "duplicate-storm.toml"),
+        str(SCENARIOS / "slow-worker.toml"),
+        "--seeds",
+        "2",
+        "--handler",
+        "broken:no_fencing",
+        "--report",
+        "out/reports",
+        "--junit",
+        "out/junit.xml",
+    ]
+    serial_code = dsm(argv)
+    serial_out = capsys.readouterr().out
+    serial_files = _files(tmp_path / "out")
+    shutil.rmtree(tmp_path / "out")
+    cluster_code = dsm([*argv, "--cluster", "local", "--jobs", "2"])
+    cluster_out = capsys.readouterr().out
+    cluster_files = _files(tmp_path / "out")
+
+    assert serial_code == 1, "the broken handler must fail slow-worker, or nothing is compared"
+    assert "FAIL slow-worker seed" in serial_out
+    assert cluster_code == serial_code
+    assert cluster_out == serial_out
+    assert sorted(cluster_files) == sorted(serial_files) and len(serial_files) == 9
+    for name, content in serial_files.items():
+        assert cluster_files[name] == content, f"{name} differs between serial and the cluster"
+
+
+def test_outcomes_come_back_in_plan_order_with_the_serial_results() -> None:
+    plan = [
+        (load_scenario(SCENARIOS / name), seed)
+        for name in ("tenants-and-keys.toml", "duplicate-storm.toml", "short-locks.toml")
+        for seed in (1, 2)
+    ]
+    handler = "reference_engine.handlers.memory:in_memory_handler"
+    serial = list(run_plan(plan, handler))
+    remote = list(run_plan_on_cluster(plan, handler, workers=2))
+    assert [(o.scenario.name, o.seed) for o in remote] == [(s.name, seed) for s, seed in plan]
+    for mine, theirs in zip(serial, remote, strict=True):
+        assert mine.result is not None and theirs.result is not None, (mine, theirs)
+        assert theirs.result.stats == mine.result.stats
+        assert theirs.result.violated == mine.result.violated
+
+
+def test_a_scheduler_nobody_runs_is_a_named_error_before_any_run() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    plan = [(load_scenario(SCENARIOS / "duplicate-storm.toml"), 1)]
+    with pytest.raises(ClusterUnavailableError, match="cannot run on the Dask cluster") as caught:
+        run_plan_on_cluster(
+            plan, "broken:no_fencing", address=f"tcp://127.0.0.1:{port}", connect_timeout=2
+        )
+    assert caught.value.where == f"tcp://127.0.0.1:{port}"
+    assert "--jobs" in str(caught.value)
