@@ -780,15 +780,17 @@ def _check_shape(where: str, document: Mapping[str, Any]) -> None:
             else:
                 children = [(v, f"{name}[{i}]") for i, v in enumerate(value)]
             stack.extend((child, depth + 1, path) for child, path in children)
-        elif isinstance(value, int) and not isinstance(value, bool):
-            if not -MAX_INTEGER - 1 <= value <= MAX_INTEGER:
-                raise ScenarioError(
-                    where,
-                    name,
-                    f"an integer of {value.bit_length()} bits",
-                    f"integers from {-MAX_INTEGER - 1} to {MAX_INTEGER} (64 bits, as TOML "
-                    "1.0 says)",
-                )
+        elif (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and not -MAX_INTEGER - 1 <= value <= MAX_INTEGER
+        ):
+            raise ScenarioError(
+                where,
+                name,
+                f"an integer of {value.bit_length()} bits",
+                f"integers from {-MAX_INTEGER - 1} to {MAX_INTEGER} (64 bits, as TOML 1.0 says)",
+            )
 
 
 def load_scenario(path: str | Path) -> Scenario:
