@@ -38,6 +38,7 @@ from dsm_sim.protocol.client import TcpAddress, parse_address
 from dsm_sim.protocol.schema import PROTOCOL_VERSION, SchemaProblem, load_schema, problem
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory, StateHandler
+from reference_engine.registry import build_handler
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["RequestClock", "Server", "configure", "main", "serve", "serve_tcp"]
@@ -149,10 +150,10 @@ class Server:
                 raise _BadRequest(
                     f"this server speaks protocol {PROTOCOL_VERSION}, not {message['protocol']}"
                 )
-            if self.handler is None:
-                self.handler = self.factory(self.clock)
-            await self.handler.open()
             name = getattr(self.factory, "__qualname__", type(self.factory).__name__)
+            if self.handler is None:
+                self.handler = build_handler(self.factory, self.clock, name=name)
+            await self.handler.open()
             answer: dict[str, Any] = {
                 "protocol": PROTOCOL_VERSION,
                 "concurrent": True,
@@ -290,10 +291,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from reference_engine.registry import load_factory
+    from reference_engine.registry import check_factory, load_factory
 
     try:
         factory = load_factory(args.factory)
+        check_factory(factory, args.factory)
         address = None if args.tcp is None else parse_address(args.tcp, listen=True)
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm serve: {exc}\n")
