@@ -117,8 +117,9 @@ def stress_database_url(url: str) -> str:
     if backend in ("mariadb", "mysql"):
         raise _refuse(
             shown,
-            "dsm stress runs on PostgreSQL and SQLite; MariaDB is verified with dsm verify "
-            "and dsm run (the built-in handler's mariadb+asyncmy:// URLs)",
+            "MariaDB is unsupported by dsm stress, which runs on PostgreSQL and SQLite; "
+            "verify a MariaDB store with dsm verify and dsm run (the built-in handler's "
+            "mariadb+asyncmy:// URLs)",
         )
     if backend not in _DRIVERS:
         raise _refuse(shown, f"unsupported database {backend!r}")
