@@ -8,13 +8,23 @@ before anything runs.
 
 Durations are seconds (a number) or strings such as ``"250ms"``, ``"90s"``,
 ``"5m"``, ``"2h"``; clock jumps may be signed (``"-10m"``).
+
+The file itself is bounded before its fields are: only a regular file is
+opened (a FIFO would block the reader, a device such as ``/dev/zero`` never
+ends), at most :data:`MAX_FILE_BYTES` of it are read, it must be UTF-8, and
+the decoded document may nest at most :data:`MAX_DEPTH` deep and hold only
+integers that fit in 64 bits, as TOML 1.0 says.  Each of these is a
+:class:`ScenarioError`, never an ``OverflowError`` or a ``RecursionError``
+from deep inside the loader.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import os
 import re
+import stat
 import tomllib
 import zoneinfo
 from collections.abc import Mapping, Sequence
@@ -117,6 +127,18 @@ MAX_JUMP = 36600 * 86400.0
 MAX_COPIES = 20
 #: Smallest non-zero time grid; a finer one only multiplies rounding.
 MIN_GRID = 0.001
+#: Most bytes of a scenario file that are read; the catalogue's largest is under 2 KiB.
+MAX_FILE_BYTES = 1024 * 1024
+#: Deepest nesting of tables and arrays in a scenario file (the schedules need 5).
+MAX_DEPTH = 10
+#: TOML 1.0 integers are 64-bit; a longer one is refused before any field reads it.
+MAX_INTEGER = 2**63 - 1
+#: Most entries of one array: a clock-jump or catch-up-pause schedule, the crash points.
+MAX_ENTRIES = 100
+#: Most nodes one scenario's workflow may hold.
+MAX_NODES = 16
+#: Longest scenario name (it names report files and JUnit test cases).
+MAX_NAME = 64
 #: Most catch-up sweeps one run may need (its longest possible simulated span over the
 #: sweep interval): the bound on how long a scenario can make a run take.
 MAX_SWEEPS = 200_000
@@ -340,6 +362,10 @@ class _Reader:
         value = self.table.get(key, [])
         if not isinstance(value, list):
             raise self.error(key, f"got {type(value).__name__}", "an array")
+        if len(value) > MAX_ENTRIES:
+            raise self.error(
+                key, f"has {len(value)} entries", f"an array of at most {MAX_ENTRIES} entries"
+            )
         return value
 
 
@@ -539,10 +565,11 @@ def _timezone(reader: _Reader) -> str:
 def _nodes(path: str, raw: object, lock_default: float) -> tuple[NodeSpec, ...]:
     if raw is None:
         return ()
+    allowed = f"a non-empty array of tables ([[nodes]] blocks), at most {MAX_NODES} of them"
     if not isinstance(raw, list) or not raw:
-        raise ScenarioError(
-            path, "nodes", f"got {raw!r}", "a non-empty array of tables ([[nodes]] blocks)"
-        )
+        raise ScenarioError(path, "nodes", f"got {echo(raw)}", allowed)
+    if len(raw) > MAX_NODES:
+        raise ScenarioError(path, "nodes", f"has {len(raw)} nodes", allowed)
     nodes: list[NodeSpec] = []
     for i, entry in enumerate(raw):
         if not isinstance(entry, Mapping):
@@ -591,8 +618,12 @@ def parse_scenario(raw: Mapping[str, Any], path: str) -> Scenario:
     """Validate a decoded TOML document; ``path`` is only used in error messages."""
     top = _Reader(path, raw, "", _TOP)
     name = top.text("name", Path(path).stem)
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
-        raise top.error("name", f"got {name!r}", "lower-case letters, digits and '-'")
+    if not re.fullmatch(rf"[a-z0-9][a-z0-9-]{{0,{MAX_NAME - 1}}}", name):
+        raise top.error(
+            "name",
+            f"got {echo(name)}",
+            f"lower-case letters, digits and '-', at most {MAX_NAME} characters",
+        )
     run = _Reader(path, top.table_of("run"), "run", _RUN)
     latency = _Reader(
         path, top.table_of("latency"), "latency", ("store", "effect", "jitter", "grid")
@@ -649,19 +680,124 @@ def parse_scenario(raw: Mapping[str, Any], path: str) -> Scenario:
     return scenario
 
 
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+_REGULAR_FILE = f"a regular UTF-8 .toml file of at most {MAX_FILE_BYTES // 1024} KiB"
+
+
+def _read_bytes(where: str, path: Path) -> bytes:
+    """The file's bytes, refusing what is not a regular file before it is opened.
+
+    The type is checked again on the open descriptor (opened non-blocking, so
+    a FIFO swapped in meanwhile cannot block), and the read stops one byte
+    past the cap, so neither ``/dev/zero`` nor a huge file is read whole.
+    """
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise ScenarioError(where, "", f"is {_file_kind(mode)}", _REGULAR_FILE)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags)
+        with os.fdopen(fd, "rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise ScenarioError(where, "", f"is {_file_kind(mode)}", _REGULAR_FILE)
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ScenarioError(
+            where, "", f"cannot read: {exc.strerror or exc}", "a readable .toml file"
+        ) from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise ScenarioError(where, "", f"is larger than {MAX_FILE_BYTES} bytes", _REGULAR_FILE)
+    return data
+
+
+def _decode(where: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ScenarioError(
+            where,
+            "",
+            f"not UTF-8: byte {data[exc.start]:#04x} at offset {exc.start} (line {line}) "
+            "cannot be decoded",
+            "a UTF-8 text file (TOML 1.0)",
+        ) from None
+
+
+def _parse_toml(where: str, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(where, "", f"not valid TOML: {exc}", "TOML 1.0") from exc
+    except RecursionError:
+        raise ScenarioError(
+            where,
+            "",
+            "arrays or tables are nested too deeply to read",
+            f"tables and arrays nested at most {MAX_DEPTH} levels deep",
+        ) from None
+    except ValueError as exc:  # an integer past Python's int-from-text digit limit
+        raise ScenarioError(
+            where,
+            "",
+            f"a number is too long to read ({exc})",
+            f"integers from {-MAX_INTEGER - 1} to {MAX_INTEGER} (64 bits, as TOML 1.0 says)",
+        ) from None
+
+
+def _check_shape(where: str, document: Mapping[str, Any]) -> None:
+    """Refuse nesting past :data:`MAX_DEPTH` and integers past 64 bits, wherever they are.
+
+    Walked with an explicit stack, so the check itself cannot run out of
+    recursion on the document it is checking.
+    """
+    stack: list[tuple[object, int, str]] = [(document, 1, "")]
+    while stack:
+        value, depth, name = stack.pop()
+        if isinstance(value, Mapping | list):
+            if depth > MAX_DEPTH:
+                raise ScenarioError(
+                    where,
+                    name,
+                    f"nested {depth} levels deep",
+                    f"tables and arrays nested at most {MAX_DEPTH} levels deep",
+                )
+            if isinstance(value, Mapping):
+                children = [(v, f"{name}.{k}" if name else str(k)) for k, v in value.items()]
+            else:
+                children = [(v, f"{name}[{i}]") for i, v in enumerate(value)]
+            stack.extend((child, depth + 1, path) for child, path in children)
+        elif (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and not -MAX_INTEGER - 1 <= value <= MAX_INTEGER
+        ):
+            raise ScenarioError(
+                where,
+                name,
+                f"an integer of {value.bit_length()} bits",
+                f"integers from {-MAX_INTEGER - 1} to {MAX_INTEGER} (64 bits, as TOML 1.0 says)",
+            )
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate one ``.toml`` scenario file."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(
-            where, "", f"cannot read: {exc.strerror}", "a readable .toml file"
-        ) from exc
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(where, "", f"not valid TOML: {exc}", "TOML 1.0") from exc
+    raw = _parse_toml(where, _decode(where, _read_bytes(where, Path(path))))
+    _check_shape(where, raw)
     return parse_scenario(raw, where)
 
 

@@ -5,6 +5,14 @@ Each sub-command lives in its own module exposing ``configure(parser)`` and
 pay for importing the simulator.  The current directory goes on the import
 path first, as pytest does for its rootdir: ``--handler mymodule:factory``
 then loads ``mymodule.py`` from where the command was run.
+
+Every command ends here, so this is where nothing may escape as a bare
+traceback that leaves the user guessing whose fault it was: a named error
+(:class:`~reference_engine.errors.DsmError`, the root of the engine's and the
+harness's errors) is one line and exit status 2; anything else is a bug in
+dsm or in the code it ran, printed with its traceback, said to be one, and
+exit status 3 (never 1, which the commands keep for a verdict); Ctrl-C is
+exit status 130, quietly.
 """
 
 from __future__ import annotations
@@ -13,9 +21,25 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
-__all__ = ["COMMANDS", "main"]
+from reference_engine.errors import DsmError
+
+__all__ = ["COMMANDS", "EXIT_BUG", "EXIT_INTERRUPTED", "EXIT_USAGE", "main"]
+
+#: A named error: the command, its options, a file it reads or the handler it was given is wrong.
+EXIT_USAGE = 2
+#: An exception no command turned into a named error: a bug, not a verdict or a usage error.
+EXIT_BUG = 3
+#: Interrupted with Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+#: Said under the traceback of an exception no command turned into a named error.
+BUG_NOTE = (
+    "this is a bug in dsm (or in the handler code it ran, if the traceback ends there): "
+    "no command should end with an unnamed exception. Please report it to the dsm "
+    "maintainers with the command line and the traceback above."
+)
 
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -70,9 +94,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(words[0] if words and words[0] in QUICK_COMMANDS else None)
-    args = parser.parse_args(words)
-    code: int = args._module.main(args)
+    command = f"dsm {words[0]}" if words and words[0] in COMMANDS else "dsm"
+    try:
+        parser = build_parser(words[0] if words and words[0] in QUICK_COMMANDS else None)
+        args = parser.parse_args(words)
+        code: int = args._module.main(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except DsmError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception:
+        traceback.print_exc()
+        print(f"\n{command}: {BUG_NOTE}", file=sys.stderr)
+        return EXIT_BUG
     return code
 
 

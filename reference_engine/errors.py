@@ -14,6 +14,7 @@ __all__ = [
     "ConfigurationError",
     "DsmError",
     "DuplicateElementError",
+    "FactoryError",
     "ForbiddenTransitionError",
     "InvalidItemError",
     "InvalidOptionError",
@@ -143,6 +144,20 @@ class DuplicateElementError(ConfigurationError):
             "node id alone, so the two nodes would share their records. Element ids must be "
             "unique across the workflows that share a handler registry: rename one of the nodes"
         )
+
+
+class FactoryError(ConfigurationError):
+    """A handler factory (``MODULE:FACTORY``) cannot build a handler the harness can drive.
+
+    Said once, before a run, instead of an ``AttributeError`` from the first
+    call the harness makes on whatever the factory gave back.
+    """
+
+    def __init__(self, *, factory: str, problem: str, allowed: str) -> None:
+        self.factory = factory
+        self.problem = problem
+        self.allowed = allowed
+        super().__init__(f"the factory {echo(factory)} {problem}; {allowed}")
 
 
 class MissingDataStateMachineError(ConfigurationError):

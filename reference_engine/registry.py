@@ -4,18 +4,41 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from reference_engine.clock import Clock, SystemClock
 from reference_engine.errors import (
     ConfigurationError,
+    DsmError,
     DuplicateElementError,
+    FactoryError,
     UnknownHandlerError,
+    echo,
 )
 from reference_engine.handler import HandlerFactory, StateHandler
 
-__all__ = ["HandlerRegistry", "load_callable", "load_factory"]
+__all__ = [
+    "HANDLER_METHODS",
+    "HandlerRegistry",
+    "build_handler",
+    "check_factory",
+    "check_handler",
+    "factory_name",
+    "load_callable",
+    "load_factory",
+]
+
+#: The coroutine methods of the StateHandler protocol, which every handler must provide.
+HANDLER_METHODS: tuple[str, ...] = tuple(
+    name for name, value in vars(StateHandler).items() if inspect.iscoroutinefunction(value)
+)
+#: What every factory error says is allowed.
+_FACTORY_SHAPE = (
+    "a handler factory is a plain (not async) callable taking one argument, the Clock, "
+    "and returning a StateHandler, whose methods are each an async def"
+)
 
 
 def load_callable(spec: str, *, expects: str, example: str = "") -> Callable[..., Any]:
@@ -53,6 +76,104 @@ def load_factory(spec: str) -> HandlerFactory:
         spec, expects="build a handler from a clock"
     )
     return factory
+
+
+def factory_name(factory: object) -> str:
+    """``module:qualname`` of a factory given as an object, for messages and reports."""
+    module = getattr(factory, "__module__", None) or "?"
+    return f"{module}:{getattr(factory, '__qualname__', type(factory).__name__)}"
+
+
+def check_factory(
+    factory: Callable[..., Any], name: str, arguments: tuple[Any, ...] = (None,)
+) -> None:
+    """Refuse, without calling it, a factory that is async or cannot take ``arguments``."""
+    if inspect.iscoroutinefunction(factory) or inspect.isasyncgenfunction(factory):
+        raise FactoryError(
+            factory=name,
+            problem="is an async function, so calling it gives a coroutine, not a handler",
+            allowed=_FACTORY_SHAPE + " (do async set-up in the handler's open())",
+        )
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C callable: calling it is the only test
+        return
+    try:
+        signature.bind(*arguments)
+    except TypeError as exc:
+        raise FactoryError(
+            factory=name,
+            problem=f"cannot be called with the Clock: its signature is {signature} ({exc})",
+            allowed="it must take one argument, the Clock; " + _FACTORY_SHAPE,
+        ) from None
+
+
+def check_handler(handler: object, name: str) -> StateHandler:
+    """``handler`` itself, once it has every StateHandler method as a coroutine function."""
+    if inspect.isawaitable(handler):
+        close = getattr(handler, "close", None)
+        if inspect.iscoroutine(handler) and callable(close):
+            close()  # never awaited: close it, or Python warns about it at exit
+        raise FactoryError(
+            factory=name,
+            problem="returned an awaitable, not a handler (is it an async function?)",
+            allowed=_FACTORY_SHAPE,
+        )
+    missing = [m for m in HANDLER_METHODS if not callable(getattr(handler, m, None))]
+    if missing:
+        raise FactoryError(
+            factory=name,
+            problem=f"returned {echo(handler)} which is not a StateHandler (it does not "
+            f"implement the StateHandler protocol): missing methods {', '.join(missing)}",
+            allowed=_FACTORY_SHAPE,
+        )
+    synchronous = [
+        m for m in HANDLER_METHODS if not inspect.iscoroutinefunction(getattr(handler, m))
+    ]
+    if synchronous:
+        raise FactoryError(
+            factory=name,
+            problem=f"returned {type(handler).__name__}, whose methods "
+            f"{', '.join(synchronous)} are not async (def instead of async def)",
+            allowed=_FACTORY_SHAPE,
+        )
+    assert isinstance(handler, StateHandler)
+    return handler
+
+
+def _said(exc: BaseException, limit: int = 300) -> str:
+    """What an exception says, cut to ``limit`` characters; never raises itself."""
+    try:
+        text = str(exc)
+    except Exception:  # a user's __str__ must not replace the error being reported
+        return f"<{type(exc).__name__}>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def build_handler(
+    factory: Callable[..., Any], clock: Clock, *, name: str, arguments: tuple[Any, ...] = ()
+) -> StateHandler:
+    """Call ``factory(clock)`` (or ``factory(*arguments)``) and check what it gives back.
+
+    A named error the factory raises (``ConfigurationError("set MY_URL")``)
+    is already a message for the user and passes through; anything else it
+    raises, and anything it returns that is not a handler, becomes a
+    :class:`FactoryError` that names the factory.
+    """
+    arguments = arguments or (clock,)
+    check_factory(factory, name, arguments)
+    try:
+        handler = factory(*arguments)
+    except DsmError:
+        raise
+    except Exception as exc:
+        raise FactoryError(
+            factory=name,
+            problem=f"raised {type(exc).__name__}: {_said(exc)}",
+            allowed="fix the factory, or what it needs (a URL, a service, an environment "
+            "variable) to build the handler",
+        ) from exc
+    return check_handler(handler, name)
 
 
 class HandlerRegistry:
@@ -119,12 +240,8 @@ class HandlerRegistry:
     async def _build(self, key: str) -> StateHandler:
         factory = self._factories[key]
         build = load_factory(factory) if isinstance(factory, str) else factory
-        handler = build(self.clock)
-        if not isinstance(handler, StateHandler):
-            raise ConfigurationError(
-                f"factory for handler {key!r} returned {type(handler).__name__}, "
-                "which does not implement the StateHandler protocol"
-            )
+        name = factory if isinstance(factory, str) else factory_name(factory)
+        handler = build_handler(build, self.clock, name=name)
         await handler.open()
         self._instances[key] = handler
         return handler

@@ -317,7 +317,7 @@ def main(args: argparse.Namespace) -> int:
     from dsm_sim.conformance.runner import ResultStatus, verify
     from dsm_sim.profiles import budget
     from reference_engine.clock import ManualClock
-    from reference_engine.registry import load_factory
+    from reference_engine.registry import build_handler, load_factory
 
     put_cwd_on_path()
     use_cache_dir(cache_dir(args.cache_dir))
@@ -347,7 +347,9 @@ def main(args: argparse.Namespace) -> int:
         sys.stderr.write(f"dsm verify: {exc}{hint}\n")
         return EXIT_USAGE
     try:
-        factory(ManualClock())  # a factory that cannot build (missing URL, ...) is a usage error
+        # A factory that cannot build (missing URL, raises, returns no handler, wants other
+        # arguments) is a usage error, said before the run instead of inside every test case.
+        build_handler(factory, ManualClock(), name=args.factory or " ".join(given))
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")
         return EXIT_USAGE

@@ -47,6 +47,7 @@ from dsm_sim.protocol.schema import PROTOCOL_VERSION, SchemaProblem, load_schema
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory, StateHandler
 from reference_engine.instances import peer_of
+from reference_engine.registry import build_handler
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["RequestClock", "Server", "configure", "main", "serve", "serve_tcp"]
@@ -197,15 +198,18 @@ class Server:
                 raise _BadRequest(
                     f"this server speaks protocol {PROTOCOL_VERSION}, not {message['protocol']}"
                 )
+            name = getattr(self.factory, "__qualname__", type(self.factory).__name__)
             store = message.get("store")
             if self.handler is None:
                 joined = None if store is None or self.stores is None else self.stores.peer(store)
-                self.handler = self.factory(self.clock) if joined is None else joined
+                if joined is None:
+                    self.handler = build_handler(self.factory, self.clock, name=name)
+                else:
+                    self.handler = joined
                 self.named_store = joined is not None
             await self.handler.open()
             if store is not None and self.stores is not None and not self.named_store:
                 self.named_store = self.stores.claim(store, self.handler)
-            name = getattr(self.factory, "__qualname__", type(self.factory).__name__)
             answer: dict[str, Any] = {
                 "protocol": PROTOCOL_VERSION,
                 "concurrent": True,
@@ -352,10 +356,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from reference_engine.registry import load_factory
+    from reference_engine.registry import check_factory, load_factory
 
     try:
         factory = load_factory(args.factory)
+        check_factory(factory, args.factory)
         address = None if args.tcp is None else parse_address(args.tcp, listen=True)
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm serve: {exc}\n")

@@ -7,6 +7,7 @@ file, which is what ``tests/scenario/test_determinism.py`` checks.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,15 @@ def to_json(run: RunResult) -> str:
 
 
 def report_name(run: RunResult) -> str:
-    """``<scenario>-seed<N>-<handler>``: stable, filesystem-safe."""
+    """``<scenario>-seed<N>-<factory>-<digest>``: stable, filesystem-safe, one per handler.
+
+    The factory's own name keeps the file recognisable; the digest of the
+    whole handler spec keeps ``a:make`` and ``b:make`` (or two ``exec:``
+    commands) from writing over each other's reports in one directory.
+    """
     handler = "".join(c if c.isalnum() else "-" for c in run.handler.rsplit(":", 1)[-1])
-    return f"{run.scenario.name}-seed{run.seed}-{handler}"
+    digest = hashlib.sha256(run.handler.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{run.scenario.name}-seed{run.seed}-{handler[:40]}-{digest}"
 
 
 def write_json(run: RunResult, directory: Path) -> Path:

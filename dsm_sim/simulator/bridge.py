@@ -13,7 +13,10 @@ Simulated time is bounded by the scenario; the real handler's awaits are
 bounded here, in real time (:func:`run_bounded`): a call that does not
 return within the call timeout (``dsm run --call-timeout``, default 10 s)
 is cancelled and stops the run with :class:`HandlerHungError`, naming the
-call, instead of hanging ``dsm run`` with no output.
+call, instead of hanging ``dsm run`` with no output.  The whole of a
+``dsm run`` is bounded the same way (``--max-wall``): every real call checks
+the deadline set by :func:`wall_deadline`, so a run stops at its next call
+once it has passed (:class:`WallClockLimitError`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import Awaitable, Coroutine, Generator, Mapping
+import time
+from collections.abc import Awaitable, Coroutine, Generator, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -49,12 +54,16 @@ __all__ = [
     "HandlerProxy",
     "RecordingFactory",
     "Request",
+    "RunStoppedError",
+    "WallClockLimitError",
     "advance",
     "bound_for",
     "call_timeout",
     "handler_coroutine",
     "run_bounded",
     "step",
+    "wall_deadline",
+    "wall_now",
 ]
 
 T = TypeVar("T")
@@ -66,12 +75,49 @@ CALL_TIMEOUT_ENV = "DSM_CALL_TIMEOUT"
 _MAX_CALL_TIMEOUT_S = 3600.0
 
 
-class HandlerHungError(DsmError):
-    """A real handler call did not return within the call timeout; the run was stopped.
+class RunStoppedError(DsmError):
+    """A bound in real time stopped the run; nothing after that instant was simulated.
 
     Takes its message only: SimPy re-raises a process's error as
-    ``type(exc)(*exc.args)``, which must rebuild it.
+    ``type(exc)(*exc.args)``, which must rebuild it.  Every layer between a
+    handler call and the run lets it through, where a handler's own named
+    error would be recorded as the call's outcome.
     """
+
+
+class HandlerHungError(RunStoppedError):
+    """A real handler call did not return within the call timeout; the run was stopped."""
+
+
+class WallClockLimitError(RunStoppedError):
+    """The deadline of the whole command (``dsm run --max-wall``) passed during this run."""
+
+
+#: The deadline of the whole command, in :func:`wall_now` seconds (None: unbounded).
+_deadline: float | None = None
+
+
+def wall_now() -> float:
+    """Real monotonic seconds, read past freezegun (``--clock system`` freezes ``time``).
+
+    ``CLOCK_MONOTONIC`` is one clock for every process on the host, so a
+    deadline computed in the parent holds in the ``--jobs`` workers too.
+    """
+    clock_gettime = getattr(time, "clock_gettime", None)
+    if clock_gettime is None:  # pragma: no cover - not on Linux or macOS
+        return time.monotonic()
+    return float(clock_gettime(time.CLOCK_MONOTONIC))
+
+
+@contextmanager
+def wall_deadline(deadline: float | None) -> Iterator[None]:
+    """Bound every real call made inside the block by ``deadline`` (a :func:`wall_now` instant)."""
+    global _deadline
+    previous, _deadline = _deadline, deadline
+    try:
+        yield
+    finally:
+        _deadline = previous
 
 
 def call_timeout() -> float:
@@ -100,7 +146,20 @@ def bound_for(handler: object) -> float | None:
     return None if type(handler).__module__.startswith("dsm_sim.protocol") else call_timeout()
 
 
-async def _bounded(awaitable: Awaitable[T], what: str, seconds: float | None) -> T:
+def _past_deadline() -> WallClockLimitError:
+    return WallClockLimitError(
+        "the run's wall-clock limit (dsm run --max-wall) passed, so the run stopped at its "
+        "next handler call; nothing after it was simulated or checked"
+    )
+
+
+async def _bounded(
+    awaitable: Awaitable[T], what: str, seconds: float | None, deadline: float | None
+) -> T:
+    remaining = None if deadline is None else max(0.0, deadline - wall_now())
+    by_deadline = remaining is not None and (seconds is None or remaining < seconds)
+    if by_deadline:
+        seconds = remaining
     if seconds is None:
         return await awaitable
     bound = asyncio.timeout(seconds)
@@ -110,6 +169,8 @@ async def _bounded(awaitable: Awaitable[T], what: str, seconds: float | None) ->
     except TimeoutError:
         if not bound.expired():
             raise  # the handler's own TimeoutError
+        if by_deadline:
+            raise _past_deadline() from None
         raise HandlerHungError(
             f"the handler's {what} did not return within {seconds:g}s of real time (hung: "
             "waiting for a lock or a connection that never came?), so the run stopped; set "
@@ -118,14 +179,26 @@ async def _bounded(awaitable: Awaitable[T], what: str, seconds: float | None) ->
 
 
 def run_bounded(
-    loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T], what: str, seconds: float | None
+    loop: asyncio.AbstractEventLoop,
+    awaitable: Awaitable[T],
+    what: str,
+    seconds: float | None,
+    *,
+    final: bool = False,
 ) -> T:
     """Run a real handler call on ``loop``, bounded by ``seconds`` in real time (None: unbounded).
 
-    The bound is the loop's own timer, so nothing here reads a clock.  Only a
-    call that awaits can be stopped; one that blocks the thread cannot.
+    The bound is the loop's own timer.  Only a call that awaits can be
+    stopped; one that blocks the thread cannot.  The command's deadline
+    (:func:`wall_deadline`) bounds the call too, except a ``final`` one (the
+    ``close()`` that releases the store after the run, stopped or not).
     """
-    return loop.run_until_complete(_bounded(awaitable, what, seconds))
+    deadline = None if final else _deadline
+    if deadline is not None and wall_now() >= deadline:
+        if asyncio.iscoroutine(awaitable):
+            awaitable.close()
+        raise _past_deadline()
+    return loop.run_until_complete(_bounded(awaitable, what, seconds, deadline))
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +409,6 @@ def advance(
     what = f"{getattr(coro, '__name__', 'call')}()"
     try:
         return run_bounded(loop, _leg(coro, split), what, seconds)
-    except HandlerHungError:
+    except RunStoppedError:
         coro.close()  # driven by hand, so cancelling the leg left it suspended
         raise

@@ -29,18 +29,22 @@ from typing import TextIO
 
 from dsm_sim.conformance.clocks import ClockMode, parse_clock_mode
 from dsm_sim.options import bounded_int, positive_seconds
-from dsm_sim.scenario import Scenario, load_scenarios
+from dsm_sim.outputs import OutputKind, ReportWriteError, check_output
+from dsm_sim.scenario import Scenario, ScenarioError, load_scenarios
 from dsm_sim.simulator.bridge import (
     CALL_TIMEOUT_ENV,
     DEFAULT_CALL_TIMEOUT_S,
     HandlerHungError,
+    WallClockLimitError,
     call_timeout,
+    wall_now,
 )
-from dsm_sim.simulator.parallel import MAX_JOBS, run_plan
+from dsm_sim.simulator.parallel import MAX_JOBS, RunOutcome, run_plan
 from dsm_sim.simulator.run import DEFAULT_HANDLER, RunResult
+from reference_engine.clock import ManualClock
 from reference_engine.errors import ConfigurationError, DsmError
 from reference_engine.handler import HandlerFactory
-from reference_engine.registry import load_factory
+from reference_engine.registry import build_handler, load_factory
 
 __all__ = ["configure", "main", "resolve_handler"]
 
@@ -49,6 +53,12 @@ EXEC_PREFIX = "exec:"
 EXEC_TCP_PREFIX = "exec-tcp:"
 #: The most seeds one ``--seeds`` may ask for (a scenario's own ``seeds`` has the same bound).
 MAX_SEEDS = 1000
+#: Real seconds a whole ``dsm run`` may take by default: a backstop, past any catalogue run
+#: (``--seeds 1000`` over the catalogue included), that still ends a run gone wrong the
+#: same working day.
+DEFAULT_MAX_WALL_S = 6 * 3600.0
+#: The longest ``--max-wall`` (a week): a soak longer than that should be split up.
+MAX_WALL_S = 7 * 86400.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +126,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="how long one real handler call may take, in real time, before the run is "
         f"stopped as hung (default: ${CALL_TIMEOUT_ENV}, else {DEFAULT_CALL_TIMEOUT_S:g})",
     )
+    parser.add_argument(
+        "--max-wall",
+        type=positive_seconds(MAX_WALL_S),
+        default=DEFAULT_MAX_WALL_S,
+        metavar="SECONDS",
+        help="real seconds the whole command may take (default "
+        f"{DEFAULT_MAX_WALL_S:g}, i.e. 6 hours; at most {MAX_WALL_S:g}): past it the run in "
+        "progress stops at its next handler call, the runs not started are skipped, the "
+        "finished runs keep their reports, and the command exits 2 (1 if a run failed) "
+        "naming the scenario and seed it stopped",
+    )
 
 
 def resolve_handler(spec: str) -> HandlerFactory:
@@ -139,6 +160,23 @@ def resolve_handler(spec: str) -> HandlerFactory:
             )
         return CATALOGUE[name].factory
     return load_factory(spec)
+
+
+def _unique(scenarios: list[Scenario]) -> list[Scenario]:
+    """Refuse two scenarios of one name: their reports and JUnit cases would overwrite each other."""
+    seen: dict[str, str] = {}
+    for scenario in scenarios:
+        if scenario.name in seen:
+            first = seen[scenario.name]
+            again = " (the same file, given twice)" if first == scenario.path else ""
+            raise ScenarioError(
+                scenario.path,
+                "name",
+                f"{scenario.name!r} is also the name of {first}{again}",
+                "a name no other scenario of the run has (it names the run's reports)",
+            )
+        seen[scenario.name] = scenario.path
+    return scenarios
 
 
 def _plan(scenarios: list[Scenario], args: argparse.Namespace) -> list[tuple[Scenario, int]]:
@@ -190,8 +228,15 @@ def main(args: argparse.Namespace) -> int:
         os.environ[CALL_TIMEOUT_ENV] = repr(args.call_timeout)
     try:
         call_timeout()  # a bad $DSM_CALL_TIMEOUT is a usage error, before any run
-        scenarios = [s for target in args.targets for s in load_scenarios(target)]
+        if args.report is not None:
+            check_output("--report", args.report, OutputKind.DIRECTORY)
+        if args.junit is not None:
+            check_output("--junit", args.junit, OutputKind.FILE)
+        scenarios = _unique([s for target in args.targets for s in load_scenarios(target)])
         factory = resolve_handler(args.handler)
+        if not args.handler.startswith((EXEC_PREFIX, EXEC_TCP_PREFIX)):
+            # Once before any run: a factory that raises or gives no handler is a usage error.
+            build_handler(factory, ManualClock(), name=args.handler)
         plan = _plan(scenarios, args)
         system = parse_clock_mode(getattr(args, "clock", "injected")) is ClockMode.SYSTEM
     except ConfigurationError as exc:
@@ -213,7 +258,13 @@ def main(args: argparse.Namespace) -> int:
     crashed: list[str] = []
     #: Runs stopped because a real handler call did not return within --call-timeout.
     hung: list[str] = []
+    #: Reports that could not be written: said after the verdict, never instead of it.
+    unwritten: list[ReportWriteError] = []
+    #: What --max-wall stopped, said after the summary (None: it did not expire).
+    out_of_time: WallClockLimitError | None = None
     jobs = getattr(args, "jobs", 1)
+    max_wall: float = getattr(args, "max_wall", DEFAULT_MAX_WALL_S)
+    deadline = wall_now() + max_wall
     # Worker processes resolve the handler from its spec; in this process the factory
     # resolved above is used, as before.
     cluster = getattr(args, "cluster", None)
@@ -228,6 +279,7 @@ def main(args: argparse.Namespace) -> int:
                 workers=max(jobs, 2) if cluster == "local" else jobs,
                 handler_name=args.handler,
                 system_clock=system,
+                deadline=deadline,
             )
         except ConfigurationError as exc:
             print(f"dsm run: {exc}", file=err)
@@ -239,10 +291,20 @@ def main(args: argparse.Namespace) -> int:
             jobs=jobs,
             handler_name=args.handler,
             system_clock=system,
+            deadline=deadline,
         )
+    finished = 0
     for (scenario, seed, done), outcome in zip(
-        _progress(plan, out if not args.quiet else err), outcomes, strict=True
+        _progress(plan, out if not args.quiet else err),
+        _until(outcomes, deadline),
+        strict=False,
     ):
+        if isinstance(outcome.error, WallClockLimitError):
+            out_of_time = _out_of_time(
+                max_wall, f"while running {scenario.name} seed {seed}", finished, len(plan)
+            )
+            break
+        finished += 1
         if outcome.crash is not None:
             crashed.append(f"FAIL {scenario.name} seed {seed}: {outcome.crash.message}")
             continue
@@ -261,12 +323,16 @@ def main(args: argparse.Namespace) -> int:
         assert result is not None
         results.append(result)
         done(result)
-        if args.report is not None:
-            from dsm_sim.reports.html import write_html
-            from dsm_sim.reports.json_report import write_json
-
-            write_json(result, args.report)
-            write_html(result, args.report)
+        if args.report is not None and not unwritten:
+            unwritten.extend(_write_reports(result, args.report))
+    close = getattr(outcomes, "close", None)
+    if callable(close):
+        close()  # stops the worker processes of --jobs, when the deadline cut the plan short
+    if out_of_time is None and finished < len(plan):
+        scenario, seed = plan[finished]
+        out_of_time = _out_of_time(
+            max_wall, f"before {scenario.name} seed {seed} started", finished, len(plan)
+        )
     failed = [r for r in results if not r.passed]
     for line in stopped + hung + crashed:
         print(line, file=out)
@@ -283,7 +349,12 @@ def main(args: argparse.Namespace) -> int:
     if args.junit is not None:
         from dsm_sim.reports.junit import write_junit
 
-        write_junit(results, args.junit)
+        try:
+            write_junit(results, args.junit)
+        except OSError as exc:
+            unwritten.append(
+                ReportWriteError(option="--junit", path=str(args.junit), reason=_reason(exc))
+            )
     print(
         f"{len(results) - len(failed)}/{len(results)} runs kept every invariant"
         + (f"; {len(stopped)} stopped by a protocol error" if stopped else "")
@@ -292,4 +363,45 @@ def main(args: argparse.Namespace) -> int:
         + (f"; reports in {args.report}" if args.report is not None else ""),
         file=out,
     )
-    return 1 if failed or stopped or hung or crashed else 0
+    for error in unwritten:
+        print(f"dsm run: {error}", file=err)
+    if out_of_time is not None:
+        print(f"dsm run: {type(out_of_time).__name__}: {out_of_time}", file=err)
+    if failed or stopped or hung or crashed:
+        return 1
+    return 2 if unwritten or out_of_time is not None else 0
+
+
+def _until(outcomes: Iterator[RunOutcome], deadline: float) -> Iterator[RunOutcome]:
+    """The outcomes, but none pulled once ``deadline`` has passed: pulling starts the next run."""
+    while wall_now() < deadline:
+        try:
+            yield next(outcomes)
+        except StopIteration:
+            return
+
+
+def _out_of_time(max_wall: float, when: str, finished: int, planned: int) -> WallClockLimitError:
+    return WallClockLimitError(
+        f"--max-wall {max_wall:g}s of real time expired {when}; "
+        f"{finished} of {planned} runs finished and are reported above (and in --report and "
+        f"--junit), {planned - finished} were stopped or not started. Raise --max-wall, or "
+        "run fewer seeds or scenarios"
+    )
+
+
+def _reason(exc: OSError) -> str:
+    return f"{exc.strerror or type(exc).__name__} ({type(exc).__name__})"
+
+
+def _write_reports(result: RunResult, directory: Path) -> list[ReportWriteError]:
+    """Write one run's JSON and HTML reports; a failure is returned, to be said after the verdict."""
+    from dsm_sim.reports.html import write_html
+    from dsm_sim.reports.json_report import write_json
+
+    try:
+        write_json(result, directory)
+        write_html(result, directory)
+    except OSError as exc:
+        return [ReportWriteError(option="--report", path=str(directory), reason=_reason(exc))]
+    return []

@@ -69,13 +69,16 @@ def run_plan_on_cluster(
     workers: int = 2,
     handler_name: str | None = None,
     system_clock: bool = False,
+    deadline: float | None = None,
     connect_timeout: float = 10.0,
 ) -> Iterator[RunOutcome]:
     """Run every (scenario, seed) of ``plan`` on a Dask cluster; yield outcomes in plan order.
 
     Raises :class:`ClusterUnavailableError` before any run when Dask is not
     installed or the scheduler does not answer within ``connect_timeout``
-    seconds.
+    seconds.  ``deadline`` is the command's wall-clock bound, as for
+    :func:`~dsm_sim.simulator.parallel.run_plan`: the workers' clocks are
+    trusted to agree with this one.
     """
     where = address or f"LocalCluster({workers} workers)"
     try:
@@ -86,7 +89,7 @@ def run_plan_on_cluster(
         handler_name = handler
     sent = prepare_handler(handler)
     timeout = os.environ.get(CALL_TIMEOUT_ENV)
-    tasks = [Task(s, seed, sent, handler_name, system_clock) for s, seed in plan]
+    tasks = [Task(s, seed, sent, handler_name, system_clock, deadline) for s, seed in plan]
     stack = contextlib.ExitStack()
     try:
         if address is None:

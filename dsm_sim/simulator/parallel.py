@@ -37,6 +37,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
 from dsm_sim.scenario import Scenario
+from dsm_sim.simulator.bridge import wall_deadline
 from dsm_sim.simulator.run import RunResult, run_scenario
 from reference_engine.errors import ConfigurationError, DsmError
 from reference_engine.handler import HandlerFactory
@@ -131,6 +132,8 @@ class Task:
     handler: str | bytes
     handler_name: str | None
     system_clock: bool
+    #: The command's deadline (:func:`~dsm_sim.simulator.bridge.wall_now` seconds) or None.
+    deadline: float | None = None
 
 
 _FACTORIES: dict[str | bytes, HandlerFactory] = {}
@@ -160,13 +163,14 @@ def run_one(task: Task) -> RunOutcome:
     (:mod:`dsm_sim.simulator.distributed`) both execute.
     """
     try:
-        result = run_scenario(
-            task.scenario,
-            task.seed,
-            _factory(task.handler),
-            handler_name=task.handler_name,
-            system_clock=task.system_clock,
-        )
+        with wall_deadline(task.deadline):
+            result = run_scenario(
+                task.scenario,
+                task.seed,
+                _factory(task.handler),
+                handler_name=task.handler_name,
+                system_clock=task.system_clock,
+            )
     except Exception as exc:
         return RunOutcome(task.scenario, task.seed, error=_sendable(task, exc))
     return RunOutcome(task.scenario, task.seed, result=result)
@@ -212,11 +216,13 @@ def run_plan(
     jobs: int = 1,
     handler_name: str | None = None,
     system_clock: bool = False,
+    deadline: float | None = None,
 ) -> Iterator[RunOutcome]:
     """Run every (scenario, seed) of ``plan``; yield the outcomes in plan order.
 
     ``jobs=1`` runs in this process, one run at a time, as ``dsm run`` always
-    did.  Raises :class:`UnpicklableFactoryError` before any run when a
+    did.  ``deadline`` (a :func:`~dsm_sim.simulator.bridge.wall_now` instant)
+    stops a run at its first handler call past it, in whichever process.  Raises :class:`UnpicklableFactoryError` before any run when a
     callable ``handler`` cannot be pickled, and ``ConfigurationError`` for a
     ``jobs`` outside 1..``MAX_JOBS``.
     """
@@ -225,9 +231,9 @@ def run_plan(
     if handler_name is None and isinstance(handler, str):
         handler_name = handler  # what run_scenario names a run given by its spec
     if jobs == 1 or len(plan) <= 1:
-        return _serial(plan, handler, handler_name, system_clock)
+        return _serial(plan, handler, handler_name, system_clock, deadline)
     sent = prepare_handler(handler)
-    tasks = [Task(s, seed, sent, handler_name, system_clock) for s, seed in plan]
+    tasks = [Task(s, seed, sent, handler_name, system_clock, deadline) for s, seed in plan]
     return _parallel(tasks, min(jobs, len(tasks)))
 
 
@@ -236,13 +242,15 @@ def _serial(
     handler: str | HandlerFactory,
     handler_name: str | None,
     system_clock: bool,
+    deadline: float | None,
 ) -> Iterator[RunOutcome]:
     factory = _factory(handler) if isinstance(handler, str) else handler
     for scenario, seed in plan:
         try:
-            result = run_scenario(
-                scenario, seed, factory, handler_name=handler_name, system_clock=system_clock
-            )
+            with wall_deadline(deadline):
+                result = run_scenario(
+                    scenario, seed, factory, handler_name=handler_name, system_clock=system_clock
+                )
         except Exception as exc:
             yield RunOutcome(scenario, seed, error=exc)
             continue

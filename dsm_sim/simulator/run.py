@@ -47,7 +47,7 @@ from reference_engine.nodes.approval import ApprovalExecutor
 from reference_engine.nodes.correction import CorrectionExecutor
 from reference_engine.nodes.invoice import InvoiceDispatchExecutor
 from reference_engine.nodes.screening import ScreeningExecutor
-from reference_engine.registry import HandlerRegistry, load_factory
+from reference_engine.registry import HandlerRegistry, build_handler, load_factory
 from reference_engine.status import IdempotencyStatus
 
 __all__ = [
@@ -210,7 +210,7 @@ def _run(
     mirror = ClockMirror(clock, system=system_clock)
     mirror.start()
     try:
-        store = factory(clock)
+        store = build_handler(factory, clock, name=name)
     except BaseException:
         mirror.stop()
         loop.close()
@@ -239,7 +239,7 @@ def _run(
                 if world is not None:
                     world.close_instances()  # the workers' own instances first
             finally:
-                run_bounded(loop, store.close(), "close()", bound_for(store))
+                run_bounded(loop, store.close(), "close()", bound_for(store), final=True)
         finally:
             loop.close()
             mirror.stop()

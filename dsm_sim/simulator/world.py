@@ -28,7 +28,7 @@ from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.bridge import (
     Done,
     HandlerCall,
-    HandlerHungError,
+    RunStoppedError,
     advance,
     bound_for,
     handler_coroutine,
@@ -216,7 +216,7 @@ class World:
                     break
                 # The handler made a round trip to its store: other workers run meanwhile.
                 yield self.env.timeout(self.latency(self.scenario.latency.store))
-        except HandlerHungError:
+        except RunStoppedError:
             raise  # stops the run: every later call would wait out the bound again
         except DsmError as exc:
             self._observe(index, observe and legs == 1, key, before, written, mine)
@@ -286,7 +286,7 @@ class World:
         for process in sorted(self.instances):
             mine = self.instances.pop(process)
             if mine is not self.handler:
-                run_bounded(self.loop, mine.close(), "close()", self.call_bound)
+                run_bounded(self.loop, mine.close(), "close()", self.call_bound, final=True)
 
     def _observe(
         self,

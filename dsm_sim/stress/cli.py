@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from dsm_sim.options import bounded_int, positive_seconds, rate
+from dsm_sim.outputs import OutputKind, check_output
 from dsm_sim.stress.broker.cli import add_broker_arguments, broker_main
 from dsm_sim.stress.runner import run_stress
 from dsm_sim.stress.settings import (
@@ -44,8 +45,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--db",
         action="append",
         metavar="URL",
-        help="SQLAlchemy URL; repeat for several databases (default: $DSM_TEST_POSTGRES_URL "
-        "if set, and a fresh SQLite file)",
+        help="database URL, repeat for several databases: postgresql+asyncpg://USER@HOST/DB "
+        "(a plain postgresql:// or postgres:// URL is taken as asyncpg, the driver dsm "
+        "installs) or sqlite+aiosqlite:///PATH (sqlite:///PATH the same) in a directory that "
+        "exists; anything else is refused before the run (default: $DSM_TEST_POSTGRES_URL if "
+        "set, and a fresh SQLite file)",
     )
     parser.add_argument(
         "--handler",
@@ -93,7 +97,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=600.0,
         help=f"seconds before giving up, above 0 and at most {MAX_TIMEOUT_S:g}",
     )
-    parser.add_argument("--json", type=Path, metavar="FILE", help="write the reports as JSON")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="write the reports as JSON (checked before the run: a directory, or a path in "
+        "a directory that cannot be created or written, is a usage error)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run's schema and journals")
     parser.add_argument(
         "--expect-violation",
@@ -113,6 +123,12 @@ def default_databases(directory: Path) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.json is not None:
+        try:
+            check_output("--json", args.json, OutputKind.FILE)
+        except DsmError as exc:
+            print(f"dsm stress: {exc}", file=sys.stderr)
+            return 2
     with tempfile.TemporaryDirectory(prefix="dsm-stress-") as tmp:
         databases = args.db or default_databases(Path(tmp))
         if args.broker:

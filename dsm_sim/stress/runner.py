@@ -209,7 +209,19 @@ class StressRun:
         ``2 x processes x workers`` connections; a run the server cannot take is
         refused up front instead of failing half-way with "too many clients".
         """
-        free = await self.ledger.free_connections()
+        try:
+            free = await self.ledger.free_connections()
+        except DsmError:
+            raise
+        except Exception as exc:  # refused, unknown host, bad credentials, no such database
+            from sqlalchemy.engine import make_url
+
+            shown = make_url(self.settings.db_url).render_as_string(hide_password=True)
+            raise StoreError(
+                f"cannot prepare the run on {shown}: {type(exc).__name__}: {exc}; check that "
+                "the database server is running and the URL's host, port, user and database "
+                "are right"
+            ) from exc
         need = 2 * self.settings.processes * self.settings.workers + 2
         if free is not None and need > free:
             raise InvalidOptionError(
@@ -402,6 +414,14 @@ async def run_stress(
         await run.wait(limit_s)
         if recover:
             await run.recover()
-        return await run.report()
-    finally:
-        await run.close(keep=keep)
+        report = await run.report()
+    except BaseException as exc:
+        # The first failure is the one to report: a close that fails after it (the
+        # server that refused the run refuses the clean-up too) is a note, not a mask.
+        try:
+            await run.close(keep=keep)
+        except Exception as also:
+            exc.add_note(f"closing the run also failed: {type(also).__name__}: {also}")
+        raise
+    await run.close(keep=keep)
+    return report

@@ -17,27 +17,31 @@ import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from dsm_sim.stress.target import StressTarget, export_target
 from reference_engine.clock import Clock
-from reference_engine.errors import InvalidOptionError
+from reference_engine.errors import ConfigurationError, InvalidOptionError, echo
 from reference_engine.handler import StateHandler
-from reference_engine.registry import load_callable
+from reference_engine.registry import build_handler, factory_name, load_callable
 
 __all__ = [
+    "ACCEPTED_URLS",
     "BUILTIN_HANDLER_SPEC",
     "MAX_DUPLICATES",
     "MAX_KEYS",
     "MAX_PROCESSES",
     "MAX_WORKERS",
     "DatabaseKind",
+    "DatabaseUrlError",
     "StressHandlerFactory",
     "StressSettings",
     "database_kind",
     "item_key",
     "load_stress_factory",
     "new_run_id",
+    "stress_database_url",
 ]
 
 #: The built-in SQL handler on the run's store, the default a stress run exercises.
@@ -63,27 +67,95 @@ class DatabaseKind(enum.Enum):
     SQLITE = "sqlite"
 
 
+#: The database URLs a stress run takes, for every error that refuses one.
+ACCEPTED_URLS = (
+    "postgresql+asyncpg://USER@HOST[:PORT]/DB (postgresql:// and postgres:// are taken as that)",
+    "sqlite+aiosqlite:///PATH/TO/FILE.sqlite3 (sqlite:///PATH the same) in a directory that exists",
+)
+_DRIVERS = {"postgresql": ("asyncpg",), "sqlite": ("aiosqlite", "pysqlite")}
+
+
+class DatabaseUrlError(InvalidOptionError):
+    """A ``--db`` URL a stress run cannot use; says which URL forms it accepts."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        self.option = "db"
+        self.url = url
+        self.problem = problem
+        self.allowed = ACCEPTED_URLS
+        ConfigurationError.__init__(
+            self,
+            f"--db {url}: {problem}; dsm stress accepts " + " or ".join(ACCEPTED_URLS),
+        )
+
+
+def _refuse(url: str, problem: str) -> DatabaseUrlError:
+    return DatabaseUrlError(echo(url, 200), problem)
+
+
+def stress_database_url(url: str) -> str:
+    """``url`` with its async driver named, or :class:`InvalidOptionError` saying what is accepted.
+
+    ``postgresql://`` (and ``postgres://``) can only mean PostgreSQL through
+    asyncpg here, the one PostgreSQL driver dsm installs, so it is taken as
+    that rather than failing on a missing ``psycopg`` module; ``sqlite:///``
+    likewise means aiosqlite.  A SQLite file must be shared by every process
+    of the run, so it may be neither in memory nor in a directory that does
+    not exist (SQLite would fail later with "unable to open database file").
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if not isinstance(url, str) or not url.strip():
+        raise _refuse(str(url), "no URL given")
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise _refuse(url, f"not a database URL ({exc})") from None
+    shown = parsed.render_as_string(hide_password=True)
+    backend = {"postgres": "postgresql"}.get(parsed.get_backend_name(), parsed.get_backend_name())
+    if backend in ("mariadb", "mysql"):
+        raise _refuse(
+            shown,
+            "MariaDB is unsupported by dsm stress, which runs on PostgreSQL and SQLite; "
+            "verify a MariaDB store with dsm verify and dsm run (the built-in handler's "
+            "mariadb+asyncmy:// URLs)",
+        )
+    if backend not in _DRIVERS:
+        raise _refuse(shown, f"unsupported database {backend!r}")
+    driver = parsed.drivername.partition("+")[2]
+    if driver and driver not in _DRIVERS[backend]:
+        raise _refuse(
+            shown,
+            f"driver {driver!r} is not one dsm stress uses; name no driver or "
+            f"{_DRIVERS[backend][0]!r}",
+        )
+    if backend == "postgresql":
+        if not parsed.host and not parsed.query.get("host"):
+            raise _refuse(shown, "no host")
+        return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+    database = parsed.database or ""
+    if database in ("", ":memory:") or parsed.query.get("mode") == "memory":
+        raise _refuse(shown, "an in-memory SQLite database cannot be shared between processes")
+    if database.startswith("file:"):
+        raise _refuse(shown, "a SQLite 'file:' URI; give the file's path")
+    path = Path(database)
+    if path.is_dir():
+        raise _refuse(shown, f"{database!r} is a directory, not a SQLite file")
+    parent = path.parent
+    if not parent.is_dir():
+        raise _refuse(shown, f"the directory {str(parent)!r} of the SQLite file does not exist")
+    return parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
+
+
 def database_kind(url: str) -> DatabaseKind:
-    """Which of the two supported databases a SQLAlchemy URL points at."""
+    """Which of the two supported databases a (checked) SQLAlchemy URL points at."""
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
     if scheme in ("postgresql", "postgres"):
         return DatabaseKind.POSTGRESQL
     if scheme == "sqlite":
-        if url.rstrip("/").endswith(":memory:") or url.rstrip("/") in (
-            "sqlite",
-            "sqlite+aiosqlite:",
-        ):
-            raise InvalidOptionError(
-                "db",
-                "an in-memory SQLite database cannot be shared between processes",
-                ("postgresql+asyncpg://...", "sqlite+aiosqlite:///path/to/file.sqlite3"),
-            )
         return DatabaseKind.SQLITE
-    raise InvalidOptionError(
-        "db",
-        f"unsupported database URL scheme {scheme!r}",
-        ("postgresql+asyncpg://...", "sqlite+aiosqlite:///path/to/file.sqlite3"),
-    )
+    raise _refuse(url, f"unsupported database URL scheme {scheme!r}")
 
 
 def load_stress_factory(spec: str) -> Callable[..., StateHandler]:
@@ -174,7 +246,8 @@ class StressSettings:
     run_id: str = dataclasses.field(default_factory=new_run_id)
 
     def __post_init__(self) -> None:
-        database_kind(self.db_url)
+        # Frozen, so the one spelling every process and the ledger use is set here.
+        object.__setattr__(self, "db_url", stress_database_url(self.db_url))
         _positive("processes", self.processes, MAX_PROCESSES)
         _positive("workers", self.workers, MAX_WORKERS)
         _positive("keys", self.keys, MAX_KEYS)
@@ -225,8 +298,14 @@ class StressSettings:
         """This run's handler, in this process: the factory is told the run's store first."""
         factory = load_stress_factory(self.handler_spec)
         export_target(self.target)
+        name = self.handler_spec or factory_name(factory)
         if not _takes_url(factory):
-            return factory(clock)
+            return build_handler(factory, clock, name=name)
         if self.schema is None:
-            return factory(self.db_url, clock)
-        return factory(self.db_url, clock, schema=self.schema)
+            return build_handler(factory, clock, name=name, arguments=(self.db_url, clock))
+        return build_handler(
+            lambda url, at: factory(url, at, schema=self.schema),
+            clock,
+            name=name,
+            arguments=(self.db_url, clock),
+        )

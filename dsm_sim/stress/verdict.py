@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from dsm_sim.outputs import ReportWriteError
 from reference_engine.errors import DsmError
 
 __all__ = ["RunReport", "exit_code", "run_each"]
@@ -49,9 +50,24 @@ def run_each(plans: Sequence[P], run: Callable[[P], Coroutine[Any, Any, R]]) -> 
 def exit_code(
     reports: Sequence[RunReport], *, json_path: Path | None, expect_violation: bool
 ) -> int:
-    """Write the JSON report if asked; 0 when every run came out as expected, else 1."""
-    if json_path is not None:
-        json_path.write_text(json.dumps([r.to_json() for r in reports], indent=2) + "\n")
+    """Write the JSON report if asked; 0 when every run came out as expected, else 1.
+
+    The summaries were printed as the runs ended, so a JSON file that cannot
+    be written is named after them (exit 2 unless the verdict is already 1).
+    """
     if expect_violation:
-        return 0 if all(not r.passed for r in reports) else 1
-    return 0 if all(r.passed for r in reports) else 1
+        code = 0 if all(not r.passed for r in reports) else 1
+    else:
+        code = 0 if all(r.passed for r in reports) else 1
+    if json_path is not None:
+        try:
+            json_path.write_text(json.dumps([r.to_json() for r in reports], indent=2) + "\n")
+        except OSError as exc:
+            error = ReportWriteError(
+                option="--json",
+                path=str(json_path),
+                reason=f"{exc.strerror or type(exc).__name__} ({type(exc).__name__})",
+            )
+            print(f"dsm stress: {error}", file=sys.stderr)
+            return code or 2
+    return code

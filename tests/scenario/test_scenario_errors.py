@@ -168,3 +168,146 @@ def test_nodes_default_to_the_run_and_accept_forever(tmp_path: Path) -> None:
     )
     assert scenario.longest_lock == 45.0
     assert load_scenario(_write(tmp_path, "", name="bare.toml")).nodes == ()
+
+
+# --- the file itself: size, type, encoding, nesting, numbers ------------------------------------
+
+
+def _refused(path: Path, allowed: str, field: str | None = "") -> ScenarioError:
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    error = info.value
+    assert error.path == str(path) and str(path) in str(error)
+    assert field is None or error.field == field
+    assert allowed in error.allowed
+    return error
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "allowed"),
+    [
+        pytest.param("[run]\nitems = " + "9" * 400, "run.items", "64 bits", id="400-digit-int"),
+        pytest.param(
+            "[latency]\nstore = " + "9" * 400, "latency.store", "64 bits", id="400-digit-duration"
+        ),
+        pytest.param("[run]\nitems = 0x" + "f" * 5000, "run.items", "64 bits", id="huge-hex-int"),
+        pytest.param("[run]\nseeds = 9223372036854775808", "run.seeds", "64 bits", id="2**63"),
+    ],
+)
+def test_integers_past_64_bits_are_refused_by_field(
+    tmp_path: Path, text: str, field: str, allowed: str
+) -> None:
+    _refused(_write(tmp_path, text), allowed, field)
+
+
+def test_an_integer_past_the_digit_limit_is_named(tmp_path: Path) -> None:
+    error = _refused(_write(tmp_path, "[run]\nitems = " + "7" * 5000), "64 bits")
+    assert "too long to read" in error.problem
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("x = " + "[" * 5000 + "]" * 5000, id="deep-array-beyond-the-parser"),
+        pytest.param("x = " + "{a = " * 2000 + "1" + "}" * 2000, id="deep-inline-table"),
+        pytest.param("[run]\nitems = " + "[" * 40 + "]" * 40, id="deep-array-the-parser-reads"),
+        pytest.param("[" + ".".join(["a"] * 5000) + "]\nb = 1", id="deep-dotted-table"),
+    ],
+)
+def test_deep_nesting_is_refused(tmp_path: Path, text: str) -> None:
+    error = _refused(_write(tmp_path, text), "nested at most 10 levels deep", field=None)
+    assert "deep" in error.problem
+
+
+def test_a_non_utf8_file_names_the_byte_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes("description = 'caf\u00e9'\n".encode("latin-1"))
+    error = _refused(path, "UTF-8")
+    assert "0xe9" in error.problem and "line 1" in error.problem
+
+
+def test_a_file_over_the_size_cap_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
+    from dsm_sim.scenario import MAX_FILE_BYTES
+
+    path = _write(tmp_path, "# " + "x" * MAX_FILE_BYTES + "\n")
+    error = _refused(path, "at most 1024 KiB")
+    assert f"larger than {MAX_FILE_BYTES} bytes" in error.problem
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)  # nobody ever writes: opening it for reading would block forever
+    error = _refused(fifo, "a regular UTF-8 .toml file")
+    assert "FIFO" in error.problem
+    # A directory of scenarios holding one is refused the same way.
+    with pytest.raises(ScenarioError, match="FIFO"):
+        load_scenarios(tmp_path)
+
+
+def test_an_endless_device_is_refused_before_it_is_read() -> None:
+    error = _refused(Path("/dev/zero"), "a regular UTF-8 .toml file")
+    assert "character device" in error.problem
+
+
+def test_the_same_checks_hold_for_a_symlink_to_a_device(tmp_path: Path) -> None:
+    link = tmp_path / "zero.toml"
+    link.symlink_to("/dev/zero")
+    assert "character device" in _refused(link, "regular").problem
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "allowed"),
+    [
+        pytest.param(
+            "[faults.clock_jump]\nschedule = ["
+            + ", ".join("{ at = 1, by = 1 }" for _ in range(101))
+            + "]",
+            "faults.clock_jump.schedule",
+            "at most 100 entries",
+            id="clock-jump-schedule",
+        ),
+        pytest.param(
+            "[faults.catchup_pause]\nschedule = ["
+            + ", ".join("{ at = 1, for = 1 }" for _ in range(101))
+            + "]",
+            "faults.catchup_pause.schedule",
+            "at most 100 entries",
+            id="pause-schedule",
+        ),
+        pytest.param(
+            "[faults.crash]\npoints = [" + ", ".join(["'during_set'"] * 101) + "]",
+            "faults.crash.points",
+            "at most 100 entries",
+            id="crash-points",
+        ),
+        pytest.param(
+            "".join(f"[[nodes]]\nid = 'n{i}'\n" for i in range(17)),
+            "nodes",
+            "at most 16 of them",
+            id="nodes",
+        ),
+        pytest.param("name = '" + "a" * 65 + "'", "name", "at most 64 characters", id="name"),
+        pytest.param("[run]\nworkers = 65", "run.workers", "from 1 to 64", id="workers"),
+        pytest.param("[run]\nseeds = 1001", "run.seeds", "from 1 to 1000", id="seeds"),
+        pytest.param("[run]\ntenants = 11", "run.tenants", "from 1 to 10", id="tenants"),
+        pytest.param(
+            "[faults.duplicate_delivery]\ncopies = [1, 21]",
+            "faults.duplicate_delivery.copies",
+            "from 1 to 20",
+            id="copies",
+        ),
+    ],
+)
+def test_counts_have_documented_limits(tmp_path: Path, text: str, field: str, allowed: str) -> None:
+    _refused(_write(tmp_path, text), allowed, field)
+
+
+def test_a_schedule_of_exactly_the_limit_loads(tmp_path: Path) -> None:
+    text = (
+        "[faults.clock_jump]\nschedule = ["
+        + ", ".join(f"{{ at = {i}, by = 1 }}" for i in range(100))
+        + "]"
+    )
+    assert len(load_scenario(_write(tmp_path, text)).faults.clock_jumps) == 100
