@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from sqlalchemy.dialects.mysql import insert as mariadb_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -23,6 +24,7 @@ from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.handlers.sql.engine import create_engine_for, create_pg_schema
 from reference_engine.handlers.sql.handler import SqlStateHandler
+from reference_engine.handlers.sql.mariadb import create_database
 from reference_engine.handlers.sql.schema import CURRENT_ROW, KEY_COLUMNS, process_state_logs
 from reference_engine.model import effective_status
 from reference_engine.status import ACQUIRABLE, IdempotencyStatus
@@ -93,15 +95,21 @@ class CheckThenInsertSqlHandler(SqlStateHandler):
                 "created_at": now,
                 **stamp,
             }
-            insert = (
-                pg_insert(T) if self.engine.dialect.name == "postgresql" else sqlite_insert(T)
-            ).values(**row)
             # The bug: "insert or overwrite" with no WHERE re-checking what was read.
-            statement = insert.on_conflict_do_update(
-                index_elements=[column.name for column in KEY_COLUMNS],
-                index_where=CURRENT_ROW,
-                set_=stamp,
-            )
+            dialect = self.engine.dialect.name
+            statement: Any
+            if dialect == "mariadb":
+                # The current row's unique generated key is where the duplicate lands.
+                statement = mariadb_insert(T).values(**row).on_duplicate_key_update(**stamp)
+            else:
+                insert = (pg_insert(T) if dialect == "postgresql" else sqlite_insert(T)).values(
+                    **row
+                )
+                statement = insert.on_conflict_do_update(
+                    index_elements=[column.name for column in KEY_COLUMNS],
+                    index_where=CURRENT_ROW,
+                    set_=stamp,
+                )
             async with self.engine.begin() as conn:  # statement 2, another transaction
                 await conn.execute(statement)
             return token
@@ -117,7 +125,11 @@ def check_then_insert_handler(
     engine = create_engine_for(url, schema=schema)
 
     async def create_schema(_engine: AsyncEngine) -> None:
-        if schema is not None:
+        if schema is None:
+            return
+        if _engine.dialect.name == "mariadb":
+            await create_database(_engine, schema)
+        else:
             await create_pg_schema(_engine, schema)
 
     return CheckThenInsertSqlHandler(engine, clock, on_open=create_schema)

@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from dsm_sim.stress.settings import DatabaseKind, StressSettings
+from reference_engine.handlers.sql.mariadb import create_database, drop_database
 
 __all__ = ["EFFECTS_TABLE", "EffectLedger", "EffectRow", "ledger_url"]
 
@@ -36,13 +37,13 @@ class EffectRow:
 
 
 def ledger_url(settings: StressSettings) -> str:
-    """Where the effects live: the run's schema on PostgreSQL, a sibling file for SQLite.
+    """Where the effects live: the run's schema on a server, a sibling file for SQLite.
 
     On SQLite the effects get their own file so their writes never compete
     with the handler's for the database lock: the ledger must not be the
     source of the ``database is locked`` errors a run is meant to provoke.
     """
-    if settings.kind is DatabaseKind.POSTGRESQL:
+    if settings.kind.server:
         return settings.db_url
     url = make_url(settings.db_url)
     database = Path(url.database or "")
@@ -61,11 +62,15 @@ class EffectLedger:
 
     def __init__(self, settings: StressSettings, *, pool_size: int = 4) -> None:
         self.settings = settings
+        self.mariadb = settings.kind is DatabaseKind.MARIADB
+        quote = "`" if self.mariadb else '"'
         self.table = (
-            f'"{settings.schema}".{EFFECTS_TABLE}' if settings.schema is not None else EFFECTS_TABLE
+            f"{quote}{settings.schema}{quote}.{EFFECTS_TABLE}"
+            if settings.schema is not None
+            else EFFECTS_TABLE
         )
         url = ledger_url(settings)
-        if settings.kind is DatabaseKind.POSTGRESQL:
+        if settings.kind.server:
             self.engine: AsyncEngine = create_async_engine(
                 url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
             )
@@ -73,28 +78,34 @@ class EffectLedger:
             self.engine = create_async_engine(url, connect_args={"timeout": 60})
 
     async def free_connections(self) -> int | None:
-        """Connections the PostgreSQL server can still accept (None on SQLite)."""
+        """Connections the database server can still accept (None on SQLite)."""
         if self.settings.schema is None:
             return None
+        query = (
+            "SELECT @@max_connections - (SELECT COUNT(*) FROM information_schema.PROCESSLIST)"
+            if self.mariadb
+            else "SELECT current_setting('max_connections')::int "
+            "- current_setting('superuser_reserved_connections')::int "
+            "- (SELECT count(*) FROM pg_stat_activity)"
+        )
         async with self.engine.connect() as conn:
-            free = await conn.scalar(
-                text(
-                    "SELECT current_setting('max_connections')::int "
-                    "- current_setting('superuser_reserved_connections')::int "
-                    "- (SELECT count(*) FROM pg_stat_activity)"
-                )
-            )
+            free = await conn.scalar(text(query))
         return int(free)
 
     async def create(self) -> None:
         """Create the table; called once by the parent before any worker starts."""
+        # MariaDB keys no TEXT column whole: the key columns are bounded there
+        # (item keys are k00000-style, executions a process, worker and counter).
+        key_type = "VARCHAR(255)" if self.mariadb else "TEXT"
+        if self.mariadb and self.settings.schema is not None:
+            await create_database(self.engine, self.settings.schema)
         async with self.engine.begin() as conn:
-            if self.settings.schema is not None:
+            if self.settings.schema is not None and not self.mariadb:
                 await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{self.settings.schema}"'))
             await conn.execute(
                 text(
                     f"CREATE TABLE IF NOT EXISTS {self.table} ("
-                    "item_key TEXT NOT NULL, execution TEXT NOT NULL, token BIGINT, "
+                    f"item_key {key_type} NOT NULL, execution {key_type} NOT NULL, token BIGINT, "
                     "process INTEGER NOT NULL, worker INTEGER NOT NULL, at_ns BIGINT NOT NULL, "
                     "PRIMARY KEY (item_key, execution))"
                 )
@@ -117,7 +128,11 @@ class EffectLedger:
                     f"INSERT INTO {self.table} "
                     "(item_key, execution, token, process, worker, at_ns) "
                     "VALUES (:item_key, :execution, :token, :process, :worker, :at_ns) "
-                    "ON CONFLICT (item_key, execution) DO NOTHING"
+                    + (
+                        "ON DUPLICATE KEY UPDATE item_key = item_key"
+                        if self.mariadb
+                        else "ON CONFLICT (item_key, execution) DO NOTHING"
+                    )
                 ),
                 {
                     "item_key": row.item_key,
@@ -152,7 +167,10 @@ class EffectLedger:
             ]
 
     async def drop(self) -> None:
-        """Remove what the run created: its PostgreSQL schema, or the SQLite effects file."""
+        """Remove what the run created: its schema (MariaDB: database), or the SQLite file."""
+        if self.settings.schema is not None and self.mariadb:
+            await drop_database(self.engine, self.settings.schema)
+            return
         if self.settings.schema is not None:
             async with self.engine.begin() as conn:
                 await conn.execute(text(f'DROP SCHEMA IF EXISTS "{self.settings.schema}" CASCADE'))

@@ -227,7 +227,7 @@ class StressRun:
             raise InvalidOptionError(
                 "processes",
                 f"{self.settings.processes} processes x {self.settings.workers} workers need "
-                f"about {need} PostgreSQL connections and the server has {free} free; lower "
+                f"about {need} database connections and the server has {free} free; lower "
                 "--processes or --workers, or raise the server's max_connections",
             )
         await self.ledger.create()

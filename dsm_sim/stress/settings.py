@@ -64,15 +64,26 @@ class StressHandlerFactory(Protocol):
 
 class DatabaseKind(enum.Enum):
     POSTGRESQL = "postgresql"
+    MARIADB = "mariadb"
     SQLITE = "sqlite"
+
+    @property
+    def server(self) -> bool:
+        """Whether the run gets a schema of its own on a server (MariaDB: a database)."""
+        return self is not DatabaseKind.SQLITE
 
 
 #: The database URLs a stress run takes, for every error that refuses one.
 ACCEPTED_URLS = (
     "postgresql+asyncpg://USER@HOST[:PORT]/DB (postgresql:// and postgres:// are taken as that)",
+    "mariadb+asyncmy://USER@HOST[:PORT]/DB (mariadb:// and mysql:// are taken as that)",
     "sqlite+aiosqlite:///PATH/TO/FILE.sqlite3 (sqlite:///PATH the same) in a directory that exists",
 )
-_DRIVERS = {"postgresql": ("asyncpg",), "sqlite": ("aiosqlite", "pysqlite")}
+_DRIVERS = {
+    "postgresql": ("asyncpg",),
+    "mariadb": ("asyncmy",),
+    "sqlite": ("aiosqlite", "pysqlite"),
+}
 
 
 class DatabaseUrlError(InvalidOptionError):
@@ -113,14 +124,8 @@ def stress_database_url(url: str) -> str:
     except (ArgumentError, ValueError) as exc:
         raise _refuse(url, f"not a database URL ({exc})") from None
     shown = parsed.render_as_string(hide_password=True)
-    backend = {"postgres": "postgresql"}.get(parsed.get_backend_name(), parsed.get_backend_name())
-    if backend in ("mariadb", "mysql"):
-        raise _refuse(
-            shown,
-            "MariaDB is unsupported by dsm stress, which runs on PostgreSQL and SQLite; "
-            "verify a MariaDB store with dsm verify and dsm run (the built-in handler's "
-            "mariadb+asyncmy:// URLs)",
-        )
+    aliases = {"postgres": "postgresql", "mysql": "mariadb"}
+    backend = aliases.get(parsed.get_backend_name(), parsed.get_backend_name())
     if backend not in _DRIVERS:
         raise _refuse(shown, f"unsupported database {backend!r}")
     driver = parsed.drivername.partition("+")[2]
@@ -130,10 +135,13 @@ def stress_database_url(url: str) -> str:
             f"driver {driver!r} is not one dsm stress uses; name no driver or "
             f"{_DRIVERS[backend][0]!r}",
         )
-    if backend == "postgresql":
+    if backend in ("postgresql", "mariadb"):
         if not parsed.host and not parsed.query.get("host"):
             raise _refuse(shown, "no host")
-        return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+        if backend == "mariadb" and not parsed.database:
+            raise _refuse(shown, "no database: the run's own database is made beside it")
+        named = parsed.set(drivername=f"{backend}+{_DRIVERS[backend][0]}")
+        return named.render_as_string(hide_password=False)
     database = parsed.database or ""
     if database in ("", ":memory:") or parsed.query.get("mode") == "memory":
         raise _refuse(shown, "an in-memory SQLite database cannot be shared between processes")
@@ -149,10 +157,12 @@ def stress_database_url(url: str) -> str:
 
 
 def database_kind(url: str) -> DatabaseKind:
-    """Which of the two supported databases a (checked) SQLAlchemy URL points at."""
+    """Which of the supported databases a (checked) SQLAlchemy URL points at."""
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
     if scheme in ("postgresql", "postgres"):
         return DatabaseKind.POSTGRESQL
+    if scheme in ("mariadb", "mysql"):
+        return DatabaseKind.MARIADB
     if scheme == "sqlite":
         return DatabaseKind.SQLITE
     raise _refuse(url, f"unsupported database URL scheme {scheme!r}")
@@ -271,8 +281,8 @@ class StressSettings:
 
     @property
     def schema(self) -> str | None:
-        """The PostgreSQL schema this run's tables live in; SQLite runs use their own file."""
-        return f"dsm_stress_{self.run_id}" if self.kind is DatabaseKind.POSTGRESQL else None
+        """The schema (MariaDB: database) this run's tables live in; SQLite runs use a file."""
+        return f"dsm_stress_{self.run_id}" if self.kind.server else None
 
     @property
     def deliveries(self) -> int:

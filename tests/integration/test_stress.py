@@ -120,6 +120,25 @@ def test_check_then_insert_acquire_is_caught_on_postgres(postgres_url: str) -> N
     assert not verdicts["single_live_lock"]
 
 
+@pytest.mark.mariadb
+def test_builtin_handler_on_mariadb_passes_the_checker(mariadb_url: str) -> None:
+    assert_clean(run(shaped(mariadb_url)))
+
+
+@pytest.mark.mariadb
+def test_check_then_insert_acquire_is_caught_on_mariadb(mariadb_url: str) -> None:
+    caught = None
+    for seed in range(3):
+        report = run(shaped(mariadb_url, BROKEN_SPEC, seed))
+        if not report.passed:
+            caught = report
+            break
+    assert caught is not None, "the check-then-insert handler survived three contended runs"
+    verdicts = {r.name: r.passed for r in caught.results}
+    assert caught.duplicate_keys
+    assert not verdicts["no_duplicate_side_effect"]
+
+
 def test_cli_runs_a_sqlite_file_and_writes_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -177,7 +196,7 @@ def test_in_memory_sqlite_and_unknown_schemes_are_refused() -> None:
     with pytest.raises(InvalidOptionError, match="in-memory"):
         StressSettings(db_url="sqlite+aiosqlite:///:memory:")
     with pytest.raises(InvalidOptionError, match="unsupported"):
-        StressSettings(db_url="mysql://x/y")
+        StressSettings(db_url="oracle://x/y")
 
 
 def test_a_bad_handler_spec_names_the_expected_form(tmp_path: Path) -> None:

@@ -309,6 +309,8 @@ def test_a_stress_json_file_that_cannot_be_written_is_named_after_the_summaries(
         ("postgres://u@db.example/app", "postgresql+asyncpg://u@db.example/app"),
         ("sqlite:///stress.db", "sqlite+aiosqlite:///stress.db"),
         ("sqlite+aiosqlite:///stress.db", "sqlite+aiosqlite:///stress.db"),
+        ("mariadb://root@h:3306/test", "mariadb+asyncmy://root@h:3306/test"),
+        ("mysql://root@h/test", "mariadb+asyncmy://root@h/test"),
     ],
 )
 def test_a_url_without_the_async_driver_means_the_one_dsm_installs(url: str, meant: str) -> None:
@@ -323,7 +325,8 @@ def test_a_url_without_the_async_driver_means_the_one_dsm_installs(url: str, mea
     [
         ("postgresql+psycopg2://u@h/db", "driver 'psycopg2' is not one dsm stress uses"),
         ("postgresql://", "no host"),
-        ("mariadb+asyncmy://u:secret@h/db", "MariaDB is unsupported by dsm stress"),
+        ("mariadb+aiomysql://u:secret@h/db", "driver 'aiomysql' is not one dsm stress uses"),
+        ("mariadb+asyncmy://u:secret@h", "no database"),
         ("redis://localhost/0", "unsupported database 'redis'"),
         ("not a url", "not a database URL"),
         ("", "no URL given"),
