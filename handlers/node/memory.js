@@ -26,69 +26,32 @@
 
 "use strict";
 
-const PROTOCOL_VERSION = 1;
-const MAX_DATA_BYTES = 256 * 1024;
-const SWEEP_ERROR_DETAIL = "lock expired; reset by the catch-up sweep";
+const {
+  PROTOCOL_VERSION,
+  SWEEP_ERROR_DETAIL,
+  ACQUIRABLE,
+  SETTABLE,
+  NEEDS_LOCK,
+  label,
+  parseInstant,
+  formatInstant,
+  after,
+  isLive,
+  effectiveStatus,
+  checkTransition,
+  checkData,
+  writeLanded,
+  wireRecord,
+  Refusal,
+} = require("./rules.js");
+
 const BUG = process.env.DSM_NODE_BUG || "";
 if (!["", "no_fencing", "check_then_insert", "inclusive_sweep"].includes(BUG)) {
   process.stderr.write(`memory.js: unknown DSM_NODE_BUG=${BUG}\n`);
   process.exit(2);
 }
 
-// The transition table of reference_engine/status.py.
-const TRANSITIONS = {
-  none: ["processing", "skipped"],
-  processing: ["processed", "failed", "skipped", "expired"],
-  processed: ["superseded", "skipped", "expired"],
-  failed: ["processing", "skipped", "expired"],
-  superseded: ["skipped", "expired"],
-  skipped: ["skipped", "expired"],
-  expired: ["processing", "skipped"],
-};
 const COMPLETED = new Set(["processed", "skipped"]);
-const ACQUIRABLE = new Set(["none", "failed", "expired"]);
-const SETTABLE = new Set(["processed", "failed", "skipped", "expired"]);
-const NEEDS_LOCK = new Set(["processed", "failed"]);
-
-const label = (status) => status.charAt(0).toUpperCase() + status.slice(1);
-
-class Refusal extends Error {
-  constructor(kind, message, fields) {
-    super(message);
-    this.body = Object.assign({ kind, message }, fields || {});
-  }
-}
-
-// --- time: integer microseconds ------------------------------------------------------------
-
-const INSTANT = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?Z$/;
-
-// BigInt microseconds: past 2255 an instant in microseconds passes 2**53, where a Number
-// starts to drop the last microsecond (the kit keeps records for up to a century past
-// instants that far out).
-function parseInstant(text) {
-  const m = INSTANT.exec(text);
-  if (!m) throw new Refusal("bad_request", `not an instant: ${JSON.stringify(text)}`);
-  // Date.UTC reads years 0-99 as 1900-1999: set the year apart (2000 is a leap year too).
-  const day = new Date(Date.UTC(2000, +m[2] - 1, +m[3], +m[4], +m[5], +m[6]));
-  const ms = day.setUTCFullYear(+m[1]);
-  const micros = m[7] ? BigInt((m[7] + "000000").slice(0, 6)) : 0n;
-  return BigInt(ms) * 1000n + micros;
-}
-
-function formatInstant(us) {
-  if (us === null) return null;
-  let ms = us / 1000n;
-  let rest = us % 1000n;
-  if (rest < 0n) {
-    rest += 1000n;
-    ms -= 1n;
-  }
-  return new Date(Number(ms)).toISOString().slice(0, 23) + String(rest).padStart(3, "0") + "Z";
-}
-
-// A duration of the request (lock_duration_us, retention_us) added to an instant.
-const after = (instant, durationUs) => instant + BigInt(durationUs);
 
 // --- the store -------------------------------------------------------------------------------
 
@@ -110,27 +73,6 @@ function keyText(ctx) {
   return JSON.stringify([ctx.tenant_id, ctx.scope_id, ctx.entity_id, ctx.item_entity_key, ctx.item_key]);
 }
 
-function isLive(record, now) {
-  return record.status === "processing" && record.locked_until !== null && now <= record.locked_until;
-}
-
-function effectiveStatus(record, now) {
-  if (!record) return "none";
-  if (record.status === "processing" && !isLive(record, now)) return "failed";
-  return record.status;
-}
-
-function checkTransition(source, target, ctx) {
-  if (!TRANSITIONS[source].includes(target)) {
-    const allowed = TRANSITIONS[source].map(label).sort();
-    throw new Refusal(
-      "forbidden_transition",
-      `transition ${label(source)} -> ${label(target)} is not allowed for item ${JSON.stringify(ctx.item_key)}; allowed from ${label(source)}: ${allowed.join(", ")}`,
-      { source: label(source), target: label(target), allowed, item_key: ctx.item_key },
-    );
-  }
-}
-
 function requireHolder(ctx, record) {
   const token = ctx.lock_token;
   if (BUG === "no_fencing" && record) return record;
@@ -149,34 +91,12 @@ function requireHolder(ctx, record) {
   return record;
 }
 
-// A retried fenced write whose first copy landed: the record shows exactly what the write
-// asks for under its token (this status, unlocked, this error detail, this data or none
-// given), so the retry succeeds and changes nothing (reference_engine/model.py,
-// write_landed). Both texts are the harness's canonical JSON, so comparing them is exact.
-function writeLanded(record, token, status, dataJson, errorDetail) {
-  if (!record || record.attempt !== token || record.status !== status || record.locked_until !== null) return false;
-  if (record.error_detail !== errorDetail) return false;
-  return dataJson === null || record.data_json === dataJson;
-}
-
 function refuseLiveLock(ctx, record, now) {
   if (record && isLive(record, now)) {
     throw new Refusal(
       "lock_held",
       `item ${JSON.stringify(ctx.item_key)} is locked by another worker until ${formatInstant(record.locked_until)}`,
       { item_key: ctx.item_key, locked_until: formatInstant(record.locked_until) },
-    );
-  }
-}
-
-function checkData(dataJson) {
-  if (dataJson === null) return;
-  const size = Buffer.byteLength(dataJson, "utf8");
-  if (size > MAX_DATA_BYTES) {
-    throw new Refusal(
-      "payload_too_large",
-      `data payload is ${size} bytes serialised; the limit is ${MAX_DATA_BYTES} bytes`,
-      { size, limit: MAX_DATA_BYTES },
     );
   }
 }
@@ -386,22 +306,6 @@ const ops = {
     return count;
   },
 };
-
-function wireRecord(record) {
-  return {
-    key: record.key,
-    status: record.status,
-    attempt: record.attempt,
-    locked_until: formatInstant(record.locked_until),
-    data_json: record.data_json,
-    error_detail: record.error_detail,
-    entity_execution_id: record.entity_execution_id,
-    source_app_id: record.source_app_id,
-    created_at: formatInstant(record.created_at),
-    updated_at: formatInstant(record.updated_at),
-    retain_until: formatInstant(record.retain_until),
-  };
-}
 
 // --- the protocol ----------------------------------------------------------------------------
 
