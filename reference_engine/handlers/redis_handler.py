@@ -35,7 +35,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from reference_engine.begin import Acquired, BeginResult, Completed, Locked
-from reference_engine.clock import UTC, Clock, ensure_utc
+from reference_engine.clock import UTC, Clock, ensure_utc, read_now
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (
     ConfigurationError,
@@ -288,6 +288,7 @@ class RedisStateHandler:
 
     async def exists(self, ctx: StateHandlerContext) -> bool:
         name = self.keys.record(ctx.record_key)
+        now = read_now(self.clock)  # read first: a bad clock fails whatever is stored
         status, locked_until = await self._call(
             self._connect().hmget(name, ["status", "locked_until"])
         )
@@ -295,7 +296,7 @@ class RedisStateHandler:
             return False
         current = S(_text(status))
         if current is S.PROCESSING and not is_lock_live(
-            current, _from_micros(_text(locked_until)), self.clock.now()
+            current, _from_micros(_text(locked_until)), now
         ):
             current = S.FAILED  # the effective status of an expired, unswept lock
         return current in COMPLETED
@@ -317,8 +318,8 @@ class RedisStateHandler:
 
     async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
         key = ctx.record_key
-        now = self.clock.now()
-        until = now + ctx.handler_config.lock_duration
+        now = read_now(self.clock)
+        until = ctx.handler_config.locked_until(now)
         args: list[str | int] = [_to_micros(until), _ACQUIRABLE, _SOURCES[S.PROCESSING]]
         reply = await self._write(self._registered().acquire, ctx, key, now, args)
         if reply[0] == "forbidden":
@@ -329,8 +330,8 @@ class RedisStateHandler:
     async def begin(self, ctx: StateHandlerContext) -> BeginResult:
         """``exists`` then ``try_acquire_lock`` in one script (see :mod:`reference_engine.begin`)."""
         key = ctx.record_key
-        now = self.clock.now()
-        until = now + ctx.handler_config.lock_duration
+        now = read_now(self.clock)
+        until = ctx.handler_config.locked_until(now)
         args: list[str | int] = [
             _to_micros(until),
             _ACQUIRABLE,
@@ -370,7 +371,7 @@ class RedisStateHandler:
             self._registered().set,
             ctx,
             key,
-            self.clock.now(),
+            read_now(self.clock),
             args,
             landed=_landed(ctx, status, data=encoded),
         )
@@ -389,7 +390,7 @@ class RedisStateHandler:
             self._registered().release_as_failed,
             ctx,
             key,
-            self.clock.now(),
+            read_now(self.clock),
             args,
             landed=_landed(ctx, S.FAILED, error_detail=error_detail),
         )
@@ -413,7 +414,7 @@ class RedisStateHandler:
             self._registered().upsert,
             ctx,
             key,
-            self.clock.now(),
+            read_now(self.clock),
             args,
             extra,
             landed=_landed(ctx, S.PROCESSED, data=encoded),
@@ -431,7 +432,7 @@ class RedisStateHandler:
 
     async def reset_expired_locks(self) -> int:
         script = self._registered().reset_expired_locks
-        now = _to_micros(self.clock.now())
+        now = _to_micros(read_now(self.clock))
         store_id = await self._identity()
         count = await self._call(
             script(
@@ -444,7 +445,7 @@ class RedisStateHandler:
 
     async def expire_past_retention(self) -> int:
         script = self._registered().expire_past_retention
-        now = _to_micros(self.clock.now())
+        now = _to_micros(read_now(self.clock))
         store_id = await self._identity()
         keys = [self.keys.retention, self.keys.locks, self.keys.marker]
         count = await self._call(script(keys=keys, args=[now, store_id]))
@@ -519,10 +520,10 @@ class RedisStateHandler:
         landed; ``landed`` judges the record read back (only on that path),
         and then the reply is ``["landed"]``: the retry succeeds unwritten.
         """
-        retention = ctx.handler_config.retention
+        retain_until = ctx.handler_config.retain_until(now)
         common: list[str | int] = [
             _to_micros(now),
-            "" if retention is None else _to_micros(now + retention),
+            "" if retain_until is None else _to_micros(retain_until),
             ctx.entity_execution_id,
             ctx.source_app_id,
             key.tenant_id,
