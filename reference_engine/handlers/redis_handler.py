@@ -10,6 +10,8 @@ key of one handler lives in one slot):
 * ``{prefix}:locks``: a sorted set of Processing records scored by
   ``locked_until``, which the expired-lock sweep reads from the left;
 * ``{prefix}:retention``: a sorted set of records scored by ``retain_until``;
+* ``{prefix}:audit-cursor``: where the sweeps' audit of the two indexes
+  resumes (:mod:`reference_engine.handlers.redis_scripts`);
 * ``{prefix}:store-id``: the store identity marker, written by the first
   ``open`` and checked by every script, so a flushed or replaced Redis raises
   :class:`~reference_engine.errors.StoreLostError` instead of charging again.
@@ -47,7 +49,7 @@ from reference_engine.errors import (
     StoreLostError,
 )
 from reference_engine.handlers.redis_pipeline import PipelinedConnection, pipelinable
-from reference_engine.handlers.redis_scripts import RegisteredScripts
+from reference_engine.handlers.redis_scripts import AUDIT_SLICE, RegisteredScripts
 from reference_engine.model import NEEDS_LOCK, SWEEP_ERROR_DETAIL, write_landed
 from reference_engine.record import StateRecord, check_settable, encode_data, is_lock_live
 from reference_engine.status import (
@@ -139,11 +141,15 @@ class RedisKeyspace:
     def namespace(self) -> str:
         return "{" + self.prefix + "}"
 
+    @property
+    def record_prefix(self) -> str:
+        return f"{self.namespace}:rec:"
+
     def record(self, key: RecordKey) -> str:
         t, e, ek, k = key.tenant_id, key.entity_id, key.item_entity_key, key.item_key
         scope = str(key.scope_id)
         return (
-            f"{self.namespace}:rec:{len(t)}:{t}/{len(scope)}:{scope}/{len(e)}:{e}/"
+            f"{self.record_prefix}{len(t)}:{t}/{len(scope)}:{scope}/{len(e)}:{e}/"
             f"{len(ek)}:{ek}/{len(k)}:{k}"
         )
 
@@ -159,6 +165,11 @@ class RedisKeyspace:
     def marker(self) -> str:
         """The store identity marker: its loss is how a flushed namespace is noticed."""
         return f"{self.namespace}:store-id"
+
+    @property
+    def audit_cursor(self) -> str:
+        """Where the sweeps' audit of the indexes resumes its ``SCAN``."""
+        return f"{self.namespace}:audit-cursor"
 
     @property
     def history_seq(self) -> str:
@@ -431,24 +442,27 @@ class RedisStateHandler:
     # --- sweeps ------------------------------------------------------------------------------
 
     async def reset_expired_locks(self) -> int:
-        script = self._registered().reset_expired_locks
-        now = _to_micros(read_now(self.clock))
-        store_id = await self._identity()
-        count = await self._call(
-            script(
-                keys=[self.keys.locks, self.keys.marker],
-                args=[now, SWEEP_ERROR_DETAIL, store_id],
-            )
-        )
-        self._check_lost(count)
-        return int(count)
+        """Expired locks -> Failed, after auditing a slice of the lock index (see the scripts)."""
+        return await self._sweep(self._registered().reset_expired_locks, SWEEP_ERROR_DETAIL)
 
     async def expire_past_retention(self) -> int:
-        script = self._registered().expire_past_retention
+        """Past retention -> Expired, after auditing a slice of the indexes (see the scripts)."""
+        return await self._sweep(self._registered().expire_past_retention)
+
+    async def _sweep(self, script: AsyncScript, *extra: str) -> int:
         now = _to_micros(read_now(self.clock))
         store_id = await self._identity()
-        keys = [self.keys.retention, self.keys.locks, self.keys.marker]
-        count = await self._call(script(keys=keys, args=[now, store_id]))
+        keys = [self.keys.locks, self.keys.retention, self.keys.audit_cursor, self.keys.marker]
+        args: list[str | int] = [
+            now,
+            self.keys.pattern,
+            self.keys.record_prefix,
+            self.keys.history_prefix,
+            AUDIT_SLICE,
+            *extra,
+            store_id,
+        ]
+        count = await self._call(script(keys=keys, args=args))
         self._check_lost(count)
         return int(count)
 
