@@ -171,8 +171,8 @@ class InvalidClockError(ConfigurationError):
         self.returned = returned
         super().__init__(
             f"the clock {clock} returned {returned}; a clock must return a timezone-aware "
-            "datetime.datetime (e.g. datetime.now(timezone.utc)), which is then read in UTC. "
-            "Nothing was written"
+            "datetime.datetime (one with a tzinfo, such as timezone.utc), which is then read "
+            "in UTC. Nothing was written"
         )
 
 
