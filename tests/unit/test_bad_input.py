@@ -3,8 +3,9 @@
 Every case asserts the named error, that its message says what was wrong and
 what is allowed, and that the store is byte-for-byte as it was before the
 call.  The item and payload cases run on every store: the in-memory reference
-model always, SQLite in memory, and PostgreSQL and Redis when
-``DSM_TEST_POSTGRES_URL`` and ``DSM_TEST_REDIS_URL`` are set.
+model always, SQLite in memory, and PostgreSQL, Redis and MariaDB when
+``DSM_TEST_POSTGRES_URL``, ``DSM_TEST_REDIS_URL`` and ``DSM_TEST_MARIADB_URL``
+are set.
 Quotes and SQL fragments are not errors: they must be stored verbatim and
 touch nothing else, which is asserted the same way.
 """
@@ -128,6 +129,7 @@ def _sqlite_store() -> Store:
         pytest.param("sqlite", marks=pytest.mark.integration),
         pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres]),
         pytest.param("redis", marks=[pytest.mark.integration, pytest.mark.redis]),
+        pytest.param("mariadb", marks=[pytest.mark.integration, pytest.mark.mariadb]),
     ]
 )
 def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Store:
@@ -144,6 +146,15 @@ def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> St
 
         monkeypatch.setenv(POSTGRES_TEST_URL_ENV, postgres_url)
         return Store("postgres", postgres_test_handler, _sql_snapshot)
+    if request.param == "mariadb":
+        mariadb_url: str = request.getfixturevalue("mariadb_url")
+        from reference_engine.handlers.sql.factory import (
+            MARIADB_TEST_URL_ENV,
+            mariadb_test_handler,
+        )
+
+        monkeypatch.setenv(MARIADB_TEST_URL_ENV, mariadb_url)
+        return Store("mariadb", mariadb_test_handler, _sql_snapshot)
     redis_url: str = request.getfixturevalue("redis_url")
     from reference_engine.handlers.redis_factory import TEST_REDIS_ENV, redis_test_handler
 
