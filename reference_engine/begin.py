@@ -151,8 +151,13 @@ def begin_in_model(
     """The reference answer: the model's ``exists`` then ``try_acquire_lock`` at ``now``.
 
     Both are synchronous, so nothing can run between them: this is the
-    atomic ``begin`` every native implementation is judged against.
+    atomic ``begin`` every native implementation is judged against.  The
+    instants an acquire would write are computed first, as a store computes
+    its parameters before it asks, so a clock at the end of the calendar is
+    refused whatever the record's state.
     """
+    ctx.handler_config.locked_until(now)
+    ctx.handler_config.retain_until(now)
     if model.exists(ctx, now):
         return Completed(model.get(ctx, now))
     before = model.current.get(ctx.record_key)

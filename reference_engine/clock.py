@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Protocol, runtime_checkable
 
-__all__ = ["UTC", "Clock", "ManualClock", "SystemClock", "ensure_utc"]
+from reference_engine.errors import InvalidClockError, echo
+
+__all__ = ["UTC", "Clock", "ManualClock", "SystemClock", "ensure_utc", "read_now"]
 
 UTC = dt.UTC
 
@@ -20,6 +22,31 @@ def ensure_utc(instant: dt.datetime) -> dt.datetime:
     if instant.tzinfo is None or instant.utcoffset() is None:
         raise ValueError(f"naive datetime {instant!r}: every instant must be timezone-aware UTC")
     return instant.astimezone(UTC)
+
+
+def read_now(clock: Clock) -> dt.datetime:
+    """``clock.now()`` as aware UTC, or :class:`~reference_engine.errors.InvalidClockError`.
+
+    Every built-in handler reads its injected clock through this one
+    function, so a clock that returns a naive datetime, a string or a number
+    is refused the same way on every store, before any write; and a clock in
+    another offset is read in UTC, so every store stamps the same instants
+    the same way.  A clock already in UTC costs two checks.
+    """
+    now = clock.now()
+    if type(now) is dt.datetime and now.tzinfo is UTC:
+        return now
+    if not isinstance(now, dt.datetime):
+        raise InvalidClockError(clock=echo(clock), returned=f"{type(now).__name__} {echo(now)}")
+    try:
+        aware = now.tzinfo is not None and now.utcoffset() is not None
+    except Exception as exc:  # a tzinfo whose utcoffset raises is no offset at all
+        raise InvalidClockError(
+            clock=echo(clock), returned=f"a datetime whose tzinfo raised {type(exc).__name__}"
+        ) from exc
+    if not aware:
+        raise InvalidClockError(clock=echo(clock), returned=f"the naive datetime {echo(now)}")
+    return now.astimezone(UTC)
 
 
 @runtime_checkable

@@ -14,7 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference_engine.errors import InvalidOptionError, InvalidSettingsError, echo
+from reference_engine.errors import (
+    InstantOutOfRangeError,
+    InvalidOptionError,
+    InvalidSettingsError,
+    echo,
+)
 from reference_engine.scope import Scope, resolve_scope
 
 __all__ = [
@@ -52,6 +57,23 @@ class HandlerConfig:
 
     lock_duration: dt.timedelta = DEFAULT_LOCK_DURATION
     retention: dt.timedelta | None = DEFAULT_RETENTION
+
+    def locked_until(self, now: dt.datetime) -> dt.datetime:
+        """When a lock taken at ``now`` expires; past year 9999 is a named error, not a crash."""
+        return _after(now, self.lock_duration, "lockDuration")
+
+    def retain_until(self, now: dt.datetime) -> dt.datetime | None:
+        """Until when a record written at ``now`` is kept (``None``: forever)."""
+        return None if self.retention is None else _after(now, self.retention, "retention")
+
+
+def _after(now: dt.datetime, duration: dt.timedelta, option: str) -> dt.datetime:
+    try:
+        return now + duration
+    except OverflowError:
+        raise InstantOutOfRangeError(
+            option=option, now=now.isoformat(), duration=str(duration)
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from reference_engine.config import HandlerConfig
-from reference_engine.errors import InvalidItemError
+from reference_engine.errors import InvalidItemError, echo
 
 __all__ = ["MAX_KEY_LENGTH", "RecordKey", "StateHandlerContext", "plain_text", "validate_key"]
 
@@ -41,22 +41,35 @@ def plain_text(value: object) -> object:
     return value
 
 
-def validate_key(value: object, *, field_name: str, allow_empty: bool = False) -> str:
+def validate_key(
+    value: object, *, field_name: str, allow_empty: bool = False, allow_blank: bool = True
+) -> str:
     """Reject keys a store cannot hold faithfully, before anything is written.
 
     Quotes and SQL fragments are fine (every store binds parameters); what is
-    refused is what would be silently changed or truncated: non-strings, empty
-    item keys, NUL characters, text that is not encodable as UTF-8 (lone
-    surrogates), and keys longer than :data:`MAX_KEY_LENGTH` characters.
+    refused is what would be silently changed or truncated: non-strings
+    (lists and dicts included, before anything hashes them), empty item keys,
+    NUL characters, text that is not encodable as UTF-8 (lone surrogates),
+    and keys longer than :data:`MAX_KEY_LENGTH` characters.  Identifiers that
+    name who is writing (a tenant) are refused blank as well as empty
+    (``allow_blank=False``): spaces alone identify no one.
     The key returned is always a plain ``str`` (see :func:`plain_text`).
     """
     value = plain_text(value)
     if not isinstance(value, str):
         raise InvalidItemError(
-            f"{field_name} must be a string, got {type(value).__name__}", field=field_name
+            f"{field_name} must be a string of at most {MAX_KEY_LENGTH} characters, got "
+            f"{type(value).__name__} {echo(value)}",
+            field=field_name,
         )
     if not value and not allow_empty:
         raise InvalidItemError(f"{field_name} must not be empty", field=field_name)
+    if value and not allow_blank and not value.strip():
+        raise InvalidItemError(
+            f"{field_name} must not be blank (got {len(value)} whitespace characters); "
+            "give a non-empty identifier",
+            field=field_name,
+        )
     if len(value) > MAX_KEY_LENGTH:
         raise InvalidItemError(
             f"{field_name} is {len(value)} characters; the limit is {MAX_KEY_LENGTH}",
@@ -118,8 +131,8 @@ class StateHandlerContext:
         # (which carry an item key) come from for_item, which checks the item
         # fields, so the hot path does not pay for this again.
         if not self.item_key:
-            validate_key(self.tenant_id, field_name="tenant_id")
-            validate_key(self.entity_id, field_name="entity_id")
+            validate_key(self.tenant_id, field_name="tenant_id", allow_blank=False)
+            validate_key(self.entity_id, field_name="entity_id", allow_blank=False)
             validate_key(
                 self.entity_execution_id, field_name="entity_execution_id", allow_empty=True
             )

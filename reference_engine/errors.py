@@ -16,6 +16,8 @@ __all__ = [
     "DuplicateElementError",
     "FactoryError",
     "ForbiddenTransitionError",
+    "InstantOutOfRangeError",
+    "InvalidClockError",
     "InvalidItemError",
     "InvalidOptionError",
     "InvalidSettingsError",
@@ -30,6 +32,7 @@ __all__ = [
     "UnknownHandlerError",
     "UnknownScopeError",
     "UnsupportedStatusError",
+    "clip",
     "echo",
 ]
 
@@ -44,6 +47,15 @@ def echo(value: object, limit: int = MAX_ECHO) -> str:
         text = repr(value)
     except Exception:  # a user's __repr__ must not replace the error being reported
         return f"<{type(value).__name__}>"
+    return clip(text, limit)
+
+
+def clip(text: str, limit: int = MAX_ECHO) -> str:
+    """``text`` cut to ``limit`` characters, saying how long the whole was.
+
+    For text that is already a message (an import error's), which ``echo``
+    would quote a second time.
+    """
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text)} characters)"
@@ -125,6 +137,44 @@ class InvalidOptionError(ConfigurationError):
         self.allowed = tuple(allowed)
         hint = f"; allowed options: {_listing(self.allowed)}" if self.allowed else ""
         super().__init__(f"invalid DataStateMachine option {echo(option)}: {problem}{hint}")
+
+
+class InstantOutOfRangeError(InvalidOptionError):
+    """``now`` plus a lock duration or a retention is past the last instant a record can hold.
+
+    Python's ``datetime`` ends with year 9999 and so do the stores' timestamp
+    types; past it the sum would raise ``OverflowError`` in the middle of a
+    write.  Only a clock near that end (or set there by mistake) gets here,
+    since the options themselves are bounded.
+    """
+
+    def __init__(self, *, option: str, now: str, duration: str) -> None:
+        self.now = now
+        self.duration = duration
+        super().__init__(
+            option,
+            f"now ({now}) + {option} ({duration}) is past 9999-12-31 23:59:59.999999 UTC, "
+            "the last instant a record can hold; nothing was written. Check the clock the "
+            f"handler reads, or shorten {option}",
+        )
+
+
+class InvalidClockError(ConfigurationError):
+    """The clock given to a handler returned something other than an aware datetime.
+
+    A naive datetime has no instant (local time? UTC?), and each store would
+    guess differently: one record would hold three different times.  The
+    clock is refused on its first reading instead, before anything is written.
+    """
+
+    def __init__(self, *, clock: str, returned: str) -> None:
+        self.clock = clock
+        self.returned = returned
+        super().__init__(
+            f"the clock {clock} returned {returned}; a clock must return a timezone-aware "
+            "datetime.datetime (one with a tzinfo, such as timezone.utc), which is then read "
+            "in UTC. Nothing was written"
+        )
 
 
 class DuplicateElementError(ConfigurationError):

@@ -7,6 +7,7 @@ token of each acquisition, so the node API stays as small as the design says.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -62,13 +63,21 @@ class ContextualDataStateMachine:
         self._tokens: dict[tuple[str, str], int] = {}
 
     def context_for(self, item_key: str, item_entity_key: str = "") -> StateHandlerContext:
-        """The per-call context: base context + item fields + this execution's token."""
-        token = self._tokens.get((item_entity_key, item_key))
-        return self.base_ctx.for_item(item_key, item_entity_key, lock_token=token)
+        """The per-call context: base context + item fields + this execution's token.
+
+        The keys are validated before they are used to look the token up: a
+        list or a dict given as a key must be refused by name, not by the
+        ``TypeError`` hashing it would raise, and a ``str`` subclass must find
+        the token its plain text holds.
+        """
+        ctx = self.base_ctx.for_item(item_key, item_entity_key)
+        token = self._tokens.get((ctx.item_entity_key, ctx.item_key))
+        return ctx if token is None else dataclasses.replace(ctx, lock_token=token)
 
     def token_for(self, item_key: str, item_entity_key: str = "") -> int | None:
         """The fencing token this execution holds for an item, if any."""
-        return self._tokens.get((item_entity_key, item_key))
+        ctx = self.base_ctx.for_item(item_key, item_entity_key)
+        return self._tokens.get((ctx.item_entity_key, ctx.item_key))
 
     async def exists(self, item_key: str, item_entity_key: str = "") -> bool:
         return await self.handler.exists(self.context_for(item_key, item_entity_key))
@@ -81,7 +90,7 @@ class ContextualDataStateMachine:
         token = await self.handler.try_acquire_lock(ctx)
         if token is None:
             return False
-        self._tokens[(item_entity_key, item_key)] = token
+        self._tokens[(ctx.item_entity_key, ctx.item_key)] = token
         return True
 
     async def begin(self, item_key: str, item_entity_key: str = "") -> BeginResult:
@@ -90,9 +99,10 @@ class ContextualDataStateMachine:
         See :mod:`reference_engine.begin`; an :class:`Acquired` token is kept
         exactly as ``try_acquire_lock`` keeps it.
         """
-        outcome = await begin(self.handler, self.context_for(item_key, item_entity_key))
+        ctx = self.context_for(item_key, item_entity_key)
+        outcome = await begin(self.handler, ctx)
         if isinstance(outcome, Acquired):
-            self._tokens[(item_entity_key, item_key)] = outcome.token
+            self._tokens[(ctx.item_entity_key, ctx.item_key)] = outcome.token
         return outcome
 
     async def set(

@@ -161,8 +161,7 @@ def write_landed(
 
 
 def _retain_until(ctx: StateHandlerContext, now: dt.datetime) -> dt.datetime | None:
-    retention = ctx.handler_config.retention
-    return None if retention is None else now + retention
+    return ctx.handler_config.retain_until(now)
 
 
 class ReferenceModel:
@@ -179,7 +178,8 @@ class ReferenceModel:
         yield from self.current.values()
         yield from self.superseded
 
-    def get(self, ctx: StateHandlerContext, now: dt.datetime) -> StateRecord | None:
+    def get(self, ctx: StateHandlerContext, now: dt.datetime | None = None) -> StateRecord | None:
+        """The stored record as it is; reading it needs no clock (``now`` is not used)."""
         record = self.current.get(ctx.record_key)
         return None if record is None else record.to_state_record()
 
@@ -189,6 +189,8 @@ class ReferenceModel:
     # --- writes ------------------------------------------------------------------------------
 
     def try_acquire_lock(self, ctx: StateHandlerContext, now: dt.datetime) -> int | None:
+        locked_until = ctx.handler_config.locked_until(now)
+        _retain_until(ctx, now)  # an instant past year 9999 is refused before anything else
         key = ctx.record_key
         record = self.current.get(key)
         source = effective_status(record, now)
@@ -202,7 +204,7 @@ class ReferenceModel:
             record,
             status=S.PROCESSING,
             attempt=token,
-            locked_until=now + ctx.handler_config.lock_duration,
+            locked_until=locked_until,
             error_detail=None,
         )
         return token
@@ -216,6 +218,7 @@ class ReferenceModel:
     ) -> None:
         check_settable(status)
         encoded = encode_data(data)
+        _retain_until(ctx, now)
         record = self.current.get(ctx.record_key)
         if ctx.lock_token is not None:
             if write_landed(record, ctx.lock_token, status, data=encoded):
@@ -243,6 +246,7 @@ class ReferenceModel:
     ) -> None:
         if ctx.lock_token is None:
             raise LockNotHeldError(item_key=ctx.item_key, operation="release_lock_as_failed")
+        _retain_until(ctx, now)
         record = self.current.get(ctx.record_key)
         if write_landed(record, ctx.lock_token, S.FAILED, error_detail=error_detail):
             return
@@ -254,6 +258,7 @@ class ReferenceModel:
         self, ctx: StateHandlerContext, data: Mapping[str, Any] | None, now: dt.datetime
     ) -> None:
         encoded = encode_data(data)
+        _retain_until(ctx, now)
         key = ctx.record_key
         record = self.current.get(key)
         if ctx.lock_token is not None:

@@ -10,11 +10,13 @@ from typing import Any
 
 from reference_engine.clock import Clock, SystemClock
 from reference_engine.errors import (
+    MAX_ECHO,
     ConfigurationError,
     DsmError,
     DuplicateElementError,
     FactoryError,
     UnknownHandlerError,
+    clip,
     echo,
 )
 from reference_engine.handler import HandlerFactory, StateHandler
@@ -45,28 +47,35 @@ def load_callable(spec: str, *, expects: str, example: str = "") -> Callable[...
     """Import ``"package.module:attr"`` and return the callable it names.
 
     ``expects`` says what the callable must do, for the error a wrong spec gets.
+    Every part of the spec a message repeats is cut to a few dozen
+    characters: a spec read from a file or a command line can be any size.
     """
+    if not isinstance(spec, str):
+        raise ConfigurationError(
+            f"handler factory must be a 'package.module:factory' string, got {echo(spec)}"
+        )
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         hint = f", e.g. {example!r}" if example else ""
         raise ConfigurationError(
-            f"handler factory {spec!r} must look like 'package.module:factory'{hint}"
+            f"handler factory {echo(spec)} must look like 'package.module:factory'{hint}"
         )
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except Exception as exc:  # a missing module, a relative name, or the module's own failure
         raise ConfigurationError(
-            f"cannot import module {module_name!r} for handler {spec!r}: {exc}"
+            f"cannot import module {echo(module_name)} for handler {echo(spec)}: "
+            f"{type(exc).__name__}: {clip(str(exc), MAX_ECHO * 2)}"
         ) from exc
     target: object = module
     for part in attr.split("."):
         if not hasattr(target, part):
             raise ConfigurationError(
-                f"module {module_name!r} has no attribute {attr!r} (handler {spec!r})"
+                f"module {echo(module_name)} has no attribute {echo(attr)} (handler {echo(spec)})"
             )
         target = getattr(target, part)
     if not callable(target):
-        raise ConfigurationError(f"{spec!r} is not callable; it must {expects}")
+        raise ConfigurationError(f"{echo(spec)} is not callable; it must {expects}")
     return target
 
 
@@ -193,7 +202,7 @@ class HandlerRegistry:
     def register(self, key: str, factory: HandlerFactory | str) -> None:
         """Register a factory (or its dotted path); re-registering replaces it."""
         if not isinstance(key, str) or not key.strip():
-            raise ConfigurationError(f"handler key must be a non-empty string, got {key!r}")
+            raise ConfigurationError(f"handler key must be a non-empty string, got {echo(key)}")
         self._factories[key] = factory
         self._instances.pop(key, None)
 

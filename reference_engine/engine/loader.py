@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +19,10 @@ from typing import Any
 
 from reference_engine.config import parse_node_settings
 from reference_engine.engine.definitions import Element
-from reference_engine.errors import ConfigurationError, InvalidSettingsError
+from reference_engine.errors import ConfigurationError, InvalidSettingsError, clip, echo
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_ID_LENGTH",
     "NODE_FIELDS",
     "WORKFLOW_FIELDS",
@@ -38,6 +40,9 @@ WORKFLOW_FIELDS = ("id", "name", "nodes")
 NODE_FIELDS = ("id", "type", "name", "settings")
 #: Ids become entity ids in records (scope Element keys by node id), so they obey key limits.
 MAX_ID_LENGTH = 256
+#: How deeply objects and lists may nest in a definition, the definition itself being level 1
+#: (a node's settings are level 4).  Far more than any settings need, far less than the stack.
+MAX_DEPTH = 64
 
 
 class InvalidWorkflowError(InvalidSettingsError):
@@ -101,19 +106,69 @@ def _type_name(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
+#: Unicode categories an id may not contain: controls (NUL, newlines), format characters
+#: (zero-width spaces and joiners, direction marks, BOM) and surrogates (not UTF-8 text).
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})
+_ID_RULE = (
+    f"ids are 1 to {MAX_ID_LENGTH} characters of visible text, without leading or "
+    "trailing whitespace, control, zero-width or format characters, or lone surrogates"
+)
+
+
 def _identifier(value: object, *, field: str) -> str:
+    """An id as given, or refused at load time with what was wrong.
+
+    Ids become entity ids in records and names in logs: one that looks like
+    another (a trailing space, a zero-width character) would key records of
+    its own that nobody can tell apart, and one that is not UTF-8 fails in
+    the store on the first message instead of at deployment.
+    """
     if not isinstance(value, str) or not value.strip():
         raise InvalidWorkflowError(
-            f"workflow definition: {field!r} must be a non-empty string, got {value!r}",
+            f"workflow definition: {field!r} must be a non-empty string, got {echo(value)}; "
+            f"{_ID_RULE}",
             field=field,
         )
-    if len(value) > MAX_ID_LENGTH or "\x00" in value:
+    problem = ""
+    if len(value) > MAX_ID_LENGTH:
+        problem = f"is {len(value)} characters long"
+    elif value != value.strip():
+        problem = "has leading or trailing whitespace"
+    else:
+        bad = next((c for c in value if unicodedata.category(c) in _INVISIBLE_CATEGORIES), "")
+        if bad:
+            kind = "a lone surrogate" if unicodedata.category(bad) == "Cs" else "the character"
+            problem = f"contains {kind} U+{ord(bad):04X}"
+    if problem:
         raise InvalidWorkflowError(
-            f"workflow definition: {field!r} must be at most {MAX_ID_LENGTH} characters "
-            "without NUL characters",
+            f"workflow definition: {field!r} {problem} (got {echo(value)}); {_ID_RULE}",
             field=field,
         )
     return value
+
+
+def _check_depth(decoded: object) -> None:
+    """Refuse a definition nested deeper than :data:`MAX_DEPTH`, without recursing.
+
+    Copying or encoding such a definition later would exhaust the stack;
+    a structure that contains itself always reaches the limit.
+    """
+    pending: list[tuple[object, int]] = [(decoded, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, Mapping | list | tuple):
+            if depth > MAX_DEPTH:
+                raise _too_deep()
+            children = value.values() if isinstance(value, Mapping) else value
+            pending.extend((child, depth + 1) for child in children)
+
+
+def _too_deep() -> InvalidWorkflowError:
+    return InvalidWorkflowError(
+        f"workflow definition nests objects and lists deeper than {MAX_DEPTH} levels "
+        "(or refers to itself); the limit counts the definition object as level 1",
+        field="",
+    )
 
 
 def _check_fields(raw: Mapping[str, Any], allowed: Sequence[str], *, where: str) -> None:
@@ -177,12 +232,15 @@ def load_workflow(source: str | bytes | Mapping[str, Any]) -> WorkflowDefinition
     if isinstance(source, str | bytes):
         try:
             decoded = json.loads(source)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except RecursionError:
+            raise _too_deep() from None
+        except (UnicodeDecodeError, ValueError) as exc:  # ValueError: e.g. a 5,000-digit number
             raise InvalidWorkflowError(
-                f"workflow definition is not valid JSON: {exc}", field=""
+                f"workflow definition is not valid JSON: {clip(str(exc), 200)}", field=""
             ) from exc
     else:
         decoded = source
+    _check_depth(decoded)
     if not isinstance(decoded, Mapping):
         raise InvalidWorkflowError(
             "workflow definition must be a JSON object with fields "

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reference_engine.begin import BeginResult, begin_in_model
-from reference_engine.clock import Clock, SystemClock
+from reference_engine.clock import Clock, SystemClock, read_now
 from reference_engine.context import StateHandlerContext
 from reference_engine.model import ReferenceModel
 from reference_engine.record import StateRecord
@@ -63,16 +63,16 @@ class InMemoryStateHandler:
         return None
 
     async def exists(self, ctx: StateHandlerContext) -> bool:
-        return self.model.exists(ctx, self.clock.now())
+        return self.model.exists(ctx, read_now(self.clock))
 
     async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
-        return self.model.get(ctx, self.clock.now())
+        return self.model.get(ctx)
 
     async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
-        return self.model.try_acquire_lock(ctx, self.clock.now())
+        return self.model.try_acquire_lock(ctx, read_now(self.clock))
 
     async def begin(self, ctx: StateHandlerContext) -> BeginResult:
-        return begin_in_model(self.model, ctx, self.clock.now())
+        return begin_in_model(self.model, ctx, read_now(self.clock))
 
     async def set(
         self,
@@ -80,19 +80,19 @@ class InMemoryStateHandler:
         status: IdempotencyStatus,
         data: Mapping[str, Any] | None = None,
     ) -> None:
-        self.model.set(ctx, status, data, self.clock.now())
+        self.model.set(ctx, status, data, read_now(self.clock))
 
     async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
-        self.model.release_lock_as_failed(ctx, error_detail, self.clock.now())
+        self.model.release_lock_as_failed(ctx, error_detail, read_now(self.clock))
 
     async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
-        self.model.upsert(ctx, data, self.clock.now())
+        self.model.upsert(ctx, data, read_now(self.clock))
 
     async def reset_expired_locks(self) -> int:
-        return self.model.reset_expired_locks(self.clock.now())
+        return self.model.reset_expired_locks(read_now(self.clock))
 
     async def expire_past_retention(self) -> int:
-        return self.model.expire_past_retention(self.clock.now())
+        return self.model.expire_past_retention(read_now(self.clock))
 
 
 def in_memory_handler(clock: Clock) -> InMemoryStateHandler:

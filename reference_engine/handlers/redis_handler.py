@@ -10,6 +10,8 @@ key of one handler lives in one slot):
 * ``{prefix}:locks``: a sorted set of Processing records scored by
   ``locked_until``, which the expired-lock sweep reads from the left;
 * ``{prefix}:retention``: a sorted set of records scored by ``retain_until``;
+* ``{prefix}:audit-cursor``: where the sweeps' audit of the two indexes
+  resumes (:mod:`reference_engine.handlers.redis_scripts`);
 * ``{prefix}:store-id``: the store identity marker, written by the first
   ``open`` and checked by every script, so a flushed or replaced Redis raises
   :class:`~reference_engine.errors.StoreLostError` instead of charging again.
@@ -35,7 +37,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from reference_engine.begin import Acquired, BeginResult, Completed, Locked
-from reference_engine.clock import UTC, Clock, ensure_utc
+from reference_engine.clock import UTC, Clock, ensure_utc, read_now
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (
     ConfigurationError,
@@ -47,7 +49,7 @@ from reference_engine.errors import (
     StoreLostError,
 )
 from reference_engine.handlers.redis_pipeline import PipelinedConnection, pipelinable
-from reference_engine.handlers.redis_scripts import RegisteredScripts
+from reference_engine.handlers.redis_scripts import AUDIT_SLICE, RegisteredScripts
 from reference_engine.model import NEEDS_LOCK, SWEEP_ERROR_DETAIL, write_landed
 from reference_engine.record import StateRecord, check_settable, encode_data, is_lock_live
 from reference_engine.status import (
@@ -139,11 +141,15 @@ class RedisKeyspace:
     def namespace(self) -> str:
         return "{" + self.prefix + "}"
 
+    @property
+    def record_prefix(self) -> str:
+        return f"{self.namespace}:rec:"
+
     def record(self, key: RecordKey) -> str:
         t, e, ek, k = key.tenant_id, key.entity_id, key.item_entity_key, key.item_key
         scope = str(key.scope_id)
         return (
-            f"{self.namespace}:rec:{len(t)}:{t}/{len(scope)}:{scope}/{len(e)}:{e}/"
+            f"{self.record_prefix}{len(t)}:{t}/{len(scope)}:{scope}/{len(e)}:{e}/"
             f"{len(ek)}:{ek}/{len(k)}:{k}"
         )
 
@@ -159,6 +165,11 @@ class RedisKeyspace:
     def marker(self) -> str:
         """The store identity marker: its loss is how a flushed namespace is noticed."""
         return f"{self.namespace}:store-id"
+
+    @property
+    def audit_cursor(self) -> str:
+        """Where the sweeps' audit of the indexes resumes its ``SCAN``."""
+        return f"{self.namespace}:audit-cursor"
 
     @property
     def history_seq(self) -> str:
@@ -288,6 +299,7 @@ class RedisStateHandler:
 
     async def exists(self, ctx: StateHandlerContext) -> bool:
         name = self.keys.record(ctx.record_key)
+        now = read_now(self.clock)  # read first: a bad clock fails whatever is stored
         status, locked_until = await self._call(
             self._connect().hmget(name, ["status", "locked_until"])
         )
@@ -295,7 +307,7 @@ class RedisStateHandler:
             return False
         current = S(_text(status))
         if current is S.PROCESSING and not is_lock_live(
-            current, _from_micros(_text(locked_until)), self.clock.now()
+            current, _from_micros(_text(locked_until)), now
         ):
             current = S.FAILED  # the effective status of an expired, unswept lock
         return current in COMPLETED
@@ -317,8 +329,8 @@ class RedisStateHandler:
 
     async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
         key = ctx.record_key
-        now = self.clock.now()
-        until = now + ctx.handler_config.lock_duration
+        now = read_now(self.clock)
+        until = ctx.handler_config.locked_until(now)
         args: list[str | int] = [_to_micros(until), _ACQUIRABLE, _SOURCES[S.PROCESSING]]
         reply = await self._write(self._registered().acquire, ctx, key, now, args)
         if reply[0] == "forbidden":
@@ -329,8 +341,8 @@ class RedisStateHandler:
     async def begin(self, ctx: StateHandlerContext) -> BeginResult:
         """``exists`` then ``try_acquire_lock`` in one script (see :mod:`reference_engine.begin`)."""
         key = ctx.record_key
-        now = self.clock.now()
-        until = now + ctx.handler_config.lock_duration
+        now = read_now(self.clock)
+        until = ctx.handler_config.locked_until(now)
         args: list[str | int] = [
             _to_micros(until),
             _ACQUIRABLE,
@@ -370,7 +382,7 @@ class RedisStateHandler:
             self._registered().set,
             ctx,
             key,
-            self.clock.now(),
+            read_now(self.clock),
             args,
             landed=_landed(ctx, status, data=encoded),
         )
@@ -389,7 +401,7 @@ class RedisStateHandler:
             self._registered().release_as_failed,
             ctx,
             key,
-            self.clock.now(),
+            read_now(self.clock),
             args,
             landed=_landed(ctx, S.FAILED, error_detail=error_detail),
         )
@@ -413,7 +425,7 @@ class RedisStateHandler:
             self._registered().upsert,
             ctx,
             key,
-            self.clock.now(),
+            read_now(self.clock),
             args,
             extra,
             landed=_landed(ctx, S.PROCESSED, data=encoded),
@@ -430,24 +442,27 @@ class RedisStateHandler:
     # --- sweeps ------------------------------------------------------------------------------
 
     async def reset_expired_locks(self) -> int:
-        script = self._registered().reset_expired_locks
-        now = _to_micros(self.clock.now())
-        store_id = await self._identity()
-        count = await self._call(
-            script(
-                keys=[self.keys.locks, self.keys.marker],
-                args=[now, SWEEP_ERROR_DETAIL, store_id],
-            )
-        )
-        self._check_lost(count)
-        return int(count)
+        """Expired locks -> Failed, after auditing a slice of the lock index (see the scripts)."""
+        return await self._sweep(self._registered().reset_expired_locks, SWEEP_ERROR_DETAIL)
 
     async def expire_past_retention(self) -> int:
-        script = self._registered().expire_past_retention
-        now = _to_micros(self.clock.now())
+        """Past retention -> Expired, after auditing a slice of the indexes (see the scripts)."""
+        return await self._sweep(self._registered().expire_past_retention)
+
+    async def _sweep(self, script: AsyncScript, *extra: str) -> int:
+        now = _to_micros(read_now(self.clock))
         store_id = await self._identity()
-        keys = [self.keys.retention, self.keys.locks, self.keys.marker]
-        count = await self._call(script(keys=keys, args=[now, store_id]))
+        keys = [self.keys.locks, self.keys.retention, self.keys.audit_cursor, self.keys.marker]
+        args: list[str | int] = [
+            now,
+            self.keys.pattern,
+            self.keys.record_prefix,
+            self.keys.history_prefix,
+            AUDIT_SLICE,
+            *extra,
+            store_id,
+        ]
+        count = await self._call(script(keys=keys, args=args))
         self._check_lost(count)
         return int(count)
 
@@ -519,10 +534,10 @@ class RedisStateHandler:
         landed; ``landed`` judges the record read back (only on that path),
         and then the reply is ``["landed"]``: the retry succeeds unwritten.
         """
-        retention = ctx.handler_config.retention
+        retain_until = ctx.handler_config.retain_until(now)
         common: list[str | int] = [
             _to_micros(now),
-            "" if retention is None else _to_micros(now + retention),
+            "" if retain_until is None else _to_micros(retain_until),
             ctx.entity_execution_id,
             ctx.source_app_id,
             key.tenant_id,

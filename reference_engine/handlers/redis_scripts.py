@@ -29,6 +29,21 @@ Every write script shares one ``ARGV`` layout (see :data:`COMMON_ARGS`) and
 ``KEYS[1..3]`` = record hash, lock index, retention index; operation-specific
 arguments start at ``ARGV[11]``.
 
+The sweeps read their index (``ZRANGEBYSCORE`` over the lock or retention
+index), which every write script keeps in the same atomic step as the record.
+An index can still lose an entry behind the handler's back: an operator's
+``ZREM`` or ``DEL``, a partial restore, eviction under an ``allkeys-*``
+memory policy.  A record whose lock entry is gone would stay Processing
+forever.  So every sweep first **audits** a slice of the namespace: one
+``SCAN`` step (``COUNT`` :data:`AUDIT_SLICE`, resuming from a cursor kept in
+the namespace) re-indexes each record it meets from the record's own fields,
+then the sweep reads the repaired index.  This was chosen because it costs
+the hot path nothing (no write checks anything more) and each sweep a bounded
+amount; the price is latency: a lost entry is repaired within one full pass
+of the cursor, i.e. after about ``keys in the database / AUDIT_SLICE`` sweeps.
+A second index, or a count checked by every write, would be lost the same
+ways as the first, and would tax every write for a fault no write causes.
+
 Every script's **last** key is the namespace's store identity marker and its
 last argument the identity the handler read when it opened.  The check runs
 before anything else, inside the same script, so a flushed or replaced store
@@ -46,6 +61,7 @@ from redis.commands.core import AsyncScript
 
 __all__ = [
     "ACQUIRE",
+    "AUDIT_SLICE",
     "BEGIN",
     "COMMON_ARGS",
     "EXPIRE_PAST_RETENTION",
@@ -56,6 +72,10 @@ __all__ = [
     "UPSERT",
     "RegisteredScripts",
 ]
+
+#: The ``COUNT`` of the ``SCAN`` step each sweep audits: hash-table buckets, not keys, so
+#: a sweep's extra work stays bounded whatever the database holds.
+AUDIT_SLICE = 1000
 
 #: Names of ``ARGV[1..10]`` in every write script, in order.
 COMMON_ARGS = (
@@ -109,6 +129,33 @@ local function reindex(key, locks, retention)
   end
 end
 """
+
+# The sweeps' shared part: before reading an index, re-index one slice of the
+# namespace's records from the records themselves (the audit described in the
+# module docstring).  KEYS[1..3] = lock index, retention index, audit cursor;
+# ARGV[2..5] = SCAN pattern, current-record prefix, history prefix, slice size.
+_SWEEP_PRELUDE = (
+    _PRELUDE
+    + """
+local LOCKS, RETENTION = KEYS[1], KEYS[2]
+
+local function starts(text, prefix)
+  return string.sub(text, 1, #prefix) == prefix
+end
+
+local function audit()
+  local cursor = redis.call('GET', KEYS[3])
+  if not cursor or not tonumber(cursor) then cursor = '0' end
+  local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[2], 'COUNT', ARGV[5])
+  for _, key in ipairs(reply[2]) do
+    if starts(key, ARGV[3]) or starts(key, ARGV[4]) then reindex(key, LOCKS, RETENTION) end
+  end
+  if reply[1] == '0' then redis.call('DEL', KEYS[3]) else redis.call('SET', KEYS[3], reply[1]) end
+end
+
+audit()
+"""
+)
 
 # The write scripts' shared part: the record's key and stamp arguments, the
 # read of the current record and the one write path (insert or update).
@@ -293,40 +340,40 @@ return {'ok'}
 """
 )
 
-#: KEYS[1] = lock index, KEYS[2] = marker; ARGV[1] = now, ARGV[2] = error detail the
-#: sweep writes, ARGV[3] = store identity.
+#: The sweeps' keys and arguments (see ``_SWEEP_PRELUDE``), then KEYS[4] = marker;
+#: ARGV[6] = error detail the sweep writes, ARGV[7] = store identity.
 RESET_EXPIRED_LOCKS = (
-    _PRELUDE
+    _SWEEP_PRELUDE
     + """
 local count = 0
-for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. NOW_S)) do
+for _, key in ipairs(redis.call('ZRANGEBYSCORE', LOCKS, '-inf', '(' .. NOW_S)) do
   local r = redis.call('HMGET', key, 'status', 'locked_until')
   if r[1] == 'processing' and r[2] and tonumber(r[2]) < NOW then
-    redis.call('HSET', key, 'status', 'failed', 'error_detail', ARGV[2], 'updated_at', NOW_S)
+    redis.call('HSET', key, 'status', 'failed', 'error_detail', ARGV[6], 'updated_at', NOW_S)
     redis.call('HDEL', key, 'locked_until')
     count = count + 1
   end
-  if not is_live(r[1], r[2]) then redis.call('ZREM', KEYS[1], key) end
+  if not is_live(r[1], r[2]) then redis.call('ZREM', LOCKS, key) end
 end
 return count
 """
 )
 
-#: KEYS[1] = retention index, KEYS[2] = lock index, KEYS[3] = marker; ARGV[1] = now,
-#: ARGV[2] = store identity.
+#: The sweeps' keys and arguments (see ``_SWEEP_PRELUDE``), then KEYS[4] = marker;
+#: ARGV[6] = store identity.
 EXPIRE_PAST_RETENTION = (
-    _PRELUDE
+    _SWEEP_PRELUDE
     + """
 local count = 0
-for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. NOW_S)) do
+for _, key in ipairs(redis.call('ZRANGEBYSCORE', RETENTION, '-inf', '(' .. NOW_S)) do
   local r = redis.call('HMGET', key, 'status', 'locked_until', 'retain_until')
   if not r[1] or r[1] == 'expired' or not r[3] then
-    redis.call('ZREM', KEYS[1], key)
+    redis.call('ZREM', RETENTION, key)
   elseif not is_live(r[1], r[2]) and tonumber(r[3]) < NOW then
     redis.call('HSET', key, 'status', 'expired', 'updated_at', NOW_S)
     redis.call('HDEL', key, 'locked_until')
-    redis.call('ZREM', KEYS[1], key)
-    redis.call('ZREM', KEYS[2], key)
+    redis.call('ZREM', RETENTION, key)
+    redis.call('ZREM', LOCKS, key)
     count = count + 1
   end
 end

@@ -134,6 +134,9 @@ class ApprovalExecutor(BaseNodeExecutor):
     """
 
     node_type = NODE_TYPE
+    # A payment repeated on redelivery is a double payment, and waive, confirm and amend
+    # are decisions only the store can make: never run unguarded.
+    requires_data_state_machine = True
 
     def __init__(
         self, element: Element, factory: DataStateMachineFactory, payments: PaymentApi

@@ -93,6 +93,8 @@ class CorrectionExecutor(BaseNodeExecutor):
     """
 
     node_type = NODE_TYPE
+    # Each revision's notice goes to a customer once; its guard record is what keeps it so.
+    requires_data_state_machine = True
 
     def __init__(
         self, element: Element, factory: DataStateMachineFactory, notices: NoticeApi

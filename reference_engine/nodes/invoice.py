@@ -91,6 +91,8 @@ class InvoiceDispatchExecutor(BaseNodeExecutor):
     """
 
     node_type = NODE_TYPE
+    # A charge repeated on redelivery is a double charge: never run unguarded.
+    requires_data_state_machine = True
 
     def __init__(
         self, element: Element, factory: DataStateMachineFactory, billing: BillingApi, clock: Clock

@@ -104,6 +104,9 @@ class ScreeningExecutor(BaseNodeExecutor):
     """
 
     node_type = NODE_TYPE
+    # Lines already screened are recognised only through their records: without them every
+    # pass and every redelivery screens every line again.
+    requires_data_state_machine = True
 
     def __init__(
         self, element: Element, factory: DataStateMachineFactory, screening: ScreeningApi

@@ -42,6 +42,7 @@ from reference_engine.handlers.redis_factory import (
     redis_test_url,
 )
 from reference_engine.handlers.redis_handler import RedisKeyspace, RedisStateHandler
+from reference_engine.handlers.redis_scripts import AUDIT_SLICE
 from reference_engine.model import SWEEP_ERROR_DETAIL
 from reference_engine.registry import HandlerRegistry
 from reference_engine.status import IdempotencyStatus
@@ -518,6 +519,104 @@ def test_sweep_detail_and_stored_fields(redis_url: str) -> None:
             )
             assert record.retain_until == START + dt.timedelta(days=2)
             assert record.updated_at == START + LOCK + TINY
+
+    run(scenario)
+
+
+async def _full_audit_budget(url: str) -> int:
+    """Sweeps that take the audit's cursor once around the whole database, plus one."""
+    probe = Redis.from_url(url, decode_responses=True)
+    try:
+        return int(await probe.dbsize()) // AUDIT_SLICE + 2
+    finally:
+        await probe.aclose()
+
+
+async def _lose(url: str, index: str, member: str | None) -> None:
+    """What an operator's ZREM or DEL, an eviction or a partial restore does to an index."""
+    probe = Redis.from_url(url, decode_responses=True)
+    try:
+        if member is None:
+            assert await probe.delete(index) == 1
+        else:
+            assert await probe.zrem(index, member) == 1
+    finally:
+        await probe.aclose()
+
+
+@pytest.mark.parametrize("loss", ["one-entry", "whole-index"])
+def test_a_lock_whose_index_entry_was_lost_is_still_swept(redis_url: str, loss: str) -> None:
+    """The sweep reads the lock index; a record missing from it must not stay Processing."""
+
+    async def scenario() -> None:
+        clock = ManualClock(START)
+        async with redis_under_test(redis_url, clock) as handler:
+            assert await handler.try_acquire_lock(A.ctx()) == 1
+            assert await handler.try_acquire_lock(B.ctx()) == 1
+            lost = handler.keys.record(A.ctx().record_key)
+            await _lose(redis_url, handler.keys.locks, lost if loss == "one-entry" else None)
+            budget = await _full_audit_budget(redis_url)
+            clock.advance(LOCK + TINY)
+            swept = 0
+            for _ in range(budget):
+                swept += await handler.reset_expired_locks()
+                if swept == 2:
+                    break
+            assert swept == 2, f"{2 - swept} expired lock(s) left after {budget} sweeps"
+            for where in (A, B):
+                record = await handler.get(where.ctx())
+                assert record is not None
+                assert (record.status, record.error_detail) == (S.FAILED, SWEEP_ERROR_DETAIL)
+            assert await handler.reset_expired_locks() == 0
+
+    run(scenario)
+
+
+def test_the_audit_restores_a_lost_entry_with_its_deadline_and_adds_nothing(
+    redis_url: str,
+) -> None:
+    """Before the lock expires the sweep sweeps nothing, but the index is whole again."""
+
+    async def scenario() -> None:
+        clock = ManualClock(START)
+        async with redis_under_test(redis_url, clock) as handler:
+            assert await handler.try_acquire_lock(A.ctx()) == 1
+            await handler.upsert(B.ctx(), {"v": 1})
+            lost = handler.keys.record(A.ctx().record_key)
+            await _lose(redis_url, handler.keys.locks, lost)
+            for _ in range(await _full_audit_budget(redis_url)):
+                assert await handler.reset_expired_locks() == 0
+            probe = Redis.from_url(redis_url, decode_responses=True)
+            try:
+                index = await probe.zrange(handler.keys.locks, 0, -1, withscores=True)
+            finally:
+                await probe.aclose()
+            until = START + LOCK
+            micros = (until - dt.datetime(1970, 1, 1, tzinfo=UTC)) // TINY
+            assert index == [(lost, float(micros))]
+            record = await handler.get(A.ctx())
+            assert record is not None and record.status is S.PROCESSING
+
+    run(scenario)
+
+
+def test_a_record_whose_retention_entry_was_lost_still_expires(redis_url: str) -> None:
+    async def scenario() -> None:
+        clock = ManualClock(START)
+        async with redis_under_test(redis_url, clock) as handler:
+            await handler.upsert(A.ctx(), {"v": 1})
+            lost = handler.keys.record(A.ctx().record_key)
+            await _lose(redis_url, handler.keys.retention, lost)
+            budget = await _full_audit_budget(redis_url)
+            clock.advance(dt.timedelta(days=2) + TINY)
+            expired = 0
+            for _ in range(budget):
+                expired += await handler.expire_past_retention()
+                if expired:
+                    break
+            assert expired == 1
+            record = await handler.get(A.ctx())
+            assert record is not None and record.status is S.EXPIRED
 
     run(scenario)
 

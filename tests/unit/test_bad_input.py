@@ -3,8 +3,9 @@
 Every case asserts the named error, that its message says what was wrong and
 what is allowed, and that the store is byte-for-byte as it was before the
 call.  The item and payload cases run on every store: the in-memory reference
-model always, SQLite in memory, and PostgreSQL and Redis when
-``DSM_TEST_POSTGRES_URL`` and ``DSM_TEST_REDIS_URL`` are set.
+model always, SQLite in memory, and PostgreSQL, Redis and MariaDB when
+``DSM_TEST_POSTGRES_URL``, ``DSM_TEST_REDIS_URL`` and ``DSM_TEST_MARIADB_URL``
+are set.
 Quotes and SQL fragments are not errors: they must be stored verbatim and
 touch nothing else, which is asserted the same way.
 """
@@ -32,16 +33,23 @@ from typing import Any
 
 import pytest
 
-from reference_engine.clock import UTC, ManualClock
+from reference_engine.clock import UTC, Clock, ManualClock
 from reference_engine.config import parse_node_settings
 from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.engine.definitions import Element, ExecutionThread
+from reference_engine.engine.executor import Message, NodeOutcome
+from reference_engine.engine.loader import MAX_DEPTH, InvalidWorkflowError, load_workflow
+from reference_engine.engine.workflow import NodeTypeRegistry, WorkflowEngine
 from reference_engine.errors import (
     ConfigurationError,
     DsmError,
+    DuplicateElementError,
+    InstantOutOfRangeError,
+    InvalidClockError,
     InvalidItemError,
     InvalidOptionError,
     InvalidSettingsError,
+    MissingDataStateMachineError,
     PayloadTooLargeError,
     StaleLockError,
     UnknownHandlerError,
@@ -52,9 +60,10 @@ from reference_engine.factory import DataStateMachineFactory
 from reference_engine.handler import HandlerFactory, StateHandler
 from reference_engine.handlers.memory import InMemoryStateHandler, in_memory_handler
 from reference_engine.machine import ContextualDataStateMachine
+from reference_engine.nodes import approval, correction, invoice, screening
 from reference_engine.nodes.invoice import FakeBillingApi, InvoiceDispatchExecutor
-from reference_engine.record import MAX_DATA_BYTES
-from reference_engine.registry import HandlerRegistry
+from reference_engine.record import MAX_DATA_BYTES, MAX_ERROR_DETAIL
+from reference_engine.registry import HandlerRegistry, load_factory
 from reference_engine.status import IdempotencyStatus
 
 pytestmark = pytest.mark.unit
@@ -120,6 +129,7 @@ def _sqlite_store() -> Store:
         pytest.param("sqlite", marks=pytest.mark.integration),
         pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres]),
         pytest.param("redis", marks=[pytest.mark.integration, pytest.mark.redis]),
+        pytest.param("mariadb", marks=[pytest.mark.integration, pytest.mark.mariadb]),
     ]
 )
 def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Store:
@@ -136,6 +146,15 @@ def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> St
 
         monkeypatch.setenv(POSTGRES_TEST_URL_ENV, postgres_url)
         return Store("postgres", postgres_test_handler, _sql_snapshot)
+    if request.param == "mariadb":
+        mariadb_url: str = request.getfixturevalue("mariadb_url")
+        from reference_engine.handlers.sql.factory import (
+            MARIADB_TEST_URL_ENV,
+            mariadb_test_handler,
+        )
+
+        monkeypatch.setenv(MARIADB_TEST_URL_ENV, mariadb_url)
+        return Store("mariadb", mariadb_test_handler, _sql_snapshot)
     redis_url: str = request.getfixturevalue("redis_url")
     from reference_engine.handlers.redis_factory import TEST_REDIS_ENV, redis_test_handler
 
@@ -157,9 +176,11 @@ class Node:
 
 
 @asynccontextmanager
-async def node(store: Store, settings: Mapping[str, Any] = GOOD_SETTINGS) -> AsyncIterator[Node]:
+async def node(
+    store: Store, settings: Mapping[str, Any] = GOOD_SETTINGS, clock: Clock | None = None
+) -> AsyncIterator[Node]:
     """Settings -> registry -> factory -> machine, with a few records already written."""
-    registry = HandlerRegistry(ManualClock(START))
+    registry = HandlerRegistry(clock or ManualClock(START))
     registry.register(HANDLER_KEY, store.factory)
     factory = DataStateMachineFactory(registry)
     try:
@@ -192,6 +213,7 @@ OPERATIONS: dict[str, Call] = {
     "exists": lambda m, key: m.exists(key),
     "get": lambda m, key: m.get(key),
     "try_acquire_lock": lambda m, key: m.try_acquire_lock(key),
+    "begin": lambda m, key: m.begin(key),
     "set": lambda m, key: m.set(key, S.SKIPPED, {"why": "test"}),
     "upsert": lambda m, key: m.upsert(key, {"v": 1}),
     "release_lock_as_failed": lambda m, key: m.release_lock_as_failed(key, "boom"),
@@ -206,6 +228,10 @@ BAD_ITEM_KEYS: dict[str, tuple[object, tuple[str, ...]]] = {
     "oversized": ("k" * (MAX_KEY_LENGTH + 1), ("item_key", "257 characters", "limit is 256")),
     "lone-surrogate": ("inv-\udc80", ("item_key", "not valid Unicode text", "UTF-8")),
     "nul": ("inv\x00-1", ("item_key", "must not contain NUL")),
+    # Unhashable values: refused by name before anything hashes them.
+    "list": (["inv", 1], ("item_key", "must be a string", "at most 256", "list", "['inv', 1]")),
+    "dict": ({"id": "inv-1"}, ("item_key", "must be a string", "dict", "{'id': 'inv-1'}")),
+    "set": ({"inv-1"}, ("item_key", "must be a string", "set")),
 }
 
 
@@ -232,20 +258,54 @@ BAD_ENTITY_KEYS: dict[str, tuple[object, tuple[str, ...]]] = {
     "int": (7, ("item_entity_key", "must be a string", "int")),
     "oversized": ("e" * 300, ("item_entity_key", "300 characters", "limit is 256")),
     "lone-surrogate": ("\ud800", ("item_entity_key", "not valid Unicode text")),
+    "list": (["batch", 7], ("item_entity_key", "must be a string", "list", "['batch', 7]")),
+    "dict": ({"batch": 7}, ("item_entity_key", "must be a string", "dict", "{'batch': 7}")),
+}
+
+#: Every machine call, with a good item key and the entity key under test.
+ENTITY_OPERATIONS: dict[str, Call] = {
+    "exists": lambda m, entity: m.exists("inv-1", entity),
+    "get": lambda m, entity: m.get("inv-1", entity),
+    "try_acquire_lock": lambda m, entity: m.try_acquire_lock("inv-1", entity),
+    "begin": lambda m, entity: m.begin("inv-1", entity),
+    "set": lambda m, entity: m.set("inv-1", S.SKIPPED, {"why": "test"}, entity),
+    "upsert": lambda m, entity: m.upsert("inv-1", {"v": 1}, entity),
+    "release_lock_as_failed": lambda m, entity: m.release_lock_as_failed("inv-1", "boom", entity),
 }
 
 
+@pytest.mark.parametrize("operation", list(ENTITY_OPERATIONS))
 @pytest.mark.parametrize("case", list(BAD_ENTITY_KEYS))
-def test_bad_item_entity_keys_are_refused(store: Store, case: str) -> None:
+def test_bad_item_entity_keys_are_refused(store: Store, case: str, operation: str) -> None:
     key, phrases = BAD_ENTITY_KEYS[case]
 
     async def scenario() -> None:
         async with node(store) as n:
             before = await n.snapshot()
             with pytest.raises(InvalidItemError) as info:
-                await n.machine.upsert("inv-1", {"v": 1}, item_entity_key=key)  # type: ignore[arg-type]
+                await ENTITY_OPERATIONS[operation](n.machine, key)
             check_message(info.value, *phrases)
+            assert info.value.field == "item_entity_key"
             assert await n.snapshot() == before
+
+    run(scenario)
+
+
+def test_an_unhashable_key_is_refused_when_the_token_is_looked_up() -> None:
+    """``token_for`` and ``context_for`` validate before the token table is consulted."""
+
+    async def scenario() -> None:
+        async with node(Store("memory", in_memory_handler, _memory_snapshot)) as n:
+            for call in (
+                lambda: n.machine.token_for(["inv-1"]),  # type: ignore[arg-type]
+                lambda: n.machine.token_for("inv-1", {"e": 1}),  # type: ignore[arg-type]
+                lambda: n.machine.context_for({"k": 1}),  # type: ignore[arg-type]
+            ):
+                with pytest.raises(InvalidItemError, match="must be a string"):
+                    call()
+            # The held token is still found by its plain text and by a str subclass of it.
+            assert n.machine.token_for("seed-locked") == 1
+            assert n.machine.token_for(Tagged("seed-locked")) == 1
 
     run(scenario)
 
@@ -528,6 +588,194 @@ def test_an_unencodable_error_detail_still_records_the_failure(store: Store, det
     run(scenario)
 
 
+class UnprintableDetail(Exception):
+    """An error whose ``__str__`` raises, as a broken exception class of a user's API would."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this error")
+
+
+def test_an_error_detail_whose_str_raises_still_records_the_failure(store: Store) -> None:
+    """Refusing it would leave the lock held until it expires; the failure is recorded by type."""
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            assert await n.machine.try_acquire_lock("inv-1")
+            await n.machine.release_lock_as_failed("inv-1", UnprintableDetail())  # type: ignore[arg-type]
+            record = await n.machine.get("inv-1")
+            assert record is not None
+            assert (record.status, record.locked_until) == (S.FAILED, None)
+            assert record.error_detail == (
+                "<UnprintableDetail error detail; str() raised RuntimeError>"
+            )
+            assert n.machine.token_for("inv-1") is None
+            # The lock is free: the next delivery takes it with the next token.
+            assert await n.machine.try_acquire_lock("inv-1")
+            assert n.machine.token_for("inv-1") == 2
+
+    run(scenario)
+
+
+def test_an_overlong_error_detail_is_cut_to_the_limit(store: Store) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            assert await n.machine.try_acquire_lock("inv-1")
+            await n.machine.release_lock_as_failed("inv-1", "é" * (MAX_ERROR_DETAIL + 10))
+            record = await n.machine.get("inv-1")
+            assert record is not None
+            assert record.error_detail == "é" * MAX_ERROR_DETAIL
+
+    run(scenario)
+
+
+# --- the clock ---------------------------------------------------------------------------------
+
+
+class SwitchClock:
+    """A manual clock whose next readings can be replaced by any value, as a user's clock may."""
+
+    def __init__(self) -> None:
+        self.base = ManualClock(START)
+        self.reading: Any = None
+
+    def now(self) -> dt.datetime:
+        return self.base.now() if self.reading is None else self.reading
+
+
+#: What a user's clock may return instead of an aware datetime, and how the error shows it.
+BAD_CLOCK_READINGS: dict[str, tuple[object, str]] = {
+    "naive": (START.replace(tzinfo=None), "naive datetime"),
+    "text": (START.isoformat(), "str '2026-04-01T08:00:00+00:00'"),
+    "epoch-seconds": (1_775_030_400.0, "float 1775030400.0"),
+    "date": (START.date(), "date datetime.date(2026, 4, 1)"),
+}
+
+#: Every call that reads the clock: the writes, ``exists`` and both sweeps.
+ClockCall = Callable[[Node], Awaitable[object]]
+CLOCK_OPERATIONS: dict[str, ClockCall] = {
+    "exists": lambda n: n.machine.exists("seed-done"),
+    "try_acquire_lock": lambda n: n.machine.try_acquire_lock("inv-1"),
+    "begin": lambda n: n.machine.begin("inv-1"),
+    "set": lambda n: n.machine.set("inv-1", S.SKIPPED, {"why": "test"}),
+    "upsert": lambda n: n.machine.upsert("seed-done", {"charge": "ch_3"}),
+    "release_lock_as_failed": lambda n: n.machine.release_lock_as_failed("seed-locked", "boom"),
+    "reset_expired_locks": lambda n: n.handler.reset_expired_locks(),
+    "expire_past_retention": lambda n: n.handler.expire_past_retention(),
+}
+
+
+@pytest.mark.parametrize("operation", list(CLOCK_OPERATIONS))
+@pytest.mark.parametrize("case", list(BAD_CLOCK_READINGS))
+def test_a_clock_that_returns_no_aware_datetime_is_refused_alike_on_every_store(
+    store: Store, case: str, operation: str
+) -> None:
+    reading, shown = BAD_CLOCK_READINGS[case]
+    clock = SwitchClock()
+
+    async def scenario() -> None:
+        async with node(store, clock=clock) as n:
+            before = await n.snapshot()
+            clock.reading = reading
+            with pytest.raises(InvalidClockError) as info:
+                await CLOCK_OPERATIONS[operation](n)
+            check_message(info.value, shown, "must return a timezone-aware", "Nothing was written")
+            assert isinstance(info.value, ConfigurationError)
+            # Reading a stored record needs no clock, on every store alike.
+            record = await n.machine.get("seed-done")
+            assert record is not None and record.data == {"charge": "ch_2"}
+            clock.reading = None
+            assert await n.snapshot() == before
+
+    run(scenario)
+
+
+def test_a_clock_in_another_offset_is_read_in_utc_on_every_store(store: Store) -> None:
+    clock = SwitchClock()
+    kolkata = dt.timezone(dt.timedelta(hours=5, minutes=30))
+
+    async def scenario() -> None:
+        async with node(store, clock=clock) as n:
+            clock.reading = START.astimezone(kolkata)
+            assert await n.machine.try_acquire_lock("inv-1")
+            locked = await n.machine.get("inv-1")
+            await n.machine.upsert("inv-2", {"v": 1})
+            done = await n.machine.get("inv-2")
+            assert locked is not None and done is not None
+            instants = {
+                "locked_until": locked.locked_until,
+                "created_at": done.created_at,
+                "updated_at": done.updated_at,
+                "retain_until": done.retain_until,
+            }
+            expected = {
+                "locked_until": START + dt.timedelta(minutes=30),
+                "created_at": START,
+                "updated_at": START,
+                "retain_until": START + dt.timedelta(days=30),
+            }
+            assert instants == expected
+            offsets = {name: v.utcoffset() for name, v in instants.items() if v is not None}
+            assert set(offsets.values()) == {dt.timedelta(0)}, offsets
+
+    run(scenario)
+
+
+# --- the end of the calendar -------------------------------------------------------------------
+
+#: One hour before the last instant a datetime can hold: lock (30 minutes) fits, retention not.
+NEAR_THE_END = dt.datetime(9999, 12, 31, 23, 0, tzinfo=UTC)
+
+#: Every call that computes an instant from now: the writes (and begin, which may acquire).
+DEADLINE_OPERATIONS: dict[str, ClockCall] = {
+    name: CLOCK_OPERATIONS[name]
+    for name in ("try_acquire_lock", "begin", "set", "upsert", "release_lock_as_failed")
+}
+
+
+@pytest.mark.parametrize("operation", list(DEADLINE_OPERATIONS))
+def test_a_retention_past_year_9999_is_a_named_error_naming_instant_and_option(
+    store: Store, operation: str
+) -> None:
+    clock = SwitchClock()
+
+    async def scenario() -> None:
+        async with node(store, clock=clock) as n:
+            before = await n.snapshot()
+            clock.reading = NEAR_THE_END
+            with pytest.raises(InstantOutOfRangeError) as info:
+                await DEADLINE_OPERATIONS[operation](n)
+            error = info.value
+            assert (error.option, error.now) == ("retention", NEAR_THE_END.isoformat())
+            check_message(error, "'retention'", "9999-12-31T23:00:00+00:00", "30 days", "9999")
+            assert isinstance(error, InvalidOptionError)
+            # Reads compute no instant and still answer.
+            assert await n.machine.exists("seed-done")
+            clock.reading = None
+            assert await n.snapshot() == before
+
+    run(scenario)
+
+
+def test_a_lock_past_year_9999_names_the_lock_duration(store: Store) -> None:
+    clock = SwitchClock()
+    keep_forever = {"dataStateMachine": {"options": {"lockDuration": "30m", "retention": None}}}
+
+    async def scenario() -> None:
+        async with node(store, keep_forever, clock=clock) as n:
+            before = await n.snapshot()
+            clock.reading = dt.datetime(9999, 12, 31, 23, 45, tzinfo=UTC)
+            for acquire in (n.machine.try_acquire_lock, n.machine.begin):
+                with pytest.raises(InstantOutOfRangeError) as info:
+                    await acquire("inv-1")
+                assert info.value.option == "lockDuration"
+                check_message(info.value, "'lockDuration'", "9999-12-31T23:45:00+00:00", "0:30:00")
+            # Without a retention nothing else needs a later instant: a decision still lands.
+            await n.machine.set("inv-2", S.SKIPPED)
+            assert len(await n.snapshot()) == len(before) + 1
+
+    run(scenario)
+
+
 # --- node settings -----------------------------------------------------------------------------
 
 #: (settings as given to the node, expected error, phrases its message must contain)
@@ -694,24 +942,85 @@ def test_a_retention_beyond_the_calendar_is_refused_at_load_time() -> None:
 
 # --- the execution's own fields ------------------------------------------------------------------
 
-BAD_THREADS: dict[str, ExecutionThread] = {
-    "empty-tenant": ExecutionThread(execution_id="run-1", tenant_id="", source_app_id="app-1"),
-    "surrogate-tenant": ExecutionThread(
-        execution_id="run-1", tenant_id="t-\udc80", source_app_id="app-1"
+#: (execution, scope of the node, phrases the error must contain, phrases it must not)
+BAD_THREADS: dict[str, tuple[ExecutionThread, str, tuple[str, ...], tuple[str, ...]]] = {
+    "empty-tenant": (
+        ExecutionThread(execution_id="run-1", tenant_id="", source_app_id="app-1"),
+        "Element",
+        ("tenant_id", "must not be empty"),
+        (),
     ),
-    "oversized-execution-id": ExecutionThread(
-        execution_id="r" * 1000, tenant_id="tenant-1", source_app_id="app-1"
+    "blank-tenant": (
+        ExecutionThread(execution_id="run-1", tenant_id="   ", source_app_id="app-1"),
+        "Element",
+        ("tenant_id", "must not be blank"),
+        (),
+    ),
+    "blank-tenant-tenant-scope": (
+        ExecutionThread(execution_id="run-1", tenant_id="\t \n", source_app_id="app-1"),
+        "Tenant",
+        ("tenant_id", "must not be blank"),
+        ("entity_id",),
+    ),
+    "surrogate-tenant": (
+        ExecutionThread(execution_id="run-1", tenant_id="t-\udc80", source_app_id="app-1"),
+        "Element",
+        ("tenant_id", "not valid Unicode text"),
+        (),
+    ),
+    "oversized-execution-id": (
+        ExecutionThread(execution_id="r" * 1000, tenant_id="tenant-1", source_app_id="app-1"),
+        "Element",
+        ("execution_id", "1000 characters", "limit is 256"),
+        (),
+    ),
+    "empty-source-app-application-scope": (
+        ExecutionThread(execution_id="run-1", tenant_id="tenant-1", source_app_id=""),
+        "Application",
+        ("source_app_id", "must not be empty"),
+        ("entity_id",),
+    ),
+    "blank-source-app-application-scope": (
+        ExecutionThread(execution_id="run-1", tenant_id="tenant-1", source_app_id="  "),
+        "Application",
+        ("source_app_id", "must not be blank"),
+        ("entity_id",),
+    ),
+    "empty-execution-thread-scope": (
+        ExecutionThread(execution_id="", tenant_id="tenant-1", source_app_id="app-1"),
+        "Thread",
+        ("execution_id", "must not be empty"),
+        ("entity_id",),
     ),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD_THREADS))
 def test_bad_execution_fields_are_refused_by_the_factory(store: Store, case: str) -> None:
+    """Each refusal names the field the caller set, not the record column it feeds."""
+    thread, scope, phrases, absent = BAD_THREADS[case]
+
     async def scenario() -> None:
         async with node(store) as n:
-            config = parse_node_settings(GOOD_SETTINGS)
-            with pytest.raises(InvalidItemError):
-                await n.factory.create(ELEMENT, BAD_THREADS[case], config)
+            before = await n.snapshot()
+            config = parse_node_settings({"dataStateMachine": {"scope": scope}})
+            with pytest.raises(InvalidItemError) as info:
+                await n.factory.create(ELEMENT, thread, config)
+            check_message(info.value, *phrases)
+            assert not [p for p in absent if p in str(info.value)], str(info.value)
+            assert await n.snapshot() == before
+
+    run(scenario)
+
+
+def test_an_empty_source_app_is_still_fine_where_the_scope_does_not_key_by_it(
+    store: Store,
+) -> None:
+    async def scenario() -> None:
+        async with node(store) as n:
+            thread = ExecutionThread(execution_id="run-2", tenant_id="tenant-1", source_app_id="")
+            machine = await n.factory.create(ELEMENT, thread, parse_node_settings(GOOD_SETTINGS))
+            assert await machine.exists("seed-done")
 
     run(scenario)
 
@@ -837,12 +1146,13 @@ def test_a_retried_write_that_already_landed_succeeds_and_changes_nothing(store:
 
     async def scenario() -> None:
         async with node(store) as n:
-            for key, write in (
+            writes: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (
                 ("inv-1", lambda: n.machine.set("inv-1", S.PROCESSED, {"ok": True})),
                 ("inv-2", lambda: n.machine.set("inv-2", S.PROCESSED)),
                 ("inv-3", lambda: n.machine.release_lock_as_failed("inv-3", "card declined")),
                 ("inv-4", lambda: n.machine.upsert("inv-4", {"v": [1, 2]})),
-            ):
+            )
+            for key, write in writes:
                 assert await n.machine.try_acquire_lock(key)
                 landed = n.machine.context_for(key)
                 # The write whose reply was lost, made with the machine's own token:
@@ -869,10 +1179,11 @@ def test_another_write_with_a_spent_token_is_refused_and_not_called_a_sweep(
 
     async def scenario() -> None:
         async with node(store) as n:
-            for key, write in (
+            writes: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (
                 ("inv-1", lambda: n.machine.set("inv-1", S.PROCESSED, {"ok": False})),
                 ("inv-2", lambda: n.machine.release_lock_as_failed("inv-2", "gave up")),
-            ):
+            )
+            for key, write in writes:
                 assert await n.machine.try_acquire_lock(key)
                 await n.handler.set(n.machine.context_for(key), S.PROCESSED, {"ok": True})
                 before = await n.snapshot()
@@ -933,3 +1244,234 @@ def test_a_vanished_record_is_not_called_a_sweep() -> None:
     error = StaleLockError(item_key="inv-1", token=3, current_token=None, status="None")
     check_message(error, "token 3", "the record no longer exists", "rejected")
     assert "swept" not in str(error) and "taken over" not in str(error)
+
+
+# --- workflow definitions ----------------------------------------------------------------------
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """A dict nested ``depth`` levels deep, built without recursion."""
+    root: dict[str, Any] = {}
+    current = root
+    for _ in range(depth - 1):
+        current["x"] = {}
+        current = current["x"]
+    return root
+
+
+def _cyclic() -> dict[str, Any]:
+    loop: dict[str, Any] = {"dataStateMachine": {"scope": "Element"}}
+    loop["self"] = loop
+    return loop
+
+
+def _workflow(settings: object = None, *, node_id: object = "dispatch", wf_id: object = "w") -> Any:
+    node: dict[str, Any] = {"id": node_id, "type": "invoice-dispatch"}
+    if settings is not None:
+        node["settings"] = settings
+    return {"id": wf_id, "nodes": [node]}
+
+
+#: Definitions nested too deeply for a stack to copy, read or encode, in every form.
+TOO_DEEP: dict[str, object] = {
+    "json-brackets": "[" * 100_000,
+    "json-objects": '{"a":' * 5_000 + "1" + "}" * 5_000,
+    "deep-settings": _workflow({"dataStateMachine": None, "x": _nested(3_000)}),
+    "deep-definition": _nested(3_000),
+    "cyclic-settings": _workflow(_cyclic()),
+    "one-past-the-limit": _workflow({"x": _nested(MAX_DEPTH - 3)}),
+}
+
+
+@pytest.mark.parametrize("case", list(TOO_DEEP))
+def test_a_definition_nested_too_deeply_is_a_named_error(case: str) -> None:
+    with pytest.raises(InvalidWorkflowError) as info:
+        load_workflow(TOO_DEEP[case])  # type: ignore[arg-type]
+    check_message(info.value, f"deeper than {MAX_DEPTH} levels")
+
+
+def test_a_definition_at_the_nesting_limit_loads() -> None:
+    """Level 1 is the definition, 2 its nodes, 3 a node, 4 its settings: 60 more fit."""
+    loaded = load_workflow(_workflow({"x": _nested(MAX_DEPTH - 4)}))
+    assert loaded.elements[0].id == "dispatch"
+
+
+def test_a_number_too_long_to_read_is_a_named_error() -> None:
+    with pytest.raises(InvalidWorkflowError) as info:
+        load_workflow('{"id": "w", "n": ' + "9" * 5_000 + "}")
+    check_message(info.value, "not valid JSON", "digits")
+    assert len(str(info.value)) < 400
+
+
+#: Ids that look like another id or are not text at all: (definition, field, phrases).
+BAD_IDS: dict[str, tuple[object, str, tuple[str, ...]]] = {
+    "lone-surrogate-node": (_workflow(node_id="a\udc80"), "nodes[0].id", ("lone surrogate",)),
+    "zero-width-node": (_workflow(node_id="dispatch\u200b"), "nodes[0].id", ("U+200B",)),
+    "bom-workflow": (_workflow(wf_id="\ufeffbilling"), "id", ("U+FEFF",)),
+    "newline-node": (_workflow(node_id="dis\npatch"), "nodes[0].id", ("U+000A",)),
+    "padded-node": (_workflow(node_id=" a "), "nodes[0].id", ("leading or trailing whitespace",)),
+    "trailing-space-workflow": (_workflow(wf_id="billing "), "id", ("trailing whitespace",)),
+    "padded-type": (
+        {"id": "w", "nodes": [{"id": "a", "type": "invoice-dispatch "}]},
+        "nodes[0].type",
+        ("trailing whitespace",),
+    ),
+    "blank-node": (_workflow(node_id="\u3000"), "nodes[0].id", ("non-empty string",)),
+}
+
+
+@pytest.mark.parametrize("via", ["object", "json"])
+@pytest.mark.parametrize("case", list(BAD_IDS))
+def test_ids_that_are_invisible_padded_or_not_text_are_refused_at_load(case: str, via: str) -> None:
+    definition, field, phrases = BAD_IDS[case]
+    source = json.dumps(definition) if via == "json" else definition
+    with pytest.raises(InvalidWorkflowError) as info:
+        load_workflow(source)  # type: ignore[arg-type]
+    assert info.value.field == field
+    check_message(info.value, *phrases, "visible text")
+
+
+def test_ids_with_inner_spaces_and_other_scripts_load() -> None:
+    loaded = load_workflow(_workflow(node_id="envoi facture é 請求", wf_id="billing 2"))
+    assert (loaded.id, loaded.elements[0].id) == ("billing 2", "envoi facture é 請求")
+
+
+# --- handler factories by dotted path ------------------------------------------------------------
+
+HUGE_SPECS: dict[str, str] = {
+    "missing-module": "m" * 10**6 + ":f",
+    "no-colon": "m" * 10**6,
+    "missing-attribute": "json:" + "a" * 10**6,
+}
+
+
+@pytest.mark.parametrize("case", list(HUGE_SPECS))
+def test_a_huge_factory_spec_is_echoed_cut(case: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_factory(HUGE_SPECS[case])
+    text = str(info.value)
+    assert len(text) < 600, len(text)
+    check_message(info.value, "characters)")
+
+
+def test_a_relative_module_spec_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_factory(".handlers:build")
+    check_message(info.value, "cannot import module '.handlers'", "relative import")
+
+
+# --- node types whose side effect needs the guard ------------------------------------------------
+
+
+class _Notices:
+    async def send_correction(self, invoice_id: str, revision: int, amount: int) -> dict[str, Any]:
+        return {"sent": invoice_id}
+
+
+class _Screens:
+    async def screen(self, line_id: str, amount: int) -> dict[str, Any]:
+        return {"line": line_id}
+
+
+def _node_types(clock: ManualClock) -> NodeTypeRegistry:
+    types = NodeTypeRegistry()
+    billing = FakeBillingApi(clock)
+    types.register(invoice.NODE_TYPE, invoice.invoice_node(billing, clock))
+    types.register(approval.NODE_TYPE, approval.approval_node(billing))
+    types.register(correction.NODE_TYPE, correction.correction_node(_Notices()))
+    types.register(screening.NODE_TYPE, screening.screening_node(_Screens()))
+    return types
+
+
+GUARDED_NODE_TYPES = [
+    invoice.NODE_TYPE,
+    approval.NODE_TYPE,
+    correction.NODE_TYPE,
+    screening.NODE_TYPE,
+]
+
+
+@pytest.mark.parametrize("settings", [{}, None, {"other": 1}, {"dataStateMachine": None}])
+@pytest.mark.parametrize("node_type", GUARDED_NODE_TYPES)
+def test_a_node_type_with_a_side_effect_cannot_be_loaded_without_its_guard(
+    node_type: str, settings: object
+) -> None:
+    clock = ManualClock(START)
+    definition = {"id": "w", "nodes": [{"id": "step-1", "type": node_type, "settings": settings}]}
+    with pytest.raises(MissingDataStateMachineError) as info:
+        WorkflowEngine.from_json(definition, _node_types(clock), HandlerRegistry(clock), clock)
+    assert (info.value.node_type, info.value.node_id) == (node_type, "step-1")
+    check_message(info.value, "'step-1'", repr(node_type), "needs a 'dataStateMachine' block")
+
+
+@pytest.mark.parametrize("node_type", GUARDED_NODE_TYPES)
+def test_a_node_type_with_a_side_effect_loads_with_its_guard(node_type: str) -> None:
+    clock = ManualClock(START)
+    handlers = HandlerRegistry(clock)
+    handlers.register(HANDLER_KEY, in_memory_handler)
+    definition = {"id": "w", "nodes": [{"id": "step-1", "type": node_type, **GOOD_NODE}]}
+    engine = WorkflowEngine.from_json(definition, _node_types(clock), handlers, clock)
+    assert engine.executors[0].dsm_config is not None
+
+
+GOOD_NODE: dict[str, Any] = {"settings": GOOD_SETTINGS}
+
+
+# --- workflows sharing a store -------------------------------------------------------------------
+
+
+def _invoice_workflow(workflow_id: str, node_id: str) -> dict[str, Any]:
+    return {
+        "id": workflow_id,
+        "nodes": [{"id": node_id, "type": invoice.NODE_TYPE, "settings": GOOD_SETTINGS}],
+    }
+
+
+def test_two_workflows_cannot_share_an_element_scope_node_id_on_any_store(store: Store) -> None:
+    """Through the real engine: billing/dispatch runs, refunds/dispatch is refused at load.
+
+    Were the second workflow built, its node would key its records under the
+    same element id and skip billing's invoices; with distinct ids the two
+    share the store and charge each invoice once per workflow.
+    """
+
+    async def scenario() -> None:
+        clock = ManualClock(START)
+        handlers = HandlerRegistry(clock)
+        handlers.register(HANDLER_KEY, store.factory)
+        billing_api = FakeBillingApi(clock)
+        types = NodeTypeRegistry()
+        types.register(invoice.NODE_TYPE, invoice.invoice_node(billing_api, clock))
+        message = Message(id="m-1", payload={"invoiceId": "INV-1", "amount": 500})
+        try:
+            billing = WorkflowEngine.from_json(
+                _invoice_workflow("billing", "dispatch"), types, handlers, clock
+            )
+            assert [r.outcome for r in await billing.deliver(message)] == [NodeOutcome.SUCCESS]
+            handler = await handlers.resolve(HANDLER_KEY)
+            before = await store.snapshot(handler)
+
+            with pytest.raises(DuplicateElementError) as info:
+                WorkflowEngine.from_json(
+                    _invoice_workflow("refunds", "dispatch"), types, handlers, clock
+                )
+            error = info.value
+            assert (error.element_id, error.workflow_id, error.other_workflow_id) == (
+                "dispatch",
+                "refunds",
+                "billing",
+            )
+            assert await store.snapshot(handler) == before
+
+            refunds = WorkflowEngine.from_json(
+                _invoice_workflow("refunds", "refund-dispatch"), types, handlers, clock
+            )
+            assert [r.outcome for r in await refunds.deliver(message)] == [NodeOutcome.SUCCESS]
+            assert [r.outcome for r in await billing.deliver(message)] == [NodeOutcome.SKIP]
+            assert [c.invoice_id for c in billing_api.charges] == ["INV-1", "INV-1"]
+            after = await store.snapshot(handler)
+            assert len(after) == len(before) + 1 and set(before) <= set(after)
+        finally:
+            await handlers.close()
+
+    run(scenario)

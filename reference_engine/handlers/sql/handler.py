@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import StaticPool
 
 from reference_engine.begin import BeginResult
-from reference_engine.clock import Clock
+from reference_engine.clock import Clock, read_now
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import (
     DsmError,
@@ -328,7 +328,7 @@ class SqlStateHandler:
         key = _storable(ctx).record_key
         self._check_file()
         try:
-            return await self.repository.exists(key, self.clock.now())
+            return await self.repository.exists(key, read_now(self.clock))
         except self._failures as exc:
             raise self._store_error("exists", exc) from exc
 
@@ -342,7 +342,7 @@ class SqlStateHandler:
         _storable(ctx)
         self._check_file()
         try:
-            return await self.repository.try_acquire_lock(ctx, self.clock.now())
+            return await self.repository.try_acquire_lock(ctx, read_now(self.clock))
         except self._failures as exc:
             raise self._store_error("try_acquire_lock", exc) from exc
 
@@ -351,7 +351,7 @@ class SqlStateHandler:
         _storable(ctx)
         self._check_file()
         try:
-            return await self.repository.begin(ctx, self.clock.now())
+            return await self.repository.begin(ctx, read_now(self.clock))
         except self._failures as exc:
             raise self._store_error("begin", exc) from exc
 
@@ -369,7 +369,7 @@ class SqlStateHandler:
         _storable(ctx)
         self._check_file()
         try:
-            await self.repository.set(ctx, status, encoded, self.clock.now())
+            await self.repository.set(ctx, status, encoded, read_now(self.clock))
         except self._failures as exc:
             raise self._store_error(f"set({status.label})", exc) from exc
 
@@ -378,7 +378,7 @@ class SqlStateHandler:
         _storable(ctx)
         self._check_file()
         try:
-            await self.repository.release_lock_as_failed(ctx, error_detail, self.clock.now())
+            await self.repository.release_lock_as_failed(ctx, error_detail, read_now(self.clock))
         except self._failures as exc:
             raise self._store_error("release_lock_as_failed", exc) from exc
 
@@ -387,14 +387,14 @@ class SqlStateHandler:
         _storable(ctx)
         self._check_file()
         async with self._store("upsert"):
-            await self.repository.upsert(ctx, encoded, self.clock.now())
+            await self.repository.upsert(ctx, encoded, read_now(self.clock))
 
     async def reset_expired_locks(self) -> int:
         self._check_file()
         async with self._store("reset_expired_locks"):
-            return await self.repository.reset_expired_locks(self.clock.now())
+            return await self.repository.reset_expired_locks(read_now(self.clock))
 
     async def expire_past_retention(self) -> int:
         self._check_file()
         async with self._store("expire_past_retention"):
-            return await self.repository.expire_past_retention(self.clock.now())
+            return await self.repository.expire_past_retention(read_now(self.clock))

@@ -139,12 +139,11 @@ def key_params(key: RecordKey) -> dict[str, Any]:
 
 def _stamp_params(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]:
     """Who wrote, when, and how long to keep the row: refreshed by every write."""
-    retention = ctx.handler_config.retention
     return {
         "p_entity_execution_id": ctx.entity_execution_id,
         "p_source_app_id": ctx.source_app_id,
         "p_now": now,
-        "p_retain_until": None if retention is None else now + retention,
+        "p_retain_until": ctx.handler_config.retain_until(now),
     }
 
 
@@ -236,7 +235,7 @@ def acquire_params(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]
     return {
         **key_params(ctx.record_key),
         "p_scope_code": ctx.scope_code,
-        "p_locked_until": now + ctx.handler_config.lock_duration,
+        "p_locked_until": ctx.handler_config.locked_until(now),
         **_stamp_params(ctx, now),
     }
 

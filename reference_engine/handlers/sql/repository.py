@@ -88,8 +88,7 @@ def _key(key: RecordKey) -> ColumnElement[bool]:
 
 
 def _retain_until(ctx: StateHandlerContext, now: dt.datetime) -> dt.datetime | None:
-    retention = ctx.handler_config.retention
-    return None if retention is None else now + retention
+    return ctx.handler_config.retain_until(now)
 
 
 def _stamp(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]:
