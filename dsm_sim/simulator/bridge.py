@@ -40,7 +40,6 @@ from reference_engine.status import IdempotencyStatus
 __all__ = [
     "CALL_TIMEOUT_ENV",
     "DEFAULT_CALL_TIMEOUT_S",
-    "ROUND_TRIP",
     "BillingProxy",
     "Done",
     "EffectCall",
@@ -49,8 +48,8 @@ __all__ = [
     "HandlerProxy",
     "RecordingFactory",
     "Request",
-    "advance",
     "bound_for",
+    "bounded",
     "call_timeout",
     "handler_coroutine",
     "run_bounded",
@@ -100,7 +99,7 @@ def bound_for(handler: object) -> float | None:
     return None if type(handler).__module__.startswith("dsm_sim.protocol") else call_timeout()
 
 
-async def _bounded(awaitable: Awaitable[T], what: str, seconds: float | None) -> T:
+async def bounded(awaitable: Awaitable[T], what: str, seconds: float | None) -> T:
     if seconds is None:
         return await awaitable
     bound = asyncio.timeout(seconds)
@@ -125,7 +124,7 @@ def run_bounded(
     The bound is the loop's own timer, so nothing here reads a clock.  Only a
     call that awaits can be stopped; one that blocks the thread cannot.
     """
-    return loop.run_until_complete(_bounded(awaitable, what, seconds))
+    return loop.run_until_complete(bounded(awaitable, what, seconds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,48 +293,3 @@ def handler_coroutine(handler: StateHandler, call: HandlerCall) -> Coroutine[Any
             return handler.upsert(ctx, call.data)
         case _:
             raise ValueError(f"{call.op.value} is not a node-level handler call")
-
-
-#: Returned by :func:`advance` when the handler paused at a bare ``await asyncio.sleep(0)``.
-ROUND_TRIP = object()
-
-
-async def _leg(coro: Coroutine[Any, Any, Any], split: bool) -> Any:
-    """Run ``coro`` inside the loop until it returns, or (``split``) until a bare yield.
-
-    A bare yield (``await asyncio.sleep(0)``) is how an in-process handler marks a
-    round trip to its store; anything else yielded is a real future (I/O), which
-    is awaited here so the loop can complete it.
-    """
-    while True:
-        try:
-            yielded = coro.send(None)
-        except StopIteration as stop:
-            return Done(stop.value)
-        if yielded is None:
-            if split:
-                return ROUND_TRIP
-            await asyncio.sleep(0)
-        else:
-            await asyncio.wait([yielded])
-
-
-def advance(
-    loop: asyncio.AbstractEventLoop,
-    coro: Coroutine[Any, Any, Any],
-    *,
-    split: bool,
-    seconds: float | None = DEFAULT_CALL_TIMEOUT_S,
-) -> Any:
-    """One leg of a handler call: :class:`Done` with the result, or :data:`ROUND_TRIP`.
-
-    With ``split`` false the call always runs to completion in one leg, which is
-    what handlers doing real I/O need: their connections must not be held across
-    simulated time.
-    """
-    what = f"{getattr(coro, '__name__', 'call')}()"
-    try:
-        return run_bounded(loop, _leg(coro, split), what, seconds)
-    except HandlerHungError:
-        coro.close()  # driven by hand, so cancelling the leg left it suspended
-        raise

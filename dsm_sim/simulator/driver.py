@@ -1,0 +1,166 @@
+"""Driving the real handler's coroutines from SimPy processes, on the loop only when they wait on it.
+
+An in-process handler (the in-memory model and its broken variants)
+finishes most calls without ever suspending, and
+a loop round trip per call (a task, a timeout, two loop iterations) would
+cost far more than the call.  For such a handler the coroutine is sent to
+directly on this thread, in a copy of the context as a task would be, with
+the run's loop installed as the running loop so that ``asyncio.Lock``,
+``asyncio.sleep`` and friends find it.  The first time the coroutine yields a
+future (it really waits: a timer, another worker's lock) the rest of the leg
+moves into a task on the loop, in the same context and under the same real-time
+bound as before, so nothing that needs the loop runs without it.
+
+Every other handler (a server, another process, anything whose code may need
+a task of its own before its first await) runs each leg in a task on the
+loop from the start, as it always has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import types
+from collections.abc import Coroutine
+from typing import Any, Final, TypeVar
+
+from dsm_sim.simulator.bridge import Done, HandlerHungError, bounded
+from reference_engine.handler import StateHandler
+from reference_engine.handlers.memory import InMemoryStateHandler
+
+__all__ = ["ROUND_TRIP", "HandlerDriver", "in_process"]
+
+T = TypeVar("T")
+
+
+class _RoundTrip:
+    """The type of :data:`ROUND_TRIP`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ROUND_TRIP"
+
+
+#: Returned for a leg that paused at a bare ``await asyncio.sleep(0)``: a round trip to the store.
+ROUND_TRIP: Final = _RoundTrip()
+
+
+def in_process(handler: StateHandler) -> bool:
+    """Whether ``handler`` runs on this thread with no I/O, so its coroutines may be sent to here.
+
+    The in-memory handler (and every subclass) does.
+    """
+    return isinstance(handler, InMemoryStateHandler)
+
+
+class HandlerDriver:
+    """Runs handler coroutines for one simulated run; ``direct`` sends to them on this thread.
+
+    ``seconds`` bounds, in real time, the part of a call that waits on the
+    loop (None: unbounded, for the protocol client, which bounds itself).
+    """
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, seconds: float | None, *, direct: bool
+    ) -> None:
+        self.loop = loop
+        self.seconds = seconds
+        self.direct = direct
+
+    def complete(self, coro: Coroutine[Any, Any, T], what: str) -> T:
+        """Run ``coro`` to its end and return its value (or raise its exception)."""
+        if not self.direct or not isinstance(coro, types.CoroutineType):
+            return self.loop.run_until_complete(bounded(coro, what, self.seconds))
+        context = contextvars.copy_context()
+        try:
+            yielded = self._send(context, coro)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        leg = self._on_loop(context, coro, yielded, split=False, what=what)
+        assert isinstance(leg, Done)
+        result: T = leg.value
+        return result
+
+    def leg(self, coro: Coroutine[Any, Any, Any], *, split: bool) -> Done | _RoundTrip:
+        """One leg of a handler call: :class:`Done` with the result, or :data:`ROUND_TRIP`.
+
+        With ``split`` false the call always runs to completion in one leg,
+        which is what handlers doing real I/O need: their connections must
+        not be held across simulated time.
+        """
+        if not self.direct:
+            what = f"{getattr(coro, '__name__', 'call')}()"
+            try:
+                return self.loop.run_until_complete(bounded(_leg(coro, split), what, self.seconds))
+            except HandlerHungError:
+                coro.close()  # driven by hand, so cancelling the leg left it suspended
+                raise
+        context = contextvars.copy_context()
+        try:
+            yielded = self._send(context, coro)
+        except StopIteration as stop:
+            return Done(stop.value)
+        if yielded is None and split:
+            return ROUND_TRIP
+        what = f"{getattr(coro, '__name__', 'call')}()"
+        return self._on_loop(context, coro, yielded, split=split, what=what)
+
+    def _send(self, context: contextvars.Context, coro: Coroutine[Any, Any, Any]) -> Any:
+        previous = asyncio._get_running_loop()
+        asyncio._set_running_loop(self.loop)
+        try:
+            return context.run(coro.send, None)
+        finally:
+            asyncio._set_running_loop(previous)
+
+    def _on_loop(
+        self,
+        context: contextvars.Context,
+        coro: Coroutine[Any, Any, Any],
+        yielded: Any,
+        *,
+        split: bool,
+        what: str,
+    ) -> Done | _RoundTrip:
+        """The rest of the leg in a task on the loop, starting from what the coroutine yielded."""
+        task = self.loop.create_task(
+            bounded(_resume(coro, yielded, split), what, self.seconds), context=context
+        )
+        try:
+            return self.loop.run_until_complete(task)
+        except HandlerHungError:
+            coro.close()
+            raise
+
+
+async def _leg(coro: Coroutine[Any, Any, Any], split: bool) -> Done | _RoundTrip:
+    """Run ``coro`` inside the loop until it returns, or (``split``) until a bare yield.
+
+    A bare yield (``await asyncio.sleep(0)``) is how an in-process handler marks a
+    round trip to its store; anything else yielded is a real future (I/O), which
+    is awaited here so the loop can complete it.
+    """
+    try:
+        yielded = coro.send(None)
+    except StopIteration as stop:
+        return Done(stop.value)
+    if yielded is None and split:
+        return ROUND_TRIP
+    return await _resume(coro, yielded, split)
+
+
+async def _resume(coro: Coroutine[Any, Any, Any], yielded: Any, split: bool) -> Done | _RoundTrip:
+    """Carry on from ``yielded`` (a bare yield or a future) until the leg ends."""
+    while True:
+        if yielded is None:
+            await asyncio.sleep(0)
+        else:
+            await asyncio.wait([yielded])
+        try:
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            return Done(stop.value)
+        if yielded is None and split:
+            return ROUND_TRIP
