@@ -52,6 +52,7 @@ __all__ = [
     "bounded",
     "call_timeout",
     "handler_coroutine",
+    "hung",
     "run_bounded",
     "step",
 ]
@@ -100,6 +101,7 @@ def bound_for(handler: object) -> float | None:
 
 
 async def bounded(awaitable: Awaitable[T], what: str, seconds: float | None) -> T:
+    """Await ``awaitable`` under the loop's own timer; running out of time is a hung call."""
     if seconds is None:
         return await awaitable
     bound = asyncio.timeout(seconds)
@@ -109,11 +111,16 @@ async def bounded(awaitable: Awaitable[T], what: str, seconds: float | None) -> 
     except TimeoutError:
         if not bound.expired():
             raise  # the handler's own TimeoutError
-        raise HandlerHungError(
-            f"the handler's {what} did not return within {seconds:g}s of real time (hung: "
-            "waiting for a lock or a connection that never came?), so the run stopped; set "
-            "the limit with --call-timeout"
-        ) from None
+        raise hung(what, seconds) from None
+
+
+def hung(what: str, seconds: float) -> HandlerHungError:
+    """The error that stops a run whose handler call ``what`` outlived the bound."""
+    return HandlerHungError(
+        f"the handler's {what} did not return within {seconds:g}s of real time (hung: "
+        "waiting for a lock or a connection that never came?), so the run stopped; set "
+        "the limit with --call-timeout"
+    )
 
 
 def run_bounded(

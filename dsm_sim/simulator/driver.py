@@ -1,15 +1,17 @@
 """Driving the real handler's coroutines from SimPy processes, on the loop only when they wait on it.
 
-An in-process handler (the in-memory model and its broken variants)
-finishes most calls without ever suspending, and
+An in-process handler (the in-memory model and its broken variants, SQLite
+on the inline driver of :mod:`dsm_sim.simulator.sqlite`) finishes most calls without ever suspending, and
 a loop round trip per call (a task, a timeout, two loop iterations) would
 cost far more than the call.  For such a handler the coroutine is sent to
 directly on this thread, in a copy of the context as a task would be, with
 the run's loop installed as the running loop so that ``asyncio.Lock``,
 ``asyncio.sleep`` and friends find it.  The first time the coroutine yields a
-future (it really waits: a timer, another worker's lock) the rest of the leg
-moves into a task on the loop, in the same context and under the same real-time
-bound as before, so nothing that needs the loop runs without it.
+future (it really waits: a timer, another worker's lock, a task it started)
+the loop runs until that future is done, within the same real-time bound as
+before, and the coroutine carries on here; anything else it yields (a bare
+yield while it must run to completion) moves the rest of the leg into a task
+on the loop.
 
 Every other handler (a server, another process, anything whose code may need
 a task of its own before its first await) runs each leg in a task on the
@@ -20,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 import types
 from collections.abc import Coroutine
 from typing import Any, Final, TypeVar
 
-from dsm_sim.simulator.bridge import Done, HandlerHungError, bounded
+from dsm_sim.simulator.bridge import Done, HandlerHungError, bounded, hung
 from reference_engine.handler import StateHandler
 from reference_engine.handlers.memory import InMemoryStateHandler
 
@@ -49,9 +52,16 @@ ROUND_TRIP: Final = _RoundTrip()
 def in_process(handler: StateHandler) -> bool:
     """Whether ``handler`` runs on this thread with no I/O, so its coroutines may be sent to here.
 
-    The in-memory handler (and every subclass) does.
+    The in-memory handler (and every subclass) does, and so does a SQL
+    handler on the simulator's inline SQLite driver.
     """
-    return isinstance(handler, InMemoryStateHandler)
+    if isinstance(handler, InMemoryStateHandler):
+        return True
+    if "reference_engine.handlers.sql.handler" not in sys.modules:
+        return False  # no SQL handler was ever built: the SQL extra need not be installed
+    from dsm_sim.simulator.sqlite import on_loop_thread
+
+    return on_loop_thread(handler)
 
 
 class HandlerDriver:
@@ -72,16 +82,10 @@ class HandlerDriver:
         """Run ``coro`` to its end and return its value (or raise its exception)."""
         if not self.direct or not isinstance(coro, types.CoroutineType):
             return self.loop.run_until_complete(bounded(coro, what, self.seconds))
-        context = contextvars.copy_context()
-        try:
-            yielded = self._send(context, coro)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        leg = self._on_loop(context, coro, yielded, split=False, what=what)
+        leg = self._drive(coro, split=False, what=what)
         assert isinstance(leg, Done)
-        result: T = leg.value
-        return result
+        value: T = leg.value
+        return value
 
     def leg(self, coro: Coroutine[Any, Any, Any], *, split: bool) -> Done | _RoundTrip:
         """One leg of a handler call: :class:`Done` with the result, or :data:`ROUND_TRIP`.
@@ -97,15 +101,55 @@ class HandlerDriver:
             except HandlerHungError:
                 coro.close()  # driven by hand, so cancelling the leg left it suspended
                 raise
+        return self._drive(coro, split=split, what="")
+
+    def _drive(
+        self, coro: Coroutine[Any, Any, Any], *, split: bool, what: str
+    ) -> Done | _RoundTrip:
+        """Send to ``coro`` here until its leg ends; the loop runs only while it waits on a future.
+
+        A future it waits on (a task it started, a timer) is completed by
+        running the loop until it is done; the coroutine then carries on here.
+        """
         context = contextvars.copy_context()
+        while True:
+            try:
+                yielded = self._send(context, coro)
+            except StopIteration as stop:
+                return Done(stop.value)
+            if yielded is None and split:
+                return ROUND_TRIP
+            what = what or f"{getattr(coro, '__name__', 'call')}()"
+            if yielded is None or not asyncio.isfuture(yielded):
+                return self._on_loop(context, coro, yielded, split=split, what=what)
+            self._wait(coro, yielded, what)
+
+    def _wait(self, coro: Coroutine[Any, Any, Any], future: asyncio.Future[Any], what: str) -> None:
+        """Run the loop until ``future`` is done, at most the bound; a call still waiting is hung."""
+        if future.done():
+            return
+        woken: asyncio.Future[bool] = self.loop.create_future()
+
+        def wake(_: object) -> None:
+            if not woken.done():
+                woken.set_result(True)
+
+        def expire() -> None:
+            if not woken.done():
+                woken.set_result(False)
+
+        future.add_done_callback(wake)
+        timer = None if self.seconds is None else self.loop.call_later(self.seconds, expire)
         try:
-            yielded = self._send(context, coro)
-        except StopIteration as stop:
-            return Done(stop.value)
-        if yielded is None and split:
-            return ROUND_TRIP
-        what = f"{getattr(coro, '__name__', 'call')}()"
-        return self._on_loop(context, coro, yielded, split=split, what=what)
+            finished = self.loop.run_until_complete(woken)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            future.remove_done_callback(wake)
+        if not finished:
+            assert self.seconds is not None
+            coro.close()
+            raise hung(what, self.seconds)
 
     def _send(self, context: contextvars.Context, coro: Coroutine[Any, Any, Any]) -> Any:
         previous = asyncio._get_running_loop()
