@@ -82,10 +82,16 @@ class HandlerDriver:
         """Run ``coro`` to its end and return its value (or raise its exception)."""
         if not self.direct or not isinstance(coro, types.CoroutineType):
             return self.loop.run_until_complete(bounded(coro, what, self.seconds))
-        leg = self._drive(coro, split=False, what=what)
+        context = contextvars.copy_context()
+        try:
+            yielded = self._send(context, coro)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        leg = self._carry_on(context, coro, yielded, split=False, what=what)
         assert isinstance(leg, Done)
-        value: T = leg.value
-        return value
+        result: T = leg.value
+        return result
 
     def leg(self, coro: Coroutine[Any, Any, Any], *, split: bool) -> Done | _RoundTrip:
         """One leg of a handler call: :class:`Done` with the result, or :data:`ROUND_TRIP`.
@@ -101,28 +107,38 @@ class HandlerDriver:
             except HandlerHungError:
                 coro.close()  # driven by hand, so cancelling the leg left it suspended
                 raise
-        return self._drive(coro, split=split, what="")
+        context = contextvars.copy_context()
+        try:
+            yielded = self._send(context, coro)
+        except StopIteration as stop:
+            return Done(stop.value)
+        return self._carry_on(context, coro, yielded, split=split, what="")
 
-    def _drive(
-        self, coro: Coroutine[Any, Any, Any], *, split: bool, what: str
+    def _carry_on(
+        self,
+        context: contextvars.Context,
+        coro: Coroutine[Any, Any, Any],
+        yielded: Any,
+        *,
+        split: bool,
+        what: str,
     ) -> Done | _RoundTrip:
-        """Send to ``coro`` here until its leg ends; the loop runs only while it waits on a future.
+        """From what ``coro`` yielded, on here until its leg ends; the loop runs only while it waits.
 
         A future it waits on (a task it started, a timer) is completed by
         running the loop until it is done; the coroutine then carries on here.
         """
-        context = contextvars.copy_context()
         while True:
-            try:
-                yielded = self._send(context, coro)
-            except StopIteration as stop:
-                return Done(stop.value)
             if yielded is None and split:
                 return ROUND_TRIP
             what = what or f"{getattr(coro, '__name__', 'call')}()"
             if yielded is None or not asyncio.isfuture(yielded):
                 return self._on_loop(context, coro, yielded, split=split, what=what)
             self._wait(coro, yielded, what)
+            try:
+                yielded = self._send(context, coro)
+            except StopIteration as stop:
+                return Done(stop.value)
 
     def _wait(self, coro: Coroutine[Any, Any, Any], future: asyncio.Future[Any], what: str) -> None:
         """Run the loop until ``future`` is done, at most the bound; a call still waiting is hung."""
