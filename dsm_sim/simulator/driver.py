@@ -1,21 +1,21 @@
 """Driving the real handler's coroutines from SimPy processes, on the loop only when they wait on it.
 
 An in-process handler (the in-memory model and its broken variants, SQLite
-on the inline driver of :mod:`dsm_sim.simulator.sqlite`) finishes most calls without ever suspending, and
-a loop round trip per call (a task, a timeout, two loop iterations) would
-cost far more than the call.  For such a handler the coroutine is sent to
+on the inline driver of :mod:`dsm_sim.simulator.sqlite`) finishes most calls
+without ever suspending, and a loop round trip per call (a task, a timeout,
+two loop iterations) would cost far more than the call.  For such a handler the coroutine is sent to
 directly on this thread, in a copy of the context as a task would be, with
 the run's loop installed as the running loop so that ``asyncio.Lock``,
 ``asyncio.sleep`` and friends find it.  The first time the coroutine yields a
 future (it really waits: a timer, another worker's lock, a task it started)
-the loop runs until that future is done, within the same real-time bound as
-before, and the coroutine carries on here; anything else it yields (a bare
+the loop runs until that future is done, within the run's real-time bound,
+and the coroutine carries on here; anything else it yields (a bare
 yield while it must run to completion) moves the rest of the leg into a task
 on the loop.
 
 Every other handler (a server, another process, anything whose code may need
 a task of its own before its first await) runs each leg in a task on the
-loop from the start, as it always has.
+loop from the start.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 aiosqlite runs every sqlite3 call on a worker thread of its own and hands the
 result back through the event loop: a thread switch and a loop wake-up per
-statement, which was most of what a simulated SQLite call cost, and a thread
-whose timing the run does not control.  A simulated run has nothing to
+statement, which would be most of what a simulated SQLite call costs, and a
+thread whose timing the run does not control.  A simulated run has nothing to
 overlap with a statement: the simulator runs one handler call at a time, to
 completion, before simulated time moves on.  So here the same sqlite3 calls
 run inline, where aiosqlite's connection awaits them, behind aiosqlite's own
