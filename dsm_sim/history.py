@@ -47,6 +47,7 @@ __all__ = [
     "History",
     "HistoryRecorder",
     "KeyInfo",
+    "Observed",
     "Op",
     "OpName",
     "Outcome",
@@ -467,6 +468,8 @@ class History:
     meta: Mapping[str, Scalar] = field(default_factory=dict)
     #: What each key stands for, when the recorder knows (the simulator does).
     keys: Mapping[str, KeyInfo] = field(default_factory=dict)
+    #: Built on first use: a history never changes, and the checker asks per key.
+    _index: _KeyIndex | None = field(default=None, init=False, repr=False, compare=False)
 
     def lock_duration_for(self, key: str) -> float:
         """The lock duration the key's node was configured with (the run's default otherwise)."""
@@ -479,13 +482,22 @@ class History:
 
     def item_keys(self) -> list[str]:
         """Every item key mentioned, sorted."""
-        found = {op.key for op in self.ops if op.key}
-        found |= {ev.key for ev in self.events if ev.key}
-        found |= {f.key for f in self.final}
-        return sorted(found)
+        return list(self._keyed().item_keys)
 
     def ops_for(self, key: str) -> list[Op]:
-        return [op for op in self.ops if op.key == key]
+        """The key's operations, in index order."""
+        return list(self._keyed().ops.get(key, ()))
+
+    def sweeps_listing(self, key: str) -> list[Op]:
+        """The sweeps (either kind) whose ``keys`` name ``key``, in index order."""
+        return list(self._keyed().sweeps.get(key, ()))
+
+    def _keyed(self) -> _KeyIndex:
+        index = self._index
+        if index is None:
+            index = _KeyIndex.of(self)
+            object.__setattr__(self, "_index", index)
+        return index
 
     def events_for(self, key: str, kind: EventKind | None = None) -> list[Event]:
         return [ev for ev in self.events if ev.key == key and (kind is None or ev.kind is kind)]
@@ -532,6 +544,45 @@ class History:
     @classmethod
     def loads(cls, text: str) -> History:
         return cls.from_json(json.loads(text))
+
+
+@dataclass(frozen=True, slots=True)
+class _KeyIndex:
+    """A history's operations grouped by key, each group in index order."""
+
+    item_keys: tuple[str, ...]
+    ops: Mapping[str, tuple[Op, ...]]
+    sweeps: Mapping[str, tuple[Op, ...]]
+
+    @classmethod
+    def of(cls, history: History) -> _KeyIndex:
+        ops: dict[str, list[Op]] = {}
+        sweeps: dict[str, list[Op]] = {}
+        for op in history.ops:
+            ops.setdefault(op.key, []).append(op)
+            if op.op.is_sweep:
+                for key in dict.fromkeys(op.keys):
+                    sweeps.setdefault(key, []).append(op)
+        found = {key for key in ops if key}
+        found |= {ev.key for ev in history.events if ev.key}
+        found |= {f.key for f in history.final}
+        return cls(
+            item_keys=tuple(sorted(found)),
+            ops={key: tuple(group) for key, group in ops.items()},
+            sweeps={key: tuple(group) for key, group in sweeps.items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """The reads taken right before and right after the store ran a call (see :class:`Op`).
+
+    ``data`` is the digest of the payload the call carried.
+    """
+
+    before: RecordView | None
+    after: RecordView | None
+    data: str | None
 
 
 class HistoryRecorder:
@@ -615,19 +666,41 @@ class HistoryRecorder:
         token: int | None = None,
         keys: Iterable[str] = (),
         candidates: Iterable[str] = (),
+        observed: Observed | None = None,
     ) -> Op:
+        """Give the operation its outcome; ``observed``: the reads around it (as :meth:`observe`).
+
+        Built field by field rather than with ``dataclasses.replace``: a
+        simulated run completes every call it makes, and replace costs as
+        much again as the operation itself.
+        """
         current = self._ops[index]
-        done = replace(
-            current,
+        seen = current.probed, current.before, current.after, current.data
+        if observed is not None:
+            seen = True, observed.before, observed.after, observed.data
+        done = Op(
+            index=current.index,
+            process=current.process,
+            op=current.op,
+            key=current.key,
+            invoke=current.invoke,
             complete=at,
             outcome=outcome,
             result=result,
+            token=current.token if token is None else token,
+            status=current.status,
             error=error,
             store_time=store_time,
-            token=current.token if token is None else token,
-            keys=tuple(sorted(keys)),
-            candidates=tuple(sorted(candidates)),
+            execution=current.execution,
+            keys=tuple(sorted(keys)) if keys else (),
+            candidates=tuple(sorted(candidates)) if candidates else (),
+            data=seen[3],
+            probed=seen[0],
+            before=seen[1],
+            after=seen[2],
             seq=self._completed if self._store_order else None,
+            detail=current.detail,
+            app=current.app,
         )
         self._completed += 1
         self._ops[index] = done

@@ -157,8 +157,8 @@ def sweeps_resetting(history: History, key: str) -> list[Op]:
     return sorted(
         (
             op
-            for op in history.ops
-            if op.op is OpName.RESET_EXPIRED_LOCKS and op.maybe and key in op.keys
+            for op in history.sweeps_listing(key)
+            if op.op is OpName.RESET_EXPIRED_LOCKS and op.maybe
         ),
         key=order,
     )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -148,9 +149,7 @@ def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
     except DsmError as exc:
         expected_error = type(exc).__name__
     before = op.before
-    source = (
-        S.NONE if before is None else effective_status(_record(ctx, before, history.epoch), now)
-    )
+    source = S.NONE if stored is None else effective_status(stored, now)
     unknown = op.outcome is Outcome.INFO and op.error in ("StoreError", "Crash")
     if not unknown:
         actual_error = None if op.ok else op.error
@@ -221,9 +220,9 @@ def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
 def _run(model: ReferenceModel, op: Op, ctx: StateHandlerContext, now: dt.datetime) -> object:
     match op.op:
         case OpName.EXISTS:
-            return model.exists(dataclasses.replace(ctx, lock_token=None), now)
+            return model.exists(_tokenless(ctx), now)
         case OpName.TRY_ACQUIRE_LOCK:
-            return model.try_acquire_lock(dataclasses.replace(ctx, lock_token=None), now)
+            return model.try_acquire_lock(_tokenless(ctx), now)
         case OpName.SET:
             model.set(ctx, S(op.status or "none"), _marked(op.data), now)
         case OpName.RELEASE_LOCK_AS_FAILED:
@@ -234,6 +233,10 @@ def _run(model: ReferenceModel, op: Op, ctx: StateHandlerContext, now: dt.dateti
         case _:
             raise AssertionError(op.op)
     return None
+
+
+def _tokenless(ctx: StateHandlerContext) -> StateHandlerContext:
+    return ctx if ctx.lock_token is None else dataclasses.replace(ctx, lock_token=None)
 
 
 def _expected_view(
@@ -578,6 +581,13 @@ def _isolation(history: History, info: KeyInfo, other: str) -> str:
 
 
 def _context(info: KeyInfo, op: Op) -> StateHandlerContext:
+    token = op.token if op.op.is_write and op.op is not OpName.TRY_ACQUIRE_LOCK else None
+    return _context_of(info, op.execution, "" if op.app is None else op.app, token)
+
+
+@functools.lru_cache(maxsize=4096)
+def _context_of(info: KeyInfo, execution: str, app: str, token: int | None) -> StateHandlerContext:
+    """The context a call was made with; a history repeats a few of them many times."""
     retention = None if info.retention is None else dt.timedelta(seconds=info.retention)
     config = HandlerConfig(
         lock_duration=dt.timedelta(seconds=info.lock_duration), retention=retention
@@ -586,13 +596,13 @@ def _context(info: KeyInfo, op: Op) -> StateHandlerContext:
         scope_id=info.scope,
         scope_code=Scope(info.scope).code,
         entity_id=info.entity,
-        entity_execution_id=op.execution,
+        entity_execution_id=execution,
         tenant_id=info.tenant,
-        source_app_id="" if op.app is None else op.app,
+        source_app_id=app,
         handler_config=config,
         item_key=info.item,
         item_entity_key=info.item_entity_key,
-        lock_token=op.token if op.op.is_write and op.op is not OpName.TRY_ACQUIRE_LOCK else None,
+        lock_token=token,
     )
 
 
@@ -605,7 +615,7 @@ def _record(ctx: StateHandlerContext, view: RecordView, epoch: dt.datetime) -> M
         status=S(view.status),
         attempt=view.attempt,
         locked_until=at(view.locked_until),
-        data=None if view.data is None else encode_data(_marked(view.data)),
+        data=None if view.data is None else _encoded(view.data),
         error_detail=None if view.audit is None else view.audit[0],
         entity_execution_id="" if view.audit is None else view.audit[2],
         source_app_id="" if view.audit is None else view.audit[1],
@@ -615,6 +625,12 @@ def _record(ctx: StateHandlerContext, view: RecordView, epoch: dt.datetime) -> M
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def _encoded(digest: str) -> str | None:
+    """The model's stored form of a payload known by its digest (the same few, over and over)."""
+    return encode_data(_marked(digest))
+
+
 def _marked(digest: str | None) -> dict[str, str] | None:
     """A payload the model can store and compare in place of the one its digest stands for."""
     return None if digest is None else {_MARK: digest}
@@ -622,8 +638,11 @@ def _marked(digest: str | None) -> dict[str, str] | None:
 
 def _digest(data: str | None) -> str | None:
     """The digest a model payload stands for (the inverse of :func:`_marked`)."""
-    if data is None:
-        return None
+    return None if data is None else _digest_of(data)
+
+
+@functools.lru_cache(maxsize=4096)
+def _digest_of(data: str) -> str | None:
     decoded = json.loads(data)
     if isinstance(decoded, dict) and set(decoded) == {_MARK}:
         return str(decoded[_MARK])

@@ -71,8 +71,8 @@ def only_allowed_transitions(history: History) -> InvariantResult:
         steps += sweeps_resetting(history, key)
         steps += [
             op
-            for op in history.ops
-            if op.op is OpName.EXPIRE_PAST_RETENTION and op.maybe and key in op.keys
+            for op in history.sweeps_listing(key)
+            if op.op is OpName.EXPIRE_PAST_RETENTION and op.maybe
         ]
         step = _transition_step(key, history.lock_duration_for(key))
         found = []

@@ -45,7 +45,6 @@ from reference_engine.status import IdempotencyStatus
 __all__ = [
     "CALL_TIMEOUT_ENV",
     "DEFAULT_CALL_TIMEOUT_S",
-    "ROUND_TRIP",
     "BillingProxy",
     "Done",
     "EffectCall",
@@ -56,10 +55,12 @@ __all__ = [
     "Request",
     "RunStoppedError",
     "WallClockLimitError",
-    "advance",
     "bound_for",
+    "bounded",
     "call_timeout",
+    "check_deadline",
     "handler_coroutine",
+    "hung",
     "run_bounded",
     "step",
     "wall_deadline",
@@ -153,9 +154,26 @@ def _past_deadline() -> WallClockLimitError:
     )
 
 
-async def _bounded(
-    awaitable: Awaitable[T], what: str, seconds: float | None, deadline: float | None
+def current_deadline(final: bool = False) -> float | None:
+    """The deadline a call made now must meet; none for a ``final`` one (a closing release)."""
+    return None if final else _deadline
+
+
+def check_deadline(final: bool = False) -> None:
+    """Stop the run before its next call when the command's deadline has passed."""
+    deadline = current_deadline(final)
+    if deadline is not None and wall_now() >= deadline:
+        raise _past_deadline()
+
+
+async def bounded(
+    awaitable: Awaitable[T], what: str, seconds: float | None, deadline: float | None = None
 ) -> T:
+    """Await ``awaitable`` under the loop's own timer; running out of time is a hung call.
+
+    ``deadline`` (a :func:`wall_now` instant) bounds it too: reaching that
+    first stops the run as past the command's wall-clock limit.
+    """
     remaining = None if deadline is None else max(0.0, deadline - wall_now())
     by_deadline = remaining is not None and (seconds is None or remaining < seconds)
     if by_deadline:
@@ -171,11 +189,17 @@ async def _bounded(
             raise  # the handler's own TimeoutError
         if by_deadline:
             raise _past_deadline() from None
-        raise HandlerHungError(
-            f"the handler's {what} did not return within {seconds:g}s of real time (hung: "
-            "waiting for a lock or a connection that never came?), so the run stopped; set "
-            "the limit with --call-timeout"
-        ) from None
+        assert seconds is not None
+        raise hung(what, seconds) from None
+
+
+def hung(what: str, seconds: float) -> HandlerHungError:
+    """The error that stops a run whose handler call ``what`` outlived the bound."""
+    return HandlerHungError(
+        f"the handler's {what} did not return within {seconds:g}s of real time (hung: "
+        "waiting for a lock or a connection that never came?), so the run stopped; set "
+        "the limit with --call-timeout"
+    )
 
 
 def run_bounded(
@@ -193,12 +217,12 @@ def run_bounded(
     (:func:`wall_deadline`) bounds the call too, except a ``final`` one (the
     ``close()`` that releases the store after the run, stopped or not).
     """
-    deadline = None if final else _deadline
+    deadline = current_deadline(final)
     if deadline is not None and wall_now() >= deadline:
         if asyncio.iscoroutine(awaitable):
             awaitable.close()
         raise _past_deadline()
-    return loop.run_until_complete(_bounded(awaitable, what, seconds, deadline))
+    return loop.run_until_complete(bounded(awaitable, what, seconds, deadline))
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,48 +391,3 @@ def handler_coroutine(handler: StateHandler, call: HandlerCall) -> Coroutine[Any
             return handler.upsert(ctx, call.data)
         case _:
             raise ValueError(f"{call.op.value} is not a node-level handler call")
-
-
-#: Returned by :func:`advance` when the handler paused at a bare ``await asyncio.sleep(0)``.
-ROUND_TRIP = object()
-
-
-async def _leg(coro: Coroutine[Any, Any, Any], split: bool) -> Any:
-    """Run ``coro`` inside the loop until it returns, or (``split``) until a bare yield.
-
-    A bare yield (``await asyncio.sleep(0)``) is how an in-process handler marks a
-    round trip to its store; anything else yielded is a real future (I/O), which
-    is awaited here so the loop can complete it.
-    """
-    while True:
-        try:
-            yielded = coro.send(None)
-        except StopIteration as stop:
-            return Done(stop.value)
-        if yielded is None:
-            if split:
-                return ROUND_TRIP
-            await asyncio.sleep(0)
-        else:
-            await asyncio.wait([yielded])
-
-
-def advance(
-    loop: asyncio.AbstractEventLoop,
-    coro: Coroutine[Any, Any, Any],
-    *,
-    split: bool,
-    seconds: float | None = DEFAULT_CALL_TIMEOUT_S,
-) -> Any:
-    """One leg of a handler call: :class:`Done` with the result, or :data:`ROUND_TRIP`.
-
-    With ``split`` false the call always runs to completion in one leg, which is
-    what handlers doing real I/O need: their connections must not be held across
-    simulated time.
-    """
-    what = f"{getattr(coro, '__name__', 'call')}()"
-    try:
-        return run_bounded(loop, _leg(coro, split), what, seconds)
-    except RunStoppedError:
-        coro.close()  # driven by hand, so cancelling the leg left it suspended
-        raise

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 from dsm_sim.history import EventKind, OpName, Outcome
-from dsm_sim.simulator.bridge import RunStoppedError, run_bounded
+from dsm_sim.simulator.bridge import RunStoppedError
 from dsm_sim.simulator.world import World
 from reference_engine.record import StateRecord
 from reference_engine.status import IdempotencyStatus
@@ -93,9 +93,7 @@ def _sweep(
     store_time = world.clock.seconds()
     previous = dict(world.known)
     try:
-        result = run_bounded(
-            world.loop, run(), f"{getattr(run, '__name__', 'sweep')}()", world.call_bound
-        )
+        result = world.driver.complete(run(), f"{getattr(run, '__name__', 'sweep')}()")
     except RunStoppedError:
         raise  # stops the run, as a hung node call does
     except Exception as exc:  # the sweep's outcome is unknown; it may have run

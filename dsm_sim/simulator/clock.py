@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -32,13 +33,20 @@ class SimClock:
         self.env = env
         self.epoch = ensure_utc(epoch)
         self.offset = 0.0
+        # The last reading: every call and read at one instant asks for the same datetime.
+        self._at = math.nan
+        self._now = self.epoch
 
     def seconds(self) -> float:
         """The store's reading as seconds since the epoch (what histories record)."""
         return float(self.env.now) + self.offset
 
     def now(self) -> dt.datetime:
-        return self.epoch + dt.timedelta(seconds=self.seconds())
+        seconds = float(self.env.now) + self.offset
+        if seconds != self._at:
+            self._now = self.epoch + dt.timedelta(seconds=seconds)
+            self._at = seconds
+        return self._now
 
     def jump(self, by: float) -> None:
         self.offset += by

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import sys
 from collections import Counter
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
@@ -188,7 +189,7 @@ def _run(
     builders: Mapping[NodeKind, NodeBuilder] | None,
     system_clock: bool,
 ) -> RunResult:
-    factory = load_factory(handler) if isinstance(handler, str) else handler
+    factory = _in_simulation(load_factory(handler) if isinstance(handler, str) else handler)
     name = handler_name or (handler if isinstance(handler, str) else _qualname(handler))
     env = simpy.Environment()
     clock = SimClock(env)
@@ -253,6 +254,20 @@ def _run(
         stats=stats,
         faults=describe(faults),
     )
+
+
+def _in_simulation(factory: HandlerFactory) -> HandlerFactory:
+    """The factory to build the run's handler with: SQLite's run on the loop thread here.
+
+    Results are the same either way (one call runs at a time); see
+    :mod:`dsm_sim.simulator.sqlite`.  A SQLite factory has imported the SQL
+    factories, so without them nothing needs swapping.
+    """
+    if "reference_engine.handlers.sql.factory" not in sys.modules:
+        return factory
+    from dsm_sim.simulator.sqlite import for_simulation
+
+    return for_simulation(factory)
 
 
 def _qualname(obj: object) -> str:

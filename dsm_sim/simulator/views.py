@@ -32,10 +32,15 @@ def digest(data: Mapping[str, Any] | None) -> str | None:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+_UTC = dt.UTC
+_ZERO = dt.timedelta(0)
+
+
 def _aware_utc(instant: dt.datetime | None) -> bool:
-    return instant is None or (
-        instant.tzinfo is not None and instant.utcoffset() == dt.timedelta(0)
-    )
+    if instant is None:
+        return True
+    zone = instant.tzinfo
+    return zone is _UTC or (zone is not None and instant.utcoffset() == _ZERO)
 
 
 def _seconds(instant: dt.datetime | None, epoch: dt.datetime) -> float | None:
@@ -62,6 +67,9 @@ def view_of(record: StateRecord | None, epoch: dt.datetime) -> RecordView | None
         updated_at=0.0 if updated is None else updated,
         retain_until=_seconds(record.retain_until, epoch),
         data=digest(record.data),
-        utc=all(_aware_utc(s) for s in stamps),
+        utc=_aware_utc(stamps[0])
+        and _aware_utc(stamps[1])
+        and _aware_utc(stamps[2])
+        and _aware_utc(stamps[3]),
         audit=(record.error_detail, record.source_app_id, record.entity_execution_id),
     )

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dsm_sim.history import (
     EventKind,
     HistoryRecorder,
     KeyInfo,
+    Observed,
     OpName,
     Outcome,
     RecordView,
@@ -29,12 +30,11 @@ from dsm_sim.simulator.bridge import (
     Done,
     HandlerCall,
     RunStoppedError,
-    advance,
     bound_for,
     handler_coroutine,
-    run_bounded,
 )
 from dsm_sim.simulator.clock import ClockMirror, SimClock
+from dsm_sim.simulator.driver import HandlerDriver, in_process
 from dsm_sim.simulator.faults import FaultInjector, StoreFault, stream
 from dsm_sim.simulator.views import digest, view_of
 from reference_engine.context import StateHandlerContext
@@ -46,6 +46,8 @@ from reference_engine.instances import peer_of
 from reference_engine.record import StateRecord
 
 __all__ = ["CallOutcome", "World"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class World:
         self.loop = loop
         #: Real seconds one handler call may take (``dsm run --call-timeout``).
         self.call_bound = bound_for(handler)
+        #: Runs every handler coroutine of the run (see :mod:`dsm_sim.simulator.driver`).
+        self.driver = HandlerDriver(loop, self.call_bound, direct=in_process(handler))
         self.recorder = recorder
         self.faults = faults
         #: Moves a frozen system clock along with the store clock (``--clock system``).
@@ -208,9 +212,7 @@ class World:
                 store_time = self.clock.seconds()
                 self.clock_mirror.follow()
                 legs += 1
-                leg = advance(
-                    self.loop, coro, split=self.split_round_trips, seconds=self.call_bound
-                )
+                leg = self.driver.leg(coro, split=self.split_round_trips)
                 if isinstance(leg, Done):
                     value = leg.value
                     break
@@ -219,22 +221,35 @@ class World:
         except RunStoppedError:
             raise  # stops the run: every later call would wait out the bound again
         except DsmError as exc:
-            self._observe(index, observe and legs == 1, key, before, written, mine)
+            seen = self._observe(observe and legs == 1, key, before, written, mine)
             outcome = Outcome.INFO if isinstance(exc, StoreError) else Outcome.FAIL
-            rec.complete(index, outcome, self.now, error=type(exc).__name__, store_time=store_time)
-            return CallOutcome(error=exc)
-        except Exception as exc:  # a broken third-party handler: outcome unknown
-            self._observe(index, observe and legs == 1, key, before, written, mine)
+            error = type(exc).__name__
             rec.complete(
-                index, Outcome.INFO, self.now, error=type(exc).__name__, store_time=store_time
+                index, outcome, self.now, error=error, store_time=store_time, observed=seen
             )
             return CallOutcome(error=exc)
-        self._observe(index, observe and legs == 1, key, before, written, mine)
+        except Exception as exc:  # a broken third-party handler: outcome unknown
+            seen = self._observe(observe and legs == 1, key, before, written, mine)
+            error = type(exc).__name__
+            rec.complete(
+                index, Outcome.INFO, self.now, error=error, store_time=store_time, observed=seen
+            )
+            return CallOutcome(error=exc)
+        seen = self._observe(observe and legs == 1, key, before, written, mine)
         if crash_after:
-            rec.complete(index, Outcome.INFO, self.now, error="Crash", store_time=store_time)
+            rec.complete(
+                index, Outcome.INFO, self.now, error="Crash", store_time=store_time, observed=seen
+            )
             return CallOutcome(crashed=True)
         if fault is StoreFault.AFTER or (call.op.is_write and self.faults.lost_reply()):
-            rec.complete(index, Outcome.INFO, self.now, error="StoreError", store_time=store_time)
+            rec.complete(
+                index,
+                Outcome.INFO,
+                self.now,
+                error="StoreError",
+                store_time=store_time,
+                observed=seen,
+            )
             return CallOutcome(error=StoreError(f"injected store error after {call.op.value}"))
         token = value if call.op is OpName.TRY_ACQUIRE_LOCK and isinstance(value, int) else None
         rec.complete(
@@ -244,6 +259,7 @@ class World:
             result=_scalar(value),
             store_time=store_time,
             token=token,
+            observed=seen,
         )
         return CallOutcome(value=value)
 
@@ -265,7 +281,7 @@ class World:
         if twin is None:
             mine = self.handler
         else:
-            run_bounded(self.loop, twin.open(), "open()", self.call_bound)
+            self.driver.complete(twin.open(), "open()")
             mine = twin
         self.instances[process] = mine
         return mine
@@ -279,29 +295,27 @@ class World:
         """
         mine = self.instances.pop(process, None)
         if mine is not None and mine is not self.handler:
-            run_bounded(self.loop, mine.close(), "close()", self.call_bound)
+            self.driver.complete(mine.close(), "close()")
 
     def close_instances(self) -> None:
         """Close every worker's own instance (before the run's handler is closed)."""
         for process in sorted(self.instances):
             mine = self.instances.pop(process)
             if mine is not self.handler:
-                run_bounded(self.loop, mine.close(), "close()", self.call_bound, final=True)
+                self.driver.complete(mine.close(), "close()", final=True)
 
     def _observe(
         self,
-        index: int,
         observe: bool,
         key: str,
         before: RecordView | None,
         written: str | None,
         handler: StateHandler | None = None,
-    ) -> None:
+    ) -> Observed | None:
         after = self.view(key, handler)  # read even when not recorded: it keeps ``known`` current
         # A call that took several round trips interleaved with other workers:
         # what was read before it is no longer its starting point.
-        if observe:
-            self.recorder.observe(index, before, after, written)
+        return Observed(before, after, written) if observe else None
 
     def view(self, key: str, handler: StateHandler | None = None) -> RecordView | None:
         """The key's record as the checker sees it, read now outside the history.
@@ -309,7 +323,10 @@ class World:
         ``handler``: the instance to read through (a worker's own, around its
         call: what that worker's instance returns is what its node sees).
         """
-        return view_of(self.probe([key], handler)[key], self.clock.epoch)
+        self.clock_mirror.follow()
+        record = self._reading((handler or self.handler).get(self.contexts[key]))
+        self.known[key] = record
+        return view_of(record, self.clock.epoch)
 
     def probe(
         self, keys: Iterable[str] | None = None, through: StateHandler | None = None
@@ -326,8 +343,14 @@ class World:
         async def read() -> dict[str, StateRecord | None]:
             return {key: await handler.get(contexts[key]) for key in chosen}
 
+        found = self._reading(read()) if chosen else {}
+        self.known.update(found)
+        return found
+
+    def _reading(self, reads: Coroutine[Any, Any, T]) -> T:
+        """Run a probe's reads; a handler process that broke the protocol stops the run."""
         try:
-            found = run_bounded(self.loop, read(), "get()", self.call_bound) if chosen else {}
+            return self.driver.complete(reads, "get()")
         except DsmError as exc:
             # Imported here: the protocol package is not needed by in-process runs.
             from dsm_sim.protocol.errors import ProtocolError
@@ -342,8 +365,6 @@ class World:
                 f"the handler broke the protocol, so the run stopped: {type(exc).__name__}: {exc}",
                 request=exc.request,
             ) from exc
-        self.known.update(found)
-        return found
 
     def known_where(self, test: Callable[[StateRecord], bool]) -> list[str]:
         """Keys whose last record seen passes ``test``: what a sweep can have to do with."""

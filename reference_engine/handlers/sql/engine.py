@@ -226,6 +226,7 @@ def create_engine_for(
     max_overflow: int | None = None,
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT_S,
     busy_timeout_s: float | None = None,
+    module: Any | None = None,
 ) -> AsyncEngine:
     """An :class:`AsyncEngine` configured for the handler.
 
@@ -238,7 +239,9 @@ def create_engine_for(
     databases; an in-memory SQLite database always has exactly one connection.
     ``statement_timeout`` (seconds) bounds every statement, every lock wait and
     every connect (see the module docstring); ``busy_timeout_s`` is its older
-    name, for SQLite, and wins when given.
+    name, for SQLite, and wins when given.  ``module`` replaces the DBAPI module the
+    dialect would import (SQLAlchemy's ``module``): the simulator runs SQLite's
+    calls on the loop thread through one.
     """
     timeout = validate_statement_timeout(
         statement_timeout if busy_timeout_s is None else busy_timeout_s
@@ -277,6 +280,8 @@ def create_engine_for(
             kwargs["pool_size"] = pool_size
         if max_overflow is not None:
             kwargs["max_overflow"] = max_overflow
+    if module is not None:
+        kwargs["module"] = module
     engine = create_async_engine(target, **kwargs)
     if backend == "sqlite":
         pragmas = _sqlite_pragmas(busy_timeout_s, memory=is_memory_url(target))

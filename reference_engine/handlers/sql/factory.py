@@ -15,6 +15,7 @@ import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import StaticPool
@@ -70,12 +71,14 @@ def sql_handler(
     pool_size: int | None = None,
     max_overflow: int | None = None,
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT_S,
+    module: Any | None = None,
 ) -> SqlStateHandler:
     """A handler on ``url``; with ``schema`` the table lives in that schema (MariaDB: database).
 
     The schema is created on open if missing and kept on close.
     ``statement_timeout`` (seconds, default 30) bounds every statement, lock
     wait and connect; when it fires the call raises ``StoreError``.
+    ``module``: the DBAPI module in place of the driver's (see :func:`create_engine_for`).
     """
     make_engine = functools.partial(
         create_engine_for,
@@ -84,6 +87,7 @@ def sql_handler(
         pool_size=pool_size,
         max_overflow=max_overflow,
         statement_timeout=statement_timeout,
+        module=module,
     )
     engine = make_engine()
     # A private in-memory database lives in its one connection: no second engine reaches it.
@@ -103,20 +107,26 @@ def sql_handler(
     return handler
 
 
-def sqlite_memory_handler(clock: Clock) -> SqlStateHandler:
-    """A fresh private in-memory SQLite database per call; gone when closed."""
-    return sql_handler(MEMORY_URL, clock)
+def sqlite_memory_handler(clock: Clock, *, module: Any | None = None) -> SqlStateHandler:
+    """A fresh private in-memory SQLite database per call; gone when closed.
+
+    ``module``: the DBAPI module in place of aiosqlite (see :func:`create_engine_for`).
+    """
+    return sql_handler(MEMORY_URL, clock, module=module)
 
 
-def sqlite_file_handler(clock: Clock) -> SqlStateHandler:
-    """A fresh SQLite file (WAL) in a temporary directory per call, removed on close."""
+def sqlite_file_handler(clock: Clock, *, module: Any | None = None) -> SqlStateHandler:
+    """A fresh SQLite file (WAL) in a temporary directory per call, removed on close.
+
+    ``module``: the DBAPI module in place of aiosqlite (see :func:`create_engine_for`).
+    """
     directory = Path(tempfile.mkdtemp(prefix="dsm-sqlite-"))
 
     async def remove(_engine: AsyncEngine) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
     make_engine = functools.partial(
-        create_engine_for, f"sqlite+aiosqlite:///{directory / 'dsm.db'}"
+        create_engine_for, f"sqlite+aiosqlite:///{directory / 'dsm.db'}", module=module
     )
     return SqlStateHandler(make_engine(), clock, on_close=remove, engine_factory=make_engine)
 
