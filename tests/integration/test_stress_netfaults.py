@@ -24,6 +24,7 @@ import pytest
 
 from dsm_sim.history import EventKind
 from dsm_sim.netfaults import FaultKind, FaultWindow
+from dsm_sim.reports.html import swim_lanes
 from dsm_sim.stress import StressReport, StressSettings, run_stress
 from dsm_sim.stress.cli import configure, main
 from dsm_sim.stress.history_builder import build_history
@@ -160,6 +161,9 @@ def test_the_history_marks_each_window_where_the_operations_are_timed(tmp_path: 
         (4.5, "partition (heal=resume) ends"),
         (5.0, "reset (3 connection(s))"),
     ]
+    # The HTML timeline draws each mark across every lane, as it draws a clock jump.
+    rules = [s for s in swim_lanes(history, set(), set()).shapes if s.css == "netfault"]
+    assert len(rules) == 3 and all(s.kind == "line" for s in rules)
 
 
 # --- real runs ----------------------------------------------------------------------------------
