@@ -8,13 +8,20 @@ believing they hold token ``attempt + 1``.  That is why it takes real
 processes against a real database (the stress runner) or a simulated race
 window to catch it, and why the built-in handler does the decision inside
 one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` instead.
+
+:class:`UnfencedSqlHandler` checks the lock nowhere in its ``set``: only a
+worker whose write arrives after someone else took its expired lock over
+breaks it, which takes a real network delay (``dsm stress --netfault``) or a
+test that holds the write back.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from sqlalchemy import update
 from sqlalchemy.dialects.mysql import insert as mariadb_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -27,12 +34,15 @@ from reference_engine.handlers.sql.handler import SqlStateHandler
 from reference_engine.handlers.sql.mariadb import create_database
 from reference_engine.handlers.sql.schema import CURRENT_ROW, KEY_COLUMNS, process_state_logs
 from reference_engine.model import effective_status
+from reference_engine.record import encode_data
 from reference_engine.status import ACQUIRABLE, IdempotencyStatus
 
 __all__ = [
     "DEFAULT_RACE_WINDOW_S",
     "CheckThenInsertSqlHandler",
+    "UnfencedSqlHandler",
     "check_then_insert_handler",
+    "unfenced_handler",
 ]
 
 S = IdempotencyStatus
@@ -123,13 +133,56 @@ def check_then_insert_handler(
     ``dsm stress --handler dsm_sim.broken.sql:check_then_insert_handler``.
     """
     engine = create_engine_for(url, schema=schema)
+    return CheckThenInsertSqlHandler(engine, clock, on_open=_schema_creator(schema))
 
-    async def create_schema(_engine: AsyncEngine) -> None:
+
+class UnfencedSqlHandler(SqlStateHandler):
+    """The built-in handler whose ``set`` with a token ignores it: the bug fencing prevents.
+
+    It overwrites whatever current row the key has, which is what a handler
+    that checks the lock in application code (or not at all) ends up doing
+    once its request is delayed past someone else's take-over.
+    """
+
+    async def set(
+        self,
+        ctx: StateHandlerContext,
+        status: IdempotencyStatus,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        if ctx.lock_token is None:
+            await super().set(ctx, status, data)
+            return
+        key = ctx.record_key
+        statement = (
+            update(T)
+            .where(*(T.c[c.name] == getattr(key, c.name) for c in KEY_COLUMNS), CURRENT_ROW)
+            .values(
+                status=status.value,
+                data=encode_data(data),
+                locked_until=None,
+                updated_at=self.clock.now(),
+            )
+        )
+        async with self._store("set"), self.engine.begin() as conn:
+            await conn.execute(statement)
+
+
+def unfenced_handler(url: str, clock: Clock, *, schema: str | None = None) -> UnfencedSqlHandler:
+    """Factory with the stress runner's signature (see :func:`check_then_insert_handler`)."""
+    engine = create_engine_for(url, schema=schema)
+    return UnfencedSqlHandler(engine, clock, on_open=_schema_creator(schema))
+
+
+def _schema_creator(schema: str | None) -> Callable[[AsyncEngine], Awaitable[None]]:
+    """The ``on_open`` hook creating the run's schema (MariaDB: database), if it has one."""
+
+    async def create_schema(engine: AsyncEngine) -> None:
         if schema is None:
             return
-        if _engine.dialect.name == "mariadb":
-            await create_database(_engine, schema)
+        if engine.dialect.name == "mariadb":
+            await create_database(engine, schema)
         else:
-            await create_pg_schema(_engine, schema)
+            await create_pg_schema(engine, schema)
 
-    return CheckThenInsertSqlHandler(engine, clock, on_open=create_schema)
+    return create_schema

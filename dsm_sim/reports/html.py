@@ -26,6 +26,13 @@ _WIDTH = 1100.0
 _LEFT = 90.0
 _LANE = 30.0
 _TOP = 24.0
+#: Events drawn as a rule across every lane: they change the world, not one process.
+#: A network fault's start and end (a stress run's ``--netfault``) is drawn like a clock jump.
+_RULES = {
+    EventKind.CLOCK_JUMP: "jump",
+    EventKind.FAULTS_STOP: "stop",
+    EventKind.STORE_FAULT: "netfault",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +134,8 @@ def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]
             shapes.append(
                 Shape("mark", x(ev.time), y(ev.process) + _LANE / 2, 0, 0, "crash" + flagged, title)
             )
-        elif ev.kind in (EventKind.CLOCK_JUMP, EventKind.FAULTS_STOP):
-            css = "jump" if ev.kind is EventKind.CLOCK_JUMP else "stop"
-            shapes.append(Shape("line", x(ev.time), _TOP, 0, height - _TOP, css, title))
+        elif ev.kind in _RULES:
+            shapes.append(Shape("line", x(ev.time), _TOP, 0, height - _TOP, _RULES[ev.kind], title))
         elif ev.kind is EventKind.DELIVERY and ev.process in row:
             shapes.append(
                 Shape("tick", x(ev.time), y(ev.process) + 6, 0, _LANE - 12, "delivery", title)

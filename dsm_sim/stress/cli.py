@@ -2,8 +2,10 @@
 
 Exit status: 0 when every run passes the checker (or, with
 ``--expect-violation``, when every run is caught), 1 otherwise, 2 for bad
-options.  The command injects no store faults, so a ``StoreError`` fails the
-run.  ``--handler`` takes the same ``(clock)`` factory as ``dsm verify``; it
+options.  Without ``--netfault`` the command injects no store faults, so a
+``StoreError`` fails the run; with it, the faults are played between the
+worker processes and the database server (docs/netfaults.md) and store
+errors are expected, while every invariant is still checked.  ``--handler`` takes the same ``(clock)`` factory as ``dsm verify``; it
 must connect to the run's store (:mod:`dsm_sim.stress.target`).  Without ``--db`` it runs on ``DSM_TEST_POSTGRES_URL`` (if set) and
 on a fresh SQLite file, which is what ``nox -s stress`` does.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from dsm_sim.options import bounded_int, positive_seconds, rate
 from dsm_sim.outputs import OutputKind, check_output
 from dsm_sim.stress.broker.cli import add_broker_arguments, broker_main
+from dsm_sim.stress.netfault_spec import GRAMMAR, parse_netfaults
 from dsm_sim.stress.runner import run_stress
 from dsm_sim.stress.settings import (
     BUILTIN_HANDLER_SPEC,
@@ -30,7 +33,7 @@ from dsm_sim.stress.settings import (
     StressSettings,
 )
 from dsm_sim.stress.verdict import exit_code, run_each
-from reference_engine.errors import DsmError
+from reference_engine.errors import DsmError, InvalidOptionError
 
 __all__ = ["configure", "default_databases", "main"]
 
@@ -104,6 +107,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="write the reports as JSON (checked before the run: a directory, or a path in "
         "a directory that cannot be created or written, is a usage error)",
     )
+    parser.add_argument(
+        "--netfault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a network fault between the worker processes and the database server, "
+        "repeatable; T is seconds since the workers started (2s, 250ms): "
+        + " | ".join(GRAMMAR)
+        + ". PostgreSQL and MariaDB only; see docs/netfaults.md",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run's schema and journals")
     parser.add_argument(
         "--expect-violation",
@@ -113,13 +126,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_broker_arguments(parser)
 
 
-def default_databases(directory: Path) -> list[str]:
+def default_databases(directory: Path, *, servers_only: bool = False) -> list[str]:
+    """``$DSM_TEST_POSTGRES_URL`` if set, and a fresh SQLite file unless only servers will do."""
     urls = []
     postgres = os.environ.get(POSTGRES_ENV, "").strip()
     if postgres:
         urls.append(postgres)
-    urls.append(f"sqlite+aiosqlite:///{directory / 'stress.sqlite3'}")
+    if not servers_only:
+        urls.append(f"sqlite+aiosqlite:///{directory / 'stress.sqlite3'}")
     return urls
+
+
+def _plans(args: argparse.Namespace, databases: list[str]) -> list[StressSettings]:
+    netfaults = parse_netfaults(args.netfault)
+    if netfaults and not databases:
+        raise InvalidOptionError(
+            "netfault",
+            f"network faults need a database server: give --db with a PostgreSQL or "
+            f"MariaDB URL, or set ${POSTGRES_ENV}",
+        )
+    return [
+        StressSettings(
+            db_url=url,
+            handler_spec=args.handler,
+            processes=args.processes,
+            workers=args.workers,
+            keys=args.keys,
+            duplicates=args.duplicates,
+            fail_rate=args.fail_rate,
+            lock_duration=dt.timedelta(seconds=args.lock_duration),
+            seed=args.seed,
+            fault_free=not netfaults,
+            netfaults=netfaults,
+        )
+        for url in databases
+    ]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -130,25 +171,18 @@ def main(args: argparse.Namespace) -> int:
             print(f"dsm stress: {exc}", file=sys.stderr)
             return 2
     with tempfile.TemporaryDirectory(prefix="dsm-stress-") as tmp:
-        databases = args.db or default_databases(Path(tmp))
+        databases = args.db or default_databases(Path(tmp), servers_only=bool(args.netfault))
+        if args.broker and args.netfault:
+            print(
+                "dsm stress: --netfault is not supported with --broker yet; run it without "
+                "--broker",
+                file=sys.stderr,
+            )
+            return 2
         if args.broker:
             return broker_main(args, databases)
         try:
-            plans = [
-                StressSettings(
-                    db_url=url,
-                    handler_spec=args.handler,
-                    processes=args.processes,
-                    workers=args.workers,
-                    keys=args.keys,
-                    duplicates=args.duplicates,
-                    fail_rate=args.fail_rate,
-                    lock_duration=dt.timedelta(seconds=args.lock_duration),
-                    seed=args.seed,
-                    fault_free=True,
-                )
-                for url in databases
-            ]
+            plans = _plans(args, databases)
         except DsmError as exc:
             print(f"dsm stress: {exc}", file=sys.stderr)
             return 2

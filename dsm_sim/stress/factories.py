@@ -36,6 +36,7 @@ __all__ = [
     "sqlite_short_busy_timeout_handler",
     "stress_check_then_insert_handler",
     "stress_sql_handler",
+    "stress_unfenced_handler",
 ]
 
 #: ``--handler`` prefixes of an out-of-process handler, as for ``dsm run``.
@@ -74,6 +75,19 @@ def stress_check_then_insert_handler(clock: Clock) -> StateHandler:
 
     target = run_target()
     return check_then_insert_handler(target.db_url, clock, schema=target.schema)
+
+
+def stress_unfenced_handler(clock: Clock) -> StateHandler:
+    """The catalogue's unfenced SQL handler on the run's store, as a ``(clock)`` factory.
+
+    Its ``set`` ignores the fencing token, so a worker partitioned past its
+    lock overwrites the record of the worker that took the item over; a
+    ``--netfault`` partition longer than ``--lock-duration`` is what shows it.
+    """
+    from dsm_sim.broken.sql import unfenced_handler
+
+    target = run_target()
+    return unfenced_handler(target.db_url, clock, schema=target.schema)
 
 
 def is_exec_spec(spec: str) -> bool:

@@ -26,20 +26,28 @@ from dsm_sim.history import (
     Scalar,
     key_of,
 )
+from dsm_sim.netfaults import FaultWindow, history_events
 from dsm_sim.stress.journal import EventType, Operation
 from dsm_sim.stress.ledger import EffectRow
 from dsm_sim.stress.settings import StressSettings
-from dsm_sim.stress.worker import RECOVERY_PROCESS, base_context
+from dsm_sim.stress.worker import RECOVERY_PROCESS, REDELIVERY_PROCESS, base_context
 from reference_engine.clock import UTC
 from reference_engine.record import StateRecord
 
-__all__ = ["build_history", "journal_outcomes", "process_name"]
+__all__ = ["build_history", "history_key", "journal_outcomes", "process_name"]
 
 _OUTCOMES = {EventType.OK: Outcome.OK, EventType.FAIL: Outcome.FAIL, EventType.INFO: Outcome.INFO}
 
 
 def process_name(process: int) -> str:
-    return "recovery" if process == RECOVERY_PROCESS else f"p{process}"
+    if process == RECOVERY_PROCESS:
+        return "recovery"
+    return "redelivery" if process == REDELIVERY_PROCESS else f"p{process}"
+
+
+def history_key(settings: StressSettings, item: str) -> str:
+    """The checker's key for one of the run's item keys."""
+    return key_of(base_context(settings).for_item(item).record_key)
 
 
 def _scalar(value: object) -> Scalar:
@@ -57,12 +65,17 @@ def build_history(
     final: Iterable[tuple[str, StateRecord | None, int]],
     crashed: Iterable[str] = (),
     faults_stop_ns: int | None = None,
+    fault_windows: Iterable[FaultWindow] = (),
 ) -> History:
-    """One history for the whole run; ``crashed`` names processes that died abnormally."""
-    base = base_context(settings)
+    """One history for the whole run; ``crashed`` names processes that died abnormally.
+
+    ``fault_windows`` (timed in seconds since ``epoch_ns``, as the operations
+    are) become ``STORE_FAULT`` events at each window's start and end, so a
+    finding can be read against the network fault that was active then.
+    """
 
     def key(item: str) -> str:
-        return key_of(base.for_item(item).record_key)
+        return history_key(settings, item)
 
     def at(ns: int) -> float:
         return (ns - epoch_ns) / 1e9
@@ -82,6 +95,8 @@ def build_history(
             "deliveries": settings.deliveries,
         },
     )
+    if settings.netfaults:
+        recorder.meta["netfaults"] = " ".join(f.describe() for f in settings.netfaults)
     dead = set(crashed)
     for op in operations:
         process = process_name(op.process)
@@ -141,6 +156,8 @@ def build_history(
             None if record is None else record.attempt,
             at(seen_ns),
         )
+    for mark in history_events(fault_windows):
+        recorder.event(EventKind.STORE_FAULT, mark.time, process=mark.process, detail=mark.detail)
     if faults_stop_ns is not None:
         recorder.faults_stop = at(faults_stop_ns)
     return recorder.freeze()

@@ -24,9 +24,14 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from dsm_sim.checker import UNPROVEN, InvariantResult, all_passed, check_history
+from dsm_sim.history import History
+from dsm_sim.netfaults import FaultWindow
+from dsm_sim.stress.duplicates import excused_duplicates, fenced_writes
 from dsm_sim.stress.history_builder import build_history, journal_outcomes
 from dsm_sim.stress.journal import Journal, WallClock, read_marks, read_operations
 from dsm_sim.stress.ledger import EffectLedger, EffectRow
+from dsm_sim.stress.netfault_schedule import FaultSchedule
+from dsm_sim.stress.redelivery import Redelivery
 from dsm_sim.stress.settings import StressSettings
 from dsm_sim.stress.worker import RECOVERY_PROCESS, StressWorker, base_context, process_main
 from reference_engine.clock import SystemClock
@@ -46,7 +51,11 @@ class StressReport:
 
     ``duplicate_keys`` is counted straight from the durable effect rows (more
     than one row for a key), independently of the checker's reasoning, so a
-    broken handler is caught even if the history were incomplete.
+    broken handler is caught even if the history were incomplete; under
+    network faults, those :mod:`dsm_sim.stress.duplicates` excuses (the lease
+    expired and fencing rejected the stale write) are listed apart and do not
+    fail the run.  ``fault_windows`` are timed like the history's operations,
+    in seconds since the run's epoch.
     """
 
     settings: StressSettings
@@ -67,12 +76,21 @@ class StressReport:
     timed_out: tuple[int, ...] = ()
     #: That limit, in seconds (None: no limit).
     limit_s: float | None = None
+    excused_duplicate_keys: tuple[str, ...] = ()
+    fault_windows: tuple[FaultWindow, ...] = ()
+    #: When the workers started, on the windows' time base (``at=`` counts from here).
+    faults_origin: float | None = None
+    #: Specs whose time came after the workers had finished, so they never acted.
+    netfaults_not_reached: tuple[str, ...] = ()
+    fenced_writes: int = 0
+    #: The history the checker judged (its ``STORE_FAULT`` events mark the fault windows).
+    history: History | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def passed(self) -> bool:
         return (
             all_passed(self.results)
-            and not self.duplicate_keys
+            and not self.unexcused_duplicate_keys
             and not self.unfinished_keys
             and not self.failed_processes
             and not self.unexpected_store_errors
@@ -84,9 +102,16 @@ class StressReport:
         return self.store_errors if self.settings.fault_free else 0
 
     @property
+    def unexcused_duplicate_keys(self) -> tuple[str, ...]:
+        excused = set(self.excused_duplicate_keys)
+        return tuple(k for k in self.duplicate_keys if k not in excused)
+
+    @property
     def violations(self) -> list[str]:
         found = [v.message for r in self.results for v in r.violations]
-        found += [f"key {k}: more than one durable side effect" for k in self.duplicate_keys]
+        found += [
+            f"key {k}: more than one durable side effect" for k in self.unexcused_duplicate_keys
+        ]
         found += [f"key {k}: not Processed after recovery" for k in self.unfinished_keys]
         found += [self._exit_story(i) for i in self.failed_processes]
         if self.unexpected_store_errors:
@@ -122,10 +147,53 @@ class StressReport:
             "exit_codes": list(self.exit_codes),
             "effects": self.effects,
             "duplicate_keys": list(self.duplicate_keys),
+            "excused_duplicate_keys": list(self.excused_duplicate_keys),
             "unfinished_keys": list(self.unfinished_keys),
             "invariants": {r.name: r.passed for r in self.results},
             "violations": self.violations[:50],
+            **self._netfaults_json(),
         }
+
+    def _netfaults_json(self) -> dict[str, object]:
+        if not self.settings.netfaults:
+            return {}
+        return {
+            "netfaults": [f.describe() for f in self.settings.netfaults],
+            "netfaults_not_reached": list(self.netfaults_not_reached),
+            "faults_origin": None if self.faults_origin is None else round(self.faults_origin, 6),
+            "fault_windows": [
+                {
+                    "kind": w.kind.value,
+                    "start": round(w.start, 6),
+                    "end": None if w.end is None else round(w.end, 6),
+                    "detail": w.detail,
+                }
+                for w in self.fault_windows
+            ],
+            "fenced_writes": self.fenced_writes,
+        }
+
+    def _netfaults_lines(self) -> list[str]:
+        if not self.settings.netfaults:
+            return []
+        origin = self.faults_origin or 0.0
+        shown = [
+            f"{w.kind.value} {w.start - origin:.2f}s-"
+            + ("open" if w.end is None else f"{w.end - origin:.2f}s")
+            + (f" ({w.detail})" if w.detail else "")
+            for w in self.fault_windows
+        ]
+        lines = ["  network faults (from the workers' start): " + ("; ".join(shown) or "none")]
+        if self.netfaults_not_reached:
+            lines.append(
+                "  not reached (the workers finished first): "
+                + ", ".join(self.netfaults_not_reached)
+            )
+        lines.append(
+            f"  stale writes fenced {self.fenced_writes}, duplicates excused "
+            f"{len(self.excused_duplicate_keys)} (lease expired, stale write rejected)"
+        )
+        return lines
 
     def _exit_story(self, index: int) -> str:
         """Why a process failed; a kill by the time limit says so, or it reads like a crash."""
@@ -157,6 +225,7 @@ class StressReport:
             + f", unnamed errors {dict(self.unnamed_errors)}",
             f"  side effects {self.effects}, keys with duplicates {len(self.duplicate_keys)}, "
             f"unfinished keys {len(self.unfinished_keys)}",
+            *self._netfaults_lines(),
         ]
         for result in self.results:
             mark = "PASS" if result.passed else "FAIL"
@@ -195,11 +264,18 @@ class StressRun:
         self.recovered_ns: int | None = None
         self.recovery_outcomes: Counter[str] = Counter()
         self.recovery_unnamed: Counter[str] = Counter()
+        self._wall = WallClock()
+        self.faults: FaultSchedule | None = None
+        self.redelivery: Redelivery | None = None
 
     @property
     def journal_paths(self) -> list[Path]:
         paths = [self.workdir / f"p{i}.jsonl" for i in range(self.settings.processes)]
-        return [*paths, self.workdir / "recovery.jsonl"]
+        return [*paths, self.workdir / "redelivery.jsonl", self.workdir / "recovery.jsonl"]
+
+    def seconds(self) -> float:
+        """Now, on the history's time base: seconds since the run's epoch."""
+        return (self._wall.now_ns() - self.epoch_ns) / 1e9
 
     async def prepare(self) -> None:
         """Check the server can take the run, then create its schema and tables once.
@@ -232,22 +308,59 @@ class StressRun:
             )
         await self.ledger.create()
         await self.handler.open()
+        if self.settings.netfaults:
+            self.faults = FaultSchedule(self.settings, self.seconds)
+            await self.faults.start()
 
     def start(self) -> None:
+        """Spawn the processes; with network faults, also start their schedule and redelivery.
+
+        A run with faults must be started from the event loop its proxy runs in.
+        """
         context = multiprocessing.get_context("spawn")
         # Kept on self: the children unpickle it after start() returns, and a
         # collected barrier takes its semaphores with it.
         self._barrier = barrier = context.Barrier(self.settings.processes)
+        workers = self.settings
+        if self.faults is not None:
+            workers = dataclasses.replace(self.settings, store_url=self.faults.url)
         self.started_ns = time.time_ns()
         for index in range(self.settings.processes):
             process = context.Process(
                 target=process_main,
-                args=(self.settings, index, str(self.journal_paths[index]), barrier),
+                args=(workers, index, str(self.journal_paths[index]), barrier),
                 name=f"dsm-stress-p{index}",
                 daemon=True,
             )
             process.start()
             self.processes.append(process)
+        if self.faults is not None:
+            self.faults.play(self._workers_started)
+            self.redelivery = Redelivery(
+                self.settings, self.handler, self.ledger, self.journal_paths[-2], self.clock
+            )
+            self.redelivery.start()
+
+    async def _workers_started(self) -> float:
+        """Wait for the first worker past the barrier; when it passed, in history seconds."""
+        paths = self.journal_paths[: self.settings.processes]
+        while True:
+            starts = [int(m["t"]) for m in read_marks(paths, "start")]
+            if starts:
+                return (min(starts) - self.epoch_ns) / 1e9
+            await asyncio.sleep(0.01)
+
+    async def stop_faults(self) -> None:
+        """End the redelivery and the fault schedule (every fault still on is turned off)."""
+        redelivery, self.redelivery = self.redelivery, None
+        if redelivery is not None:
+            await redelivery.stop()
+            self.recovery_outcomes.update(
+                {f"redelivery_{k}": v for k, v in redelivery.outcomes.items()}
+            )
+            self.recovery_unnamed.update(redelivery.worker.unnamed_errors)
+        if self.faults is not None:
+            await self.faults.stop()
 
     def kill(self, index: int) -> None:
         """SIGKILL process ``index``; the report will not count its exit as a failure."""
@@ -266,6 +379,7 @@ class StressRun:
                 process.kill()
                 await asyncio.to_thread(process.join, 5.0)
         self.ended_ns = time.time_ns()
+        await self.stop_faults()
         return tuple(p.exitcode for p in self.processes)
 
     async def recover(self) -> None:
@@ -341,6 +455,7 @@ class StressRun:
             final.append((key, record, time.time_ns()))
         effects: list[EffectRow] = await self.ledger.rows()
         operations = read_operations(p for p in self.journal_paths if p.exists())
+        windows = self.faults.windows if self.faults is not None else ()
         crashed = {f"p{i}" for i, p in enumerate(self.processes) if p.exitcode not in (0, None)}
         history = build_history(
             self.settings,
@@ -350,10 +465,16 @@ class StressRun:
             final=final,
             crashed=crashed,
             faults_stop_ns=self.ended_ns if self.recovered_ns is not None else None,
+            fault_windows=windows,
         )
         results = tuple(check_history(history))
         outcomes, unnamed = journal_outcomes(self.journal_paths[:-1])
-        outcomes.update({f"recovery_{k}": v for k, v in self.recovery_outcomes.items()})
+        outcomes.update(
+            {
+                k if k.startswith("redelivery_") else f"recovery_{k}": v
+                for k, v in self.recovery_outcomes.items()
+            }
+        )
         unnamed.update(self.recovery_unnamed)
         per_key = Counter(row.item_key for row in effects)
         # Timed from the barrier's release, so spawning and imports do not count.
@@ -381,6 +502,14 @@ class StressRun:
             journal_dir=str(self.workdir),
             timed_out=tuple(sorted(self.timed_out)),
             limit_s=self.limit_s,
+            excused_duplicate_keys=excused_duplicates(self.settings, effects, operations, results),
+            fault_windows=tuple(windows),
+            faults_origin=None if self.faults is None else self.faults.origin,
+            netfaults_not_reached=()
+            if self.faults is None
+            else tuple(f.describe() for f in self.faults.not_reached),
+            fenced_writes=fenced_writes(operations),
+            history=history,
         )
 
     async def close(self, *, keep: bool = False) -> None:
@@ -389,6 +518,7 @@ class StressRun:
             if process.is_alive():
                 process.kill()
         try:
+            await self.stop_faults()
             if not keep:
                 await self.ledger.drop()
         finally:

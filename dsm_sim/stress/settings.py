@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from dsm_sim.stress.netfault_spec import NetFault, check_overlaps
 from dsm_sim.stress.target import StressTarget, export_target
 from reference_engine.clock import Clock
 from reference_engine.errors import ConfigurationError, InvalidOptionError, echo
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_WORKERS",
     "DatabaseKind",
     "DatabaseUrlError",
+    "NetFaultDatabaseError",
     "StressHandlerFactory",
     "StressSettings",
     "database_kind",
@@ -97,6 +99,22 @@ class DatabaseUrlError(InvalidOptionError):
         ConfigurationError.__init__(
             self,
             f"--db {url}: {problem}; dsm stress accepts " + " or ".join(ACCEPTED_URLS),
+        )
+
+
+class NetFaultDatabaseError(InvalidOptionError):
+    """``--netfault`` on a database no network leads to (SQLite is a file in the process)."""
+
+    def __init__(self, url: str, kind: str) -> None:
+        self.option = "netfault"
+        self.url = url
+        self.problem = f"{kind} has no network connection to fault"
+        self.allowed = ACCEPTED_URLS[:2]
+        ConfigurationError.__init__(
+            self,
+            f"--netfault needs a database server reached over TCP, and --db {url} is {kind}, "
+            "a file opened inside each process: there is no connection to fault; use a "
+            "postgresql+asyncpg:// or mariadb+asyncmy:// URL, or drop --netfault",
         )
 
 
@@ -235,8 +253,12 @@ class StressSettings:
     ``stall_after_acquire`` makes process 0 hold its first lock that long with
     its side-effect transaction open, so a test can SIGKILL it there.
     ``fault_free`` says nothing was injected to break the store (what
-    ``dsm stress`` runs): a ``StoreError`` then fails the run, because a
-    healthy store that refuses operations is a bug, not bad luck.
+    ``dsm stress`` runs without ``--netfault``): a ``StoreError`` then fails
+    the run, because a healthy store that refuses operations is a bug, not
+    bad luck.  ``netfaults`` are played on a proxy between the worker
+    processes and the server (docs/netfaults.md); ``store_url`` is where a
+    worker process's handler connects when that is not ``db_url`` (the
+    proxy), while its effect ledger always uses ``db_url``.
     """
 
     db_url: str
@@ -253,6 +275,8 @@ class StressSettings:
     start_timeout: float = 120.0
     seed: int = 0
     fault_free: bool = False
+    netfaults: tuple[NetFault, ...] = ()
+    store_url: str | None = None
     run_id: str = dataclasses.field(default_factory=new_run_id)
 
     def __post_init__(self) -> None:
@@ -270,10 +294,23 @@ class StressSettings:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise InvalidOptionError(name, f"must be finite and not negative, got {value!r}")
+        if self.store_url is not None:
+            object.__setattr__(self, "store_url", stress_database_url(self.store_url))
+        if self.netfaults:
+            self._check_netfaults()
         if _RUN_ID.fullmatch(self.run_id) is None:
             raise InvalidOptionError(
                 "run_id", f"must be lower-case alphanumeric, got {self.run_id!r}"
             )
+
+    def _check_netfaults(self) -> None:
+        if not self.kind.server:
+            raise NetFaultDatabaseError(echo(self.db_url, 200), self.kind.value)
+        if self.fault_free:
+            raise InvalidOptionError(
+                "fault_free", "a run with netfaults is not fault-free: its StoreErrors are expected"
+            )
+        check_overlaps(self.netfaults)
 
     @property
     def kind(self) -> DatabaseKind:
@@ -302,20 +339,21 @@ class StressSettings:
 
     @property
     def target(self) -> StressTarget:
-        return StressTarget(self.db_url, self.schema)
+        return StressTarget(self.store_url or self.db_url, self.schema)
 
     def build_handler(self, clock: Clock) -> StateHandler:
         """This run's handler, in this process: the factory is told the run's store first."""
         factory = load_stress_factory(self.handler_spec)
-        export_target(self.target)
+        target = self.target
+        export_target(target)
         name = self.handler_spec or factory_name(factory)
         if not _takes_url(factory):
             return build_handler(factory, clock, name=name)
         if self.schema is None:
-            return build_handler(factory, clock, name=name, arguments=(self.db_url, clock))
+            return build_handler(factory, clock, name=name, arguments=(target.db_url, clock))
         return build_handler(
             lambda url, at: factory(url, at, schema=self.schema),
             clock,
             name=name,
-            arguments=(self.db_url, clock),
+            arguments=(target.db_url, clock),
         )

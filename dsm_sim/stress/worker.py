@@ -38,6 +38,7 @@ from reference_engine.status import IdempotencyStatus
 __all__ = [
     "ENTITY_ID",
     "RECOVERY_PROCESS",
+    "REDELIVERY_PROCESS",
     "DeliveryOutcome",
     "StressWorker",
     "base_context",
@@ -47,6 +48,8 @@ __all__ = [
 ENTITY_ID = "stress-invoice-node"
 #: Process number used in journals for the parent's recovery pass.
 RECOVERY_PROCESS = -1
+#: Process number of the parent's redeliveries while network faults are on.
+REDELIVERY_PROCESS = -2
 
 
 class DeliveryOutcome(enum.Enum):

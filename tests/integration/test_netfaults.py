@@ -17,15 +17,16 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from sqlalchemy import make_url, update
+from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from dsm_sim.broken.sql import UnfencedSqlHandler
 from dsm_sim.netfaults import (
     Direction,
     FaultKind,
@@ -48,8 +49,8 @@ from reference_engine.handlers.sql.engine import (
 )
 from reference_engine.handlers.sql.handler import SqlStateHandler
 from reference_engine.handlers.sql.mariadb import create_database, drop_database
-from reference_engine.handlers.sql.schema import CURRENT_ROW, KEY_COLUMNS, process_state_logs
-from reference_engine.record import StateRecord, encode_data
+from reference_engine.handlers.sql.schema import process_state_logs
+from reference_engine.record import StateRecord
 from reference_engine.status import IdempotencyStatus
 
 pytestmark = pytest.mark.integration
@@ -74,38 +75,6 @@ def ctx(item: str, token: int | None = None) -> StateHandlerContext:
         handler_config=CONFIG,
     )
     return base.for_item(item, lock_token=token)
-
-
-class UnfencedSqlHandler(SqlStateHandler):
-    """The built-in handler whose ``set`` with a token ignores it: the bug fencing prevents.
-
-    It overwrites whatever current row the key has, which is what a handler
-    that checks the lock in application code (or not at all) ends up doing
-    once its request is delayed past someone else's take-over.
-    """
-
-    async def set(
-        self,
-        ctx: StateHandlerContext,
-        status: IdempotencyStatus,
-        data: Mapping[str, Any] | None = None,
-    ) -> None:
-        if ctx.lock_token is None:
-            await super().set(ctx, status, data)
-            return
-        key = ctx.record_key
-        statement = (
-            update(T)
-            .where(*(T.c[c.name] == getattr(key, c.name) for c in KEY_COLUMNS), CURRENT_ROW)
-            .values(
-                status=status.value,
-                data=encode_data(data),
-                locked_until=None,
-                updated_at=self.clock.now(),
-            )
-        )
-        async with self._store("set"), self.engine.begin() as conn:
-            await conn.execute(statement)
 
 
 #: The SQL servers the late-write case runs on, by the fixture that gives each one's URL.
