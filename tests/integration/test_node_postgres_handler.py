@@ -11,8 +11,9 @@ read, then an unconditional write) must be caught by the kit's races.
 With ``DSM_NODE_PG_SERIAL=1`` the process serves one request at a time
 (``"concurrent": false``), so requests to one process never race.  The kit
 names a store on ``open`` and races its workers through more processes on
-that store (peers), so the broken acquire is still caught; without named
-stores the same search passes it, which is what the peers add.
+that store (peers), so the broken acquire is still caught (what the peers
+add is shown deterministically in test_protocol_harness.py, where one
+process of the same bug passes).
 
 Needs node, the ``pg`` package (``npm ci`` in ``handlers/node``, which
 ``.ci/run`` does) and ``DSM_TEST_POSTGRES_URL``: skipped where one is
@@ -65,11 +66,10 @@ def _factory(
     bug: str = "",
     *,
     serial: bool = False,
-    named_stores: bool = True,
 ) -> ExecFactory:
     env = {"DSM_NODE_PG_URL": postgres_url, "DSM_NODE_BUG": bug}
     env["DSM_NODE_PG_SERIAL"] = "1" if serial else ""
-    return exec_factory(command, env=env, named_stores=named_stores)
+    return exec_factory(command, env=env)
 
 
 def test_the_node_postgres_handler_passes_the_kit(command: list[str], postgres_url: str) -> None:
@@ -98,7 +98,7 @@ def test_a_handler_serving_one_request_at_a_time_passes_the_kit_through_peers(
     assert report.passed, "\n\n".join(r.render() for r in report.violations) or report.error
 
 
-def test_its_broken_acquire_is_caught_only_through_processes_on_one_store(
+def test_its_broken_acquire_is_caught_through_processes_on_one_store(
     command: list[str], postgres_url: str
 ) -> None:
     factory = _factory(command, postgres_url, bug="check_then_insert", serial=True)
@@ -106,12 +106,6 @@ def test_its_broken_acquire_is_caught_only_through_processes_on_one_store(
     assert [v.name for v in caught.violations] == ["at_most_one_live_lock"], [
         v.render() for v in caught.violations
     ]
-    # One process per test case: its requests never meet.
-    alone = _factory(
-        command, postgres_url, bug="check_then_insert", serial=True, named_stores=False
-    )
-    hidden = verify(alone, profile="dev", seed=0, stop_on_first=True, max_examples=8)
-    assert hidden.passed, [v.render() for v in hidden.violations]
 
 
 @pytest.mark.parametrize("name", ["duplicate-storm", "crash-mid-dispatch", "lost-replies"])
