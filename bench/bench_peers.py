@@ -14,6 +14,10 @@ every side alike:
 * ``dsm redis``: the Redis handler through the node-facing machine,
   ``begin`` (one script) then ``set(Processed, data)`` (one script), fenced,
   keeping the full record;
+* ``dsm redis on uvloop``: the same, with the application's event loop
+  being uvloop (``pip install -e '.[fast]'``) instead of asyncio's own: the
+  engine is a library and runs on the loop its application runs; the column
+  is ``-`` when uvloop is not installed;
 * ``dsm postgresql`` and ``dsm sqlite file``: the built-in SQL handler,
   the same two calls.
 
@@ -26,13 +30,14 @@ is fresh, so no side is answered from a cache.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from common import POSTGRES_ENV, BenchSkipped, Table, timed
 
@@ -53,16 +58,19 @@ __all__ = ["TITLE", "run"]
 
 TITLE = "Full happy path per second (check, acquire, complete): dsm vs Powertools idempotency"
 REDIS_ENV = "DSM_TEST_REDIS_URL"
-SIDES = ("decorator", "layer", "redis", "postgresql", "sqlite")
+SIDES = ("decorator", "layer", "redis", "redis_uvloop", "postgresql", "sqlite")
+RATIOS = SIDES[1:]
 HEADERS = (
     "workers",
     "powertools @idempotent keys/s",
     "powertools layer keys/s",
     "dsm redis keys/s",
+    "dsm redis on uvloop keys/s",
     "dsm postgresql keys/s",
     "dsm sqlite file keys/s",
     "layer/decorator",
     "redis/decorator",
+    "redis uvloop/decorator",
     "postgresql/decorator",
     "sqlite/decorator",
 )
@@ -168,7 +176,12 @@ def _keys(side: str, tag: str, workers: int, per_worker: int) -> list[list[str]]
 
 
 def _level(
-    loop: asyncio.Runner, redis_url: str, pg_url: str | None, workers: int, per_worker: int
+    loop: asyncio.Runner,
+    uv_loop: asyncio.Runner | None,
+    redis_url: str,
+    pg_url: str | None,
+    workers: int,
+    per_worker: int,
 ) -> tuple[object, ...]:
     peers = _Powertools(redis_url, workers)
     clock = SystemClock()
@@ -194,6 +207,14 @@ def _level(
         if store is not None:
             loop.run(store.open())
             sides[name] = on(store)
+    fast: tuple[asyncio.Runner, RedisStateHandler] | None = None
+    if uv_loop is not None:
+        fast_redis = RedisStateHandler(
+            redis_url, clock, prefix=f"bench-peers-{uuid.uuid4().hex[:10]}", delete_on_close=True
+        )
+        uv_loop.run(fast_redis.open())
+        fast = (uv_loop, fast_redis)
+        sides["redis_uvloop"] = lambda keys: uv_loop.run(_happy_paths(fast_redis, keys))
     try:
         for name, side in sides.items():  # warm every connection and script
             side(_keys(name, f"warm{workers}", workers, max(2, per_worker // 4)))
@@ -206,19 +227,36 @@ def _level(
         rate = {name: done / spent[name] for name in sides}
         base = rate["decorator"]
         cells = [rate.get(name, "-") for name in SIDES]
-        ratios = [
-            rate[name] / base if name in rate else "-"
-            for name in ("layer", "redis", "postgresql", "sqlite")
-        ]
+        ratios = [rate[name] / base if name in rate else "-" for name in RATIOS]
         return (workers, *cells, *ratios)
     finally:
         peers.close()
+        if fast is not None:
+            fast[0].run(fast[1].close())
         for store in stores.values():
             if store is None:
                 continue
             if store is postgres:
                 loop.run(_drop(postgres, schema))
             loop.run(store.close())
+
+
+def _uvloop() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return cast(Callable[[], asyncio.AbstractEventLoop], uvloop.new_event_loop)
+
+
+@contextlib.contextmanager
+def _uvloop_runner() -> Iterator[asyncio.Runner | None]:
+    factory = _uvloop()
+    if factory is None:
+        yield None
+        return
+    with asyncio.Runner(loop_factory=factory) as runner:
+        yield runner
 
 
 async def _drop(handler: SqlStateHandler, schema: str) -> None:
@@ -233,15 +271,20 @@ def run(short: bool) -> list[Table]:
     per_key_total = 160 if short else 16000
     rows = []
     # Outside Lambda, Powertools warns on every call that it has no remaining time.
-    with warnings.catch_warnings(), asyncio.Runner() as loop:
+    with warnings.catch_warnings(), asyncio.Runner() as loop, _uvloop_runner() as uv_loop:
         warnings.filterwarnings("ignore", message="Couldn't determine the remaining time")
         for workers in LEVELS:
             per_worker = max(1, per_key_total // workers // ROUNDS)
-            rows.append(_level(loop, redis_url, pg_url, workers, per_worker))
+            rows.append(_level(loop, uv_loop, redis_url, pg_url, workers, per_worker))
     note = (
         f"about {per_key_total} fresh keys per side and level, in {ROUNDS} alternating rounds; "
         "Powertools on threads, dsm on asyncio tasks; dsm keeps the full record and fences "
         "the completion"
         + ("" if pg_url else f"; PostgreSQL not configured ({POSTGRES_ENV}), its column is '-'")
+        + (
+            ""
+            if _uvloop()
+            else "; uvloop not installed (pip install -e '.[fast]'), its column is '-'"
+        )
     )
     return [Table(TITLE, HEADERS, rows, note)]

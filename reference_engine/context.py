@@ -142,13 +142,27 @@ class StateHandlerContext:
         self, item_key: str, item_entity_key: str = "", *, lock_token: int | None = None
     ) -> StateHandlerContext:
         """A per-call copy for one item, validated so bad keys never reach a store."""
-        return dataclasses.replace(
-            self,
-            item_key=validate_key(item_key, field_name="item_key"),
-            item_entity_key=validate_key(
-                item_entity_key, field_name="item_entity_key", allow_empty=True
-            ),
-            lock_token=lock_token,
+        item_key = validate_key(item_key, field_name="item_key")
+        item_entity_key = validate_key(
+            item_entity_key, field_name="item_entity_key", allow_empty=True
+        )
+        if type(self) is not StateHandlerContext:
+            return dataclasses.replace(
+                self, item_key=item_key, item_entity_key=item_entity_key, lock_token=lock_token
+            )
+        # Built field by field rather than by dataclasses.replace: this runs on
+        # every call a node makes, and replace introspects the fields each time.
+        return StateHandlerContext(
+            self.scope_id,
+            self.scope_code,
+            self.entity_id,
+            self.entity_execution_id,
+            self.tenant_id,
+            self.source_app_id,
+            self.handler_config,
+            item_key,
+            item_entity_key,
+            lock_token,
         )
 
     @property

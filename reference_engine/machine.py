@@ -7,7 +7,6 @@ token of each acquisition, so the node API stays as small as the design says.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -72,7 +71,9 @@ class ContextualDataStateMachine:
         """
         ctx = self.base_ctx.for_item(item_key, item_entity_key)
         token = self._tokens.get((ctx.item_entity_key, ctx.item_key))
-        return ctx if token is None else dataclasses.replace(ctx, lock_token=token)
+        if token is None:
+            return ctx
+        return self.base_ctx.for_item(ctx.item_key, ctx.item_entity_key, lock_token=token)
 
     def token_for(self, item_key: str, item_entity_key: str = "") -> int | None:
         """The fencing token this execution holds for an item, if any."""

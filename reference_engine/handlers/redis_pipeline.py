@@ -40,7 +40,23 @@ def pipelinable(url: str) -> bool:
 
 
 def _encode(args: tuple[str | int | bytes, ...]) -> bytes:
-    """One command as a RESP array of bulk strings (the hot loop: no isinstance cascade)."""
+    """One command as a RESP array of bulk strings.
+
+    The hot loop: the usual command is all ASCII text, for which a character
+    count is a byte count, so it is framed as one string and encoded once;
+    anything else is framed argument by argument in bytes.
+    """
+    parts = [f"*{len(args)}\r\n"]
+    for arg in args:
+        text = arg if type(arg) is str else str(arg) if type(arg) is int else None
+        if text is None:
+            return _encode_bytes(args)
+        parts.append(f"${len(text)}\r\n{text}\r\n")
+    framed = "".join(parts)
+    return framed.encode("ascii") if framed.isascii() else _encode_bytes(args)
+
+
+def _encode_bytes(args: tuple[str | int | bytes, ...]) -> bytes:
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
         if type(arg) is str:
@@ -189,7 +205,7 @@ class PipelinedConnection:
                     transport, _ = await loop.create_connection(lambda: _Protocol(self), host, port)
             except OSError as exc:
                 raise RedisConnectionError(f"cannot connect to Redis: {exc}") from exc
-            assert isinstance(transport, asyncio.Transport)
+            # No isinstance check: other event loops (uvloop) have transport types of their own.
             self._parser = _Parser()
             self._transport = transport
             setup: list[tuple[str | int, ...]] = []

@@ -202,7 +202,8 @@ local function write(is_new, changes)
     end
   end
   redis.call('HSET', REC, unpack(put))
-  if #drop > 0 then redis.call('HDEL', REC, unpack(drop)) end
+  -- A new record has nothing to drop: no record means no hash (HMGET read no status).
+  if #drop > 0 and not is_new then redis.call('HDEL', REC, unpack(drop)) end
   if changes.status == nil or changes.locked_until == nil then
     reindex(REC, LOCKS, RETENTION)
     return
