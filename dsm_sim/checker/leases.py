@@ -4,14 +4,22 @@ A lease is a successful acquisition seen from the history: when it started
 (on the store clock), when it surely or possibly expired, and how its holder
 ended it.  Every invariant reasons about leases, so they are derived once,
 here, with the same conservative reading of uncertain operations.
+
+Where a lock ends and when a record may vanish are the semantics profile's
+(:mod:`dsm_sim.conformance.semantics`): the spec's lock is live up to and
+including ``locked_until``; a library may end it at that instant, at a
+coarser resolution, and drop records by a TTL.  :func:`lock_end` and
+:func:`vanish_from` turn those rules into store-clock seconds.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dsm_sim.conformance.semantics import DSM, Retention, SemanticsProfile, truncate
 from dsm_sim.history import History, Op, OpName, Outcome
 
 __all__ = [
@@ -23,10 +31,15 @@ __all__ = [
     "acquired",
     "fmt",
     "leases_for",
+    "lock_end",
     "order",
     "result_of",
     "retention_sweeps",
     "sweeps_resetting",
+    "ttl_gap",
+    "vanish_from",
+    "waived_result",
+    "wrote",
 ]
 
 #: The writes with which a holder ends its own lease.
@@ -47,13 +60,27 @@ class Violation:
 
 @dataclass(frozen=True, slots=True)
 class InvariantResult:
-    """The verdict on one invariant; ``notes`` explain tolerated cases (e.g. excused effects)."""
+    """The verdict on one invariant; ``notes`` explain tolerated cases (e.g. excused effects).
+
+    ``waived`` is the reason a semantics profile gives for not judging the
+    invariant at all: such a result is neither a failure nor a pass
+    (``passed`` is True only so that it never fails a run; :attr:`verdict`
+    says ``waived``).
+    """
 
     name: str
     description: str
     passed: bool
     violations: tuple[Violation, ...] = ()
     notes: tuple[str, ...] = ()
+    waived: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        """``passed``, ``failed`` or ``waived``."""
+        if self.waived is not None:
+            return "waived"
+        return "passed" if self.passed else "failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +145,88 @@ def fmt(value: float) -> str:
     return f"{value:.3f}s"
 
 
-def leases_for(history: History, key: str) -> list[Lease]:
-    """The key's ok acquisitions in timeline order, each with its holder's ending write."""
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def _shifted(history: History, seconds: float, resolution: dt.timedelta) -> float:
+    """``seconds`` (since the history's epoch) cut down to ``resolution`` since the Unix epoch."""
+    instant = truncate(history.instant(seconds), resolution)
+    return round((instant - history.epoch).total_seconds(), 6)
+
+
+def lock_end(
+    history: History, start: float, duration: float, semantics: SemanticsProfile = DSM
+) -> float:
+    """The last store instant at which a lock taken at ``start`` is still live.
+
+    The spec's lock is live at ``locked_until`` itself, so that instant is the
+    answer.  A profile that stores the lock's end at a coarser resolution
+    ends it at that resolution's step, and one whose lock has ended at
+    ``locked_until`` ends it a microsecond (the history's resolution) before.
+    """
+    if semantics.strict:
+        return start + duration
+    resolution = semantics.lock_resolution
+    end = _shifted(history, start + duration, resolution)
+    if semantics.lock_live_at_expiry:
+        end += max(resolution, _MICROSECOND).total_seconds()
+    return round(end - 1e-6, 6)
+
+
+def vanish_from(
+    history: History, key: str, written: float, semantics: SemanticsProfile = DSM
+) -> float:
+    """The first store instant at which a record written at ``written`` may be gone by a TTL.
+
+    ``inf`` unless the profile's retention is a TTL and the key's node keeps
+    records for a finite time; the retention is taken in the profile's unit.
+    """
+    info = history.keys.get(key)
+    if semantics.retention is not Retention.TTL or info is None or info.retention is None:
+        return math.inf
+    retention = dt.timedelta(seconds=info.retention)
+    unit = semantics.retention_unit
+    if unit > _MICROSECOND:
+        retention -= retention % unit
+    resolution = max(semantics.retention_resolution, _MICROSECOND)
+    end = _shifted(history, written + retention.total_seconds(), resolution)
+    return round(end + resolution.total_seconds(), 6)
+
+
+def wrote(op: Op) -> bool:
+    """``op`` surely wrote its key's record (and so restarted the record's retention)."""
+    return op.ok and op.op.is_write and (op.op is not OpName.TRY_ACQUIRE_LOCK or acquired(op))
+
+
+def ttl_gap(
+    history: History, key: str, since: Op, until: float, semantics: SemanticsProfile = DSM
+) -> bool:
+    """A TTL may have dropped the key's record between ``since`` and store instant ``until``.
+
+    Every write restarts the record's retention, so the record may have
+    vanished only in a gap between two writes (or after the last one) at least
+    as long as its retention.  Never under a profile without a TTL.
+    """
+    if semantics.retention is not Retention.TTL:
+        return False
+    writes = [
+        w
+        for w in history.ops_for(key)
+        if wrote(w) and order(w) >= order(since) and w.latest <= until
+    ]
+    writes.sort(key=order)
+    ends = [w.latest for w in writes[1:]] + [until]
+    return bool(writes) and any(
+        end >= vanish_from(history, key, w.earliest, semantics)
+        for w, end in zip(writes, ends, strict=False)
+    )
+
+
+def leases_for(history: History, key: str, semantics: SemanticsProfile = DSM) -> list[Lease]:
+    """The key's ok acquisitions in timeline order, each with its holder's ending write.
+
+    A lease's expiry is the last instant its lock is live under ``semantics``.
+    """
     duration = history.lock_duration_for(key)
     ops = sorted(history.ops_for(key), key=order)
     leases = []
@@ -145,8 +252,8 @@ def leases_for(history: History, key: str) -> list[Lease]:
                 acquire=op,
                 start_lo=op.earliest,
                 start_hi=op.latest,
-                expires_lo=op.earliest + duration,
-                expires_hi=op.latest + duration,
+                expires_lo=lock_end(history, op.earliest, duration, semantics),
+                expires_hi=lock_end(history, op.latest, duration, semantics),
                 end=end,
             )
         )
@@ -182,3 +289,10 @@ def result_of(
     """An :class:`InvariantResult` that passed iff there are no violations."""
     found = tuple(violations)
     return InvariantResult(name, description, not found, found, tuple(notes))
+
+
+def waived_result(result: InvariantResult, reason: str) -> InvariantResult:
+    """``result`` set aside: the semantics profile declares the invariant does not apply."""
+    found = len(result.violations)
+    notes = (f"{found} finding(s) set aside: by design, {reason}",) if found else ()
+    return InvariantResult(result.name, result.description, True, (), notes, reason)

@@ -18,6 +18,13 @@ unless a sweep that reports the key changed runs in between, and then it
 must be what the model's sweep makes of it.  This is what catches a store
 whose record changes behind the callers' backs: a sweep that also bumps the
 attempt, a payload kept by reference and changed by the caller afterwards.
+
+Under a semantics profile the model is a :class:`~dsm_sim.conformance.
+semantics.ProfiledModel` (:mod:`dsm_sim.checker.profiled`): it deletes where
+the library deletes, lets a TTL drop records, ends locks by the library's
+rule, and keeps counting tokens across a delete.  Instants are compared at
+the profile's resolutions and the audit fields only when the library stores
+them.
 """
 
 from __future__ import annotations
@@ -26,15 +33,24 @@ import dataclasses
 import datetime as dt
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from dsm_sim.checker.leases import InvariantResult, Violation, fmt, result_of
+from dsm_sim.checker.profiled import (
+    Past,
+    at_resolution,
+    exact_retention,
+    model_for,
+    pasts,
+    status_at,
+)
+from dsm_sim.conformance.semantics import DSM, ProfiledModel, SemanticsProfile
 from dsm_sim.history import History, KeyInfo, Op, OpName, Outcome, RecordView
 from reference_engine.config import HandlerConfig
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import DsmError
-from reference_engine.model import ModelRecord, ReferenceModel, effective_status
+from reference_engine.model import ModelRecord, ReferenceModel
 from reference_engine.record import encode_data
 from reference_engine.scope import Scope
 from reference_engine.status import IdempotencyStatus, is_allowed
@@ -93,19 +109,23 @@ class _Finding:
     op: int
 
 
-def model_agreement(history: History) -> list[InvariantResult]:
-    """One result per judged property; empty when no call was read around (no probes)."""
+def model_agreement(history: History, semantics: SemanticsProfile = DSM) -> list[InvariantResult]:
+    """One result per judged property; empty when no call was read around (no probes).
+
+    ``semantics``: the profile the store is judged by (the spec's by default).
+    """
     if not any(op.probed for op in history.ops):
         return []
+    past = {} if semantics.strict else pasts(history, semantics)
     findings: list[_Finding] = []
     for op in history.ops:
         if op.op in _NODE_OPS and op.probed and op.store_time is not None:
             info = history.keys.get(op.key)
             if info is not None:
-                findings.extend(_judge(history, op, info))
+                findings.extend(_judge(history, op, info, semantics, past.get(op.index)))
         elif op.op.is_sweep and op.ok:
             findings.extend(_judge_sweep(op))
-    findings.extend(_between_calls(history))
+    findings.extend(_between_calls(history, semantics, past))
     results = []
     for name, description in JUDGED:
         mine = [f for f in findings if f.prop == name]
@@ -117,7 +137,13 @@ def model_agreement(history: History) -> list[InvariantResult]:
 # --- calls -----------------------------------------------------------------------------------
 
 
-def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
+def _judge(
+    history: History,
+    op: Op,
+    info: KeyInfo,
+    semantics: SemanticsProfile = DSM,
+    past: Past | None = None,
+) -> list[_Finding]:
     assert op.store_time is not None
     found: list[_Finding] = []
 
@@ -138,8 +164,10 @@ def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
             return found
     now = history.epoch + dt.timedelta(seconds=op.store_time)
     ctx = _context(info, op)
-    model = ReferenceModel()
+    model = model_for(semantics, ctx, past)
     stored = None if op.before is None else _record(ctx, op.before, history.epoch)
+    if stored is not None and not semantics.strict:
+        stored = exact_retention(history, info, stored, semantics, past)
     if stored is not None:
         model.current[ctx.record_key] = dataclasses.replace(stored)
     expected_value: object = None
@@ -149,7 +177,7 @@ def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
     except DsmError as exc:
         expected_error = type(exc).__name__
     before = op.before
-    source = S.NONE if stored is None else effective_status(stored, now)
+    source = status_at(stored, now, semantics)
     unknown = op.outcome is Outcome.INFO and op.error in ("StoreError", "Crash")
     if not unknown:
         actual_error = None if op.ok else op.error
@@ -173,7 +201,7 @@ def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
         if actual_error != expected_error:
             if expected_error == "StaleLockError" and actual_error is None:
                 say(
-                    _stale_property(before),
+                    _stale_property(before, op.token),
                     f"accepted token {op.token} on a record {_label(before)}; the spec says "
                     "StaleLockError",
                 )
@@ -188,7 +216,7 @@ def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
     if expected_error is not None:
         if op.after != op.before:
             prop = (
-                _stale_property(before)
+                _stale_property(before, op.token)
                 if expected_error == "StaleLockError"
                 else "errors_agree_with_model"
             )
@@ -213,7 +241,11 @@ def _judge(history: History, op: Op, info: KeyInfo) -> list[_Finding]:
         )
         return found
     expected = _expected_view(model, ctx, op, history.epoch, expected_error)
-    found.extend(_compare(op, before, expected, op.after, say_prefix=say))
+    after = op.after
+    if not semantics.strict:
+        expected = at_resolution(expected, history, semantics)
+        after = at_resolution(after, history, semantics)
+    found.extend(_compare(op, before, expected, after, say_prefix=say, semantics=semantics))
     return found
 
 
@@ -300,8 +332,10 @@ def _compare(
     actual: RecordView | None,
     *,
     say_prefix: Callable[[str, str], None],
+    semantics: SemanticsProfile = DSM,
 ) -> list[_Finding]:
     say = say_prefix
+    audited = semantics.audit_fields
     if expected is None or actual is None:
         if expected != actual:
             say(
@@ -326,7 +360,7 @@ def _compare(
             else "record_agrees_with_model",
             f"left attempt (token) {actual.attempt}; the spec says {expected.attempt}",
         )
-    if not actual.utc or not _same(actual.updated_at, expected.updated_at):
+    if not actual.utc or (audited and not _same(actual.updated_at, expected.updated_at)):
         say(
             "timestamps_in_utc",
             f"stamped updated_at {fmt(actual.updated_at)}"
@@ -352,7 +386,7 @@ def _compare(
             f"reads back data {actual.data} where {expected.data} was written or kept "
             "(digests of the canonical JSON)",
         )
-    if not _same(actual.created_at, expected.created_at):
+    if audited and not _same(actual.created_at, expected.created_at):
         superseding = op.op is OpName.UPSERT and before is not None and before.status == "processed"
         say(
             "upsert_keeps_history" if superseding else "record_agrees_with_model",
@@ -366,7 +400,7 @@ def _compare(
             f"left retain_until {_instant(actual.retain_until)}; the spec says "
             f"{_instant(expected.retain_until)} (write instant + the node's retention)",
         )
-    audit = audit_difference(actual.audit, expected.audit)
+    audit = audit_difference(actual.audit, expected.audit) if audited else None
     if audit is not None:
         say("record_agrees_with_model", audit)
     return []
@@ -432,7 +466,11 @@ class _Left:
     sweeps: list[Op]
 
 
-def _between_calls(history: History) -> list[_Finding]:
+def _between_calls(
+    history: History,
+    semantics: SemanticsProfile = DSM,
+    past: Mapping[int, Past] | None = None,
+) -> list[_Finding]:
     """Each call's *before* against what the previous call on its key left (store order).
 
     Only calls read around in one step are links of the chain; any other
@@ -440,6 +478,7 @@ def _between_calls(history: History) -> list[_Finding]:
     does a sweep whose outcome is unknown.  A GET changes nothing.
     """
     ordered = sorted((op for op in history.ops if op.seq is not None), key=lambda o: o.seq or 0)
+    past = past or {}
     left: dict[str, _Left] = {}
     found: list[_Finding] = []
     for op in ordered:
@@ -460,22 +499,32 @@ def _between_calls(history: History) -> list[_Finding]:
         previous = left.get(op.key)
         info = history.keys.get(op.key)
         if previous is not None and info is not None:
-            finding = _still(history, info, previous, op)
+            finding = _still(history, info, previous, op, semantics, past.get(op.index))
             if finding is not None:
                 found.append(finding)
         left[op.key] = _Left(op, op.after, [])
     return found
 
 
-def _still(history: History, info: KeyInfo, previous: _Left, op: Op) -> _Finding | None:
-    """A finding when ``op`` found the record other than the model says it was left."""
+def _still(
+    history: History,
+    info: KeyInfo,
+    previous: _Left,
+    op: Op,
+    semantics: SemanticsProfile = DSM,
+    past: Past | None = None,
+) -> _Finding | None:
+    """A finding when ``op`` found the record other than the model says it was left.
+
+    Under a profile whose retention is a TTL, a record past it is expected gone.
+    """
     expected = previous.view
     sweeps = []
     for sweep in previous.sweeps:
         if expected is None or sweep.store_time is None:
             break
         ctx = _context(info, op)
-        model = ReferenceModel()
+        model = model_for(semantics, ctx, None)
         model.current[ctx.record_key] = _record(ctx, expected, history.epoch)
         now = history.epoch + dt.timedelta(seconds=sweep.store_time)
         if sweep.op is OpName.RESET_EXPIRED_LOCKS:
@@ -487,6 +536,14 @@ def _still(history: History, info: KeyInfo, previous: _Left, op: Op) -> _Finding
         record = model.current[ctx.record_key]
         expected = _view_of_model(record, op.key, history.epoch, expected.audit is not None)
         sweeps.append(sweep)
+    if expected is not None and not semantics.strict and op.store_time is not None:
+        ctx = _context(info, op)
+        profiled = ProfiledModel(semantics)
+        kept = _record(ctx, expected, history.epoch)
+        profiled.current[ctx.record_key] = exact_retention(history, info, kept, semantics, past)
+        profiled.settle(history.instant(op.store_time), ctx.record_key)
+        if ctx.record_key not in profiled.current:
+            expected = None  # its TTL ran out
     difference = _difference(op.before, expected)
     if difference is None:
         return None
@@ -551,9 +608,12 @@ def _difference(actual: RecordView | None, expected: RecordView | None) -> str |
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _stale_property(before: RecordView | None) -> str:
-    """A spent token on a completed record is its own class: the lost-reply retry."""
-    spent = before is not None and before.status in _COMPLETED_RECORD
+def _stale_property(before: RecordView | None, token: int | None) -> str:
+    """A spent token is its own class: the record its own write completed (a lost reply's retry).
+
+    A token on a record another holder completed is a stale holder's, as in the kit.
+    """
+    spent = before is not None and before.status in _COMPLETED_RECORD and before.attempt == token
     return "spent_token_rejected" if spent else "stale_write_rejected"
 
 

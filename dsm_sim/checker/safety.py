@@ -16,8 +16,10 @@ from dsm_sim.checker.leases import (
     order,
     result_of,
     sweeps_resetting,
+    ttl_gap,
 )
 from dsm_sim.checker.orders import Ordering
+from dsm_sim.conformance.semantics import DSM, SemanticsProfile
 from dsm_sim.history import Event, EventKind, History, OpName
 
 __all__ = [
@@ -32,12 +34,15 @@ __all__ = [
 # --- single live lock ------------------------------------------------------------------------
 
 
-def single_live_lock(history: History) -> InvariantResult:
-    """At most one live lock per key: no acquisition while another lease is surely live."""
+def single_live_lock(history: History, semantics: SemanticsProfile = DSM) -> InvariantResult:
+    """At most one live lock per key: no acquisition while another lease is surely live.
+
+    Whether a lease is still live is decided by ``semantics``' lock rule.
+    """
     violations = []
     timeline = Ordering.of(history)
     for key in history.item_keys():
-        leases = leases_for(history, key)
+        leases = leases_for(history, key, semantics)
         sweeps = sweeps_resetting(history, key)
         seen: dict[int | None, Lease] = {}
         for lease in leases:
@@ -77,12 +82,15 @@ def single_live_lock(history: History) -> InvariantResult:
 # --- fencing ---------------------------------------------------------------------------------
 
 
-def fencing_rejects_stale_writes(history: History) -> InvariantResult:
+def fencing_rejects_stale_writes(
+    history: History, semantics: SemanticsProfile = DSM
+) -> InvariantResult:
     """A write under token t must be refused once another token was acquired or t was swept.
 
     On a wall-clock history the takeover or sweep must provably fall between
     the write's own acquisition and the write: a call that overlaps either
-    may have landed outside that span.
+    may have landed outside that span.  A stale write is a hazard under any
+    semantics, so ``semantics`` changes nothing here.
     """
     violations = []
     notes = []
@@ -142,7 +150,9 @@ def fencing_rejects_stale_writes(history: History) -> InvariantResult:
 # --- side effects ----------------------------------------------------------------------------
 
 
-def no_duplicate_side_effect(history: History) -> InvariantResult:
+def no_duplicate_side_effect(
+    history: History, semantics: SemanticsProfile = DSM
+) -> InvariantResult:
     """At most one side effect per key, unless an earlier lease provably ended first.
 
     A second effect is excused when the earlier effect's lease expired (or its
@@ -156,7 +166,7 @@ def no_duplicate_side_effect(history: History) -> InvariantResult:
     for (key, _node), effects in sorted(ledger.items()):
         if len(effects) <= 1:
             continue
-        leases = {lease.token: lease for lease in leases_for(history, key)}
+        leases = {lease.token: lease for lease in leases_for(history, key, semantics)}
         by_token: dict[int | None, list[int]] = {}
         for ev in effects:
             by_token.setdefault(ev.token, []).append(ev.index)
@@ -192,7 +202,7 @@ def no_duplicate_side_effect(history: History) -> InvariantResult:
                 )
                 continue
             reason = _lease_end_reason(history, earlier, later)
-            window = _window_closed(history, earlier, later)
+            window = _window_closed(history, earlier, later, semantics)
             if window is not None:
                 notes.append(
                     f"key {key}: effect repeated after the idempotency window closed -- "
@@ -268,14 +278,20 @@ def duplicate_effects(history: History) -> int:
     return sum(len(effects) - 1 for effects in effect_ledger(history).values())
 
 
-def _window_closed(history: History, earlier: Lease, later: Lease) -> str | None:
+def _window_closed(
+    history: History, earlier: Lease, later: Lease, semantics: SemanticsProfile = DSM
+) -> str | None:
     """A retention sweep expired the key after ``earlier`` ended and before ``later`` began.
 
-    An Expired item is no longer done: processing it again is what retention means.
+    An Expired item is no longer done: processing it again is what retention
+    means.  Under a profile whose retention is a TTL, the record vanishing
+    at the end of it closes the window the same way.
     """
     end = earlier.end
     if end is None or not end.maybe:
         return None
+    if ttl_gap(history, earlier.key, end, later.acquire.earliest, semantics):
+        return "its record's TTL ran out (the library drops it at the end of retention)"
     timeline = Ordering.of(history)
     sweep = next(
         (
@@ -327,12 +343,12 @@ def _stale_fate(history: History, lease: Lease) -> str:
 # --- sweeps ----------------------------------------------------------------------------------
 
 
-def sweep_spares_live_locks(history: History) -> InvariantResult:
+def sweep_spares_live_locks(history: History, semantics: SemanticsProfile = DSM) -> InvariantResult:
     """The sweep resets only expired locks; a holder is never fenced off while its lease lives."""
     violations = []
     timeline = Ordering.of(history)
     for key in history.item_keys():
-        leases = leases_for(history, key)
+        leases = leases_for(history, key, semantics)
         for sweep in sweeps_resetting(history, key):
             before = [lease for lease in leases if timeline.before(lease.acquire, sweep)]
             if not before:

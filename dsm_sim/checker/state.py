@@ -2,6 +2,13 @@
 
 Each replays a key's definite writes in timeline order and compares what the
 store said or ended with against the status those writes imply.
+
+Under a semantics profile (:mod:`dsm_sim.conformance.semantics`) the replay
+follows the library's rules: a lock ends by the profile's boundary and
+resolution, a holder's failure may delete the record, a record may vanish
+once its TTL has run out (the status is then unknown until the next write,
+as after an ``info`` write), and without a lock sweep an expired lock simply
+stays until the next acquisition takes it over.
 """
 
 from __future__ import annotations
@@ -16,12 +23,17 @@ from dsm_sim.checker.leases import (
     Violation,
     acquired,
     fmt,
+    lock_end,
     order,
     result_of,
     retention_sweeps,
     sweeps_resetting,
+    ttl_gap,
+    vanish_from,
+    wrote,
 )
 from dsm_sim.checker.orders import Ordering, Search, is_wall_clock, settle
+from dsm_sim.conformance.semantics import DSM, Failure, SemanticsProfile
 from dsm_sim.history import History, Op, OpName, Outcome
 from reference_engine.status import COMPLETED, IdempotencyStatus, is_allowed
 
@@ -33,6 +45,41 @@ __all__ = [
 ]
 
 S = IdempotencyStatus
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """A key's lock and retention rules under a semantics profile, in store seconds."""
+
+    history: History
+    key: str
+    semantics: SemanticsProfile = DSM
+
+    @property
+    def deletes(self) -> bool:
+        return self.semantics.failure is Failure.DELETE
+
+    def lock_end(self, start: float) -> float:
+        """The last instant a lock taken at ``start`` is live."""
+        return lock_end(
+            self.history, start, self.history.lock_duration_for(self.key), self.semantics
+        )
+
+    def vanish(self, op: Op) -> float:
+        """From when the record ``op`` wrote may be gone by a TTL (``inf``: never)."""
+        return vanish_from(self.history, self.key, op.earliest, self.semantics)
+
+    def written(self, op: Op) -> bool:
+        """``op`` surely wrote the record (and so restarted its retention)."""
+        return wrote(op)
+
+    def failure(self, op: Op) -> bool:
+        """``op`` is a holder's failure, which the profile may turn into a delete."""
+        return op.token is not None and (
+            op.op is OpName.RELEASE_LOCK_AS_FAILED
+            or (op.op is OpName.SET and op.status == S.FAILED.value)
+        )
+
 
 # --- transitions -----------------------------------------------------------------------------
 
@@ -48,14 +95,21 @@ class _Replayed:
     current: S | None = S.NONE
     lock_until: float = -math.inf
     last: int = field(default=-1, compare=False)
+    #: From when a TTL may have dropped the record (``inf``: never).
+    vanish: float = math.inf
 
 
-def only_allowed_transitions(history: History) -> InvariantResult:
+def only_allowed_transitions(
+    history: History, semantics: SemanticsProfile = DSM
+) -> InvariantResult:
     """Replay each key's definite writes and check every step against the transition table.
 
     After an ``info`` write the status is unknown until the next ``ok`` one.
     On a wall-clock history a key fails only if no order of its overlapping
-    writes replays cleanly (see :mod:`dsm_sim.checker.orders`).
+    writes replays cleanly (see :mod:`dsm_sim.checker.orders`).  Under a
+    profile whose failure deletes, a holder's failure is judged as the move
+    to Failed and leaves no record; a record whose TTL may have run out
+    leaves the status unknown.
     """
     violations: list[Violation] = []
     notes: list[str] = []
@@ -74,7 +128,7 @@ def only_allowed_transitions(history: History) -> InvariantResult:
             for op in history.sweeps_listing(key)
             if op.op is OpName.EXPIRE_PAST_RETENTION and op.maybe
         ]
-        step = _transition_step(key, history.lock_duration_for(key))
+        step = _transition_step(_Rules(history, key, semantics))
         found = []
         state = _Replayed()
         for op in sorted(steps, key=order):
@@ -96,11 +150,15 @@ def only_allowed_transitions(history: History) -> InvariantResult:
 
 
 def _transition_step(
-    key: str, duration: float
+    rules: _Rules,
 ) -> Callable[[_Replayed, Op], tuple[_Replayed, Violation | None]]:
+    key = rules.key
+
     def step(state: _Replayed, op: Op) -> tuple[_Replayed, Violation | None]:
         if op.outcome is Outcome.INFO:
             return replace(state, current=None), None
+        if state.vanish < math.inf and op.latest >= state.vanish:
+            state = replace(state, current=None, vanish=math.inf)  # its TTL may have run out
         raw = state.current
         lock_until = state.lock_until
         effective = S.FAILED if raw is S.PROCESSING and op.earliest > lock_until else raw
@@ -115,7 +173,7 @@ def _transition_step(
         elif op.op is OpName.TRY_ACQUIRE_LOCK:
             target = S.PROCESSING
             source = effective
-            lock_until = op.latest + duration
+            lock_until = rules.lock_end(op.latest)
         elif op.op is OpName.RELEASE_LOCK_AS_FAILED:
             target = S.FAILED
         elif op.op is OpName.UPSERT:
@@ -146,7 +204,10 @@ def _transition_step(
                 key,
                 (op.index,),
             )
-        return _Replayed(target, lock_until, op.index), violation
+        vanish = rules.vanish(op) if rules.written(op) else state.vanish
+        if rules.deletes and rules.failure(op):
+            target = S.NONE  # the library's failure deletes the record
+        return _Replayed(target, lock_until, op.index, vanish), violation
 
     return step
 
@@ -168,9 +229,13 @@ class _Seen:
     current: S | None = S.NONE
     lock_lo: float = -math.inf
     lock_hi: float = -math.inf
+    #: From when a TTL may have dropped the record (``inf``: never).
+    vanish: float = math.inf
 
 
-def exists_agrees_with_writes(history: History) -> InvariantResult:
+def exists_agrees_with_writes(
+    history: History, semantics: SemanticsProfile = DSM
+) -> InvariantResult:
     """``exists`` answers True exactly when the key's last definite status is Processed/Skipped.
 
     The status is replayed from the key's definite writes (an expired, unswept
@@ -178,14 +243,15 @@ def exists_agrees_with_writes(history: History) -> InvariantResult:
     (after an ``info`` write or a retention sweep) or when a write may have
     landed at the same time.  On a wall-clock history a read is also skipped
     when a sweep may have, and a key fails only if no order of its
-    overlapping writes explains every read.
+    overlapping writes explains every read.  Under a profile, a lock ends by
+    its rule, and a read after the record's TTL may have run out is skipped.
     """
     violations: list[Violation] = []
     notes: list[str] = []
     retention = retention_sweeps(history)
     wall = is_wall_clock(history)
     for key in history.item_keys():
-        duration = history.lock_duration_for(key)
+        rules = _Rules(history, key, semantics)
         own = history.ops_for(key)
         writes = [op for op in own if op.op.is_write and op.maybe]
         steps = sorted(own + sweeps_resetting(history, key) + retention, key=order)
@@ -198,7 +264,7 @@ def exists_agrees_with_writes(history: History) -> InvariantResult:
                     if violation is not None:
                         found.append(violation)
                 continue
-            state = _seen_after(state, op, duration)
+            state = _seen_after(state, op, rules)
         if not wall or not found:
             violations.extend(found)
             continue
@@ -210,7 +276,7 @@ def exists_agrees_with_writes(history: History) -> InvariantResult:
             and _judgeable(op, writes)
             and not any(_overlap(op, w) for w in changes)
         ]
-        search = Search(changes, _Seen(), _seen_step(duration), reads, _read_check(key))
+        search = Search(changes, _Seen(), _seen_step(rules), reads, _read_check(key))
         kept, said = settle(key, found, search)
         violations.extend(kept)
         notes.extend(said)
@@ -233,7 +299,7 @@ def _judgeable(read: Op, writes: list[Op]) -> bool:
 
 def _read_violation(key: str, op: Op, state: _Seen) -> Violation | None:
     current = state.current
-    if current is None:
+    if current is None or (state.vanish < math.inf and op.latest >= state.vanish):
         return None
     status = current
     if current is S.PROCESSING:
@@ -253,9 +319,9 @@ def _read_violation(key: str, op: Op, state: _Seen) -> Violation | None:
     )
 
 
-def _seen_step(duration: float) -> Callable[[_Seen, Op], tuple[_Seen, None]]:
+def _seen_step(rules: _Rules) -> Callable[[_Seen, Op], tuple[_Seen, None]]:
     def step(state: _Seen, op: Op) -> tuple[_Seen, None]:
-        return _seen_after(state, op, duration), None
+        return _seen_after(state, op, rules), None
 
     return step
 
@@ -276,13 +342,20 @@ def _changes(op: Op) -> bool:
     return op.op is not OpName.TRY_ACQUIRE_LOCK or acquired(op)
 
 
-def _seen_after(state: _Seen, op: Op, duration: float) -> _Seen:
+def _seen_after(state: _Seen, op: Op, rules: _Rules) -> _Seen:
     if not _changes(op):
         return state
     if op.op is OpName.EXPIRE_PAST_RETENTION or op.outcome is Outcome.INFO:
         return _Seen(None, state.lock_lo, state.lock_hi)
+    if rules.written(op):
+        state = replace(state, vanish=rules.vanish(op))
     if op.op is OpName.TRY_ACQUIRE_LOCK:
-        return _Seen(S.PROCESSING, op.earliest + duration, op.latest + duration)
+        return replace(
+            state,
+            current=S.PROCESSING,
+            lock_lo=rules.lock_end(op.earliest),
+            lock_hi=rules.lock_end(op.latest),
+        )
     if op.op is OpName.SET:
         return replace(state, current=_status(op.status))
     if op.op is OpName.UPSERT:
@@ -293,8 +366,16 @@ def _seen_after(state: _Seen, op: Op, duration: float) -> _Seen:
 # --- liveness --------------------------------------------------------------------------------
 
 
-def terminal_within_deadline(history: History) -> InvariantResult:
-    """Once faults stop, no record stays Processing beyond lock duration + sweep interval."""
+def terminal_within_deadline(
+    history: History, semantics: SemanticsProfile = DSM
+) -> InvariantResult:
+    """Once faults stop, no record stays Processing beyond lock duration + sweep interval.
+
+    Without a lock sweep (``semantics.lock_sweep`` False) nothing moves an
+    expired lock: the record stays Processing, and the next acquisition takes
+    it over, as an expired lock counts as Failed.  Such a record passes when
+    every lock it may carry had ended by the time it was read.
+    """
     if history.faults_stop is None:
         return result_of(
             "terminal_within_deadline",
@@ -312,10 +393,19 @@ def terminal_within_deadline(history: History) -> InvariantResult:
     base = max(finite) if finite else stop
     deadline = base + history.longest_lock + (history.sweep_interval or 0.0)
     violations = []
+    notes = [f"deadline at store {fmt(deadline)}"]
     for final in history.final:
         seen_at = final.store_time if final.store_time is not None else final.time
         if final.status != S.PROCESSING.value:
             continue
+        if not semantics.lock_sweep:
+            ended = _lock_ended(history, final.key, seen_at, semantics)
+            if ended is not None:
+                notes.append(
+                    f"key {final.key}: still Processing at store {fmt(seen_at)}, but its lock "
+                    f"ended at {fmt(ended)}; with no lock sweep the next acquisition takes it over"
+                )
+                continue
         if seen_at < deadline:
             violations.append(
                 Violation(
@@ -337,33 +427,62 @@ def terminal_within_deadline(history: History) -> InvariantResult:
         "terminal_within_deadline",
         "every item leaves Processing within lock duration + sweep interval after faults stop",
         violations,
-        (f"deadline at store {fmt(deadline)}",),
+        notes,
     )
+
+
+def _lock_ended(history: History, key: str, at: float, semantics: SemanticsProfile) -> float | None:
+    """The instant by which every lock the key may carry had ended, if that is before ``at``."""
+    duration = history.lock_duration_for(key)
+    grants = [
+        op
+        for op in history.ops_for(key)
+        if op.op is OpName.TRY_ACQUIRE_LOCK
+        and op.maybe
+        and (op.outcome is Outcome.INFO or acquired(op))
+    ]
+    if not grants:
+        return None
+    end = max(lock_end(history, op.latest, duration, semantics) for op in grants)
+    return end if end < at else None
 
 
 # --- nothing lost ----------------------------------------------------------------------------
 
 
-def no_record_lost(history: History) -> InvariantResult:
-    """Every written key still has its record; a completed item never reads as not done."""
+def no_record_lost(history: History, semantics: SemanticsProfile = DSM) -> InvariantResult:
+    """Every written key still has its record; a completed item never reads as not done.
+
+    Under a profile whose records vanish, a record may be gone once its TTL
+    has run out, or after its holder's failure deleted it; a record deleted
+    by a holder whose lock had been taken over, or gone before its TTL ran
+    out, is still lost.
+    """
     violations = []
     timeline = Ordering.of(history)
     finals = {f.key: f for f in history.final}
     retention = retention_sweeps(history)
     for key in history.item_keys():
+        rules = _Rules(history, key, semantics)
         ops = sorted(history.ops_for(key), key=order)
         written = [op for op in ops if op.op.is_write and op.ok]
         if not written:
             continue
         final = finals.get(key)
+        final_at = None if final is None else _read_at(final.store_time, final.time)
         if final is not None and final.status == S.NONE.value:
-            violations.append(
-                Violation(
-                    f"key {key}: written by op #{written[0].index} but no record at the end",
-                    key,
-                    (written[0].index,),
+            assert final_at is not None
+            # None: the library's design explains the missing record.
+            why = _gone(rules, ops, final_at) if semantics.records_vanish else ""
+            if why is not None:
+                violations.append(
+                    Violation(
+                        f"key {key}: written by op #{written[0].index} but no record at the end"
+                        + why,
+                        key,
+                        (written[0].index,),
+                    )
                 )
-            )
         done = next(
             (
                 op
@@ -383,6 +502,7 @@ def no_record_lost(history: History) -> InvariantResult:
                 and read.ok
                 and read.result is False
                 and read.effect_lo > done.effect_hi
+                and not ttl_gap(history, key, done, read.latest, semantics)
             ):
                 violations.append(
                     Violation(
@@ -393,7 +513,11 @@ def no_record_lost(history: History) -> InvariantResult:
                     )
                 )
                 break
-        if final is not None and final.status not in DONE:
+        if (
+            final is not None
+            and final.status not in DONE
+            and not (final_at is not None and ttl_gap(history, key, done, final_at, semantics))
+        ):
             violations.append(
                 Violation(
                     f"key {key}: recorded Processed by op #{done.index} but ends {final.status}",
@@ -404,3 +528,44 @@ def no_record_lost(history: History) -> InvariantResult:
     return result_of(
         "no_record_lost", "no written record disappears or forgets it was done", violations
     )
+
+
+def _read_at(store_time: float | None, time: float) -> float:
+    return store_time if store_time is not None else time
+
+
+def _gone(rules: _Rules, ops: list[Op], at: float) -> str | None:
+    """Why a vanished record is lost under the profile; ``None`` when its design explains it."""
+    landed = [op for op in ops if rules.written(op)]
+    last = landed[-1] if landed else None
+    if last is not None and at >= rules.vanish(last):
+        return None  # its TTL ran out
+    if rules.deletes:
+        after = [op for op in ops if last is None or order(op) >= order(last)]
+        for write in (op for op in after if op.maybe and rules.failure(op)):
+            holder = _holder_before(ops, write)
+            if holder is None or holder == write.token:
+                return None  # its holder's failure deleted it
+            return (
+                f": op #{write.index}, a failure under token {write.token}, deleted it while "
+                f"token {holder} held the item (a stale holder's delete)"
+            )
+    kept = (
+        ""
+        if last is None or rules.vanish(last) == math.inf
+        else (f" (op #{last.index} kept it until {fmt(rules.vanish(last))})")
+    )
+    return f", and neither its TTL nor its holder's failure removed it{kept}"
+
+
+def _holder_before(ops: list[Op], write: Op) -> int | None:
+    """The token of the last grant before ``write``; ``None`` when a grant's token is unknown."""
+    holder: int | None = None
+    for op in ops:
+        if order(op) >= order(write):
+            break
+        if op.op is OpName.TRY_ACQUIRE_LOCK and op.outcome is Outcome.INFO:
+            holder = None
+        elif acquired(op):
+            holder = op.token
+    return holder

@@ -35,7 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from reference_engine.context import RecordKey, StateHandlerContext
-from reference_engine.errors import ConfigurationError, LockNotHeldError
+from reference_engine.errors import ConfigurationError, DsmError, LockNotHeldError
 from reference_engine.model import NEEDS_LOCK, ReferenceModel, require_holder
 from reference_engine.record import check_settable, encode_data
 from reference_engine.status import IdempotencyStatus
@@ -50,6 +50,7 @@ __all__ = [
     "Retention",
     "SemanticsProfile",
     "UnknownSemanticsError",
+    "UnsupportedOperationError",
     "resolve_semantics",
     "truncate",
 ]
@@ -140,6 +141,13 @@ class SemanticsProfile:
     def __deepcopy__(self, memo: dict[int, Any]) -> SemanticsProfile:
         return self
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # ``waived`` is a read-only mapping, which pickle cannot take: a profile
+        # travels to a worker process (``dsm run --jobs``) as its fields.
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["waived"] = dict(self.waived)
+        return (_rebuilt, (fields,))
+
     @property
     def strict(self) -> bool:
         """True for a profile that changes nothing (the spec itself)."""
@@ -171,6 +179,13 @@ class SemanticsProfile:
         return truncate(now, self.retention_resolution) <= truncate(
             retain_until, self.retention_resolution
         )
+
+
+def _rebuilt(fields: dict[str, Any]) -> SemanticsProfile:
+    """A pickled profile, read back; a known profile comes back as itself."""
+    profile = SemanticsProfile(**{**fields, "waived": MappingProxyType(dict(fields["waived"]))})
+    known = SEMANTICS.get(profile.name)
+    return known if known == profile else profile
 
 
 #: The spec itself: the default of every verification.
@@ -233,6 +248,19 @@ class UnknownSemanticsError(ConfigurationError):
         super().__init__(
             f"unknown semantics profile {name!r}: {problem}; use one of "
             f"{', '.join(SEMANTICS)} or module:ATTRIBUTE naming a SemanticsProfile"
+        )
+
+
+class UnsupportedOperationError(DsmError):
+    """A handler operation the library has no counterpart for (a profile's ``operations``)."""
+
+    def __init__(self, *, library: str, operation: str, supported: str) -> None:
+        self.library = library
+        self.operation = operation
+        self.supported = supported
+        super().__init__(
+            f"{library} has no counterpart of {operation}; the operations it supports are "
+            f"{supported}"
         )
 
 

@@ -74,12 +74,11 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
     DataRecord,
 )
 
-from dsm_sim.conformance.semantics import POWERTOOLS
+from dsm_sim.conformance.semantics import POWERTOOLS, UnsupportedOperationError
 from reference_engine.clock import Clock
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (
     ConfigurationError,
-    DsmError,
     LockNotHeldError,
     UnsupportedStatusError,
 )
@@ -113,19 +112,6 @@ SAFETY_TTL_SECONDS = 86400
 #: One id per process: handler prefixes of parallel runs never meet.
 _RUN = uuid.uuid4().hex[:12]
 _HANDLERS = itertools.count(1)
-
-
-class UnsupportedOperationError(DsmError):
-    """A handler operation the peer library has no counterpart for."""
-
-    def __init__(self, *, library: str, operation: str, supported: str) -> None:
-        self.library = library
-        self.operation = operation
-        self.supported = supported
-        super().__init__(
-            f"{library} has no counterpart of {operation}; the operations it supports are "
-            f"{supported}"
-        )
 
 
 # --- the harness clock inside Powertools ------------------------------------------------------

@@ -3,6 +3,10 @@
 It is deterministic -- no wall-clock durations, no absolute paths beyond the
 scenario path as given, sorted keys -- so one seed gives a byte-identical
 file, which is what ``tests/scenario/test_determinism.py`` checks.
+
+A run judged under a semantics profile other than the spec's names it
+(``semantics``), and an invariant the profile waives has ``"passed": null``
+and its reason under ``waived``: it is neither a pass nor a failure.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ FORMAT = "dsm-chaos-report/1"
 
 
 def _invariant(result: InvariantResult) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "name": result.name,
         "description": result.description,
         "passed": result.passed,
@@ -37,10 +41,15 @@ def _invariant(result: InvariantResult) -> dict[str, Any]:
         ],
         "notes": list(result.notes),
     }
+    if result.waived is not None:
+        # Neither passed nor failed: the semantics profile says it does not apply.
+        out["passed"] = None
+        out["waived"] = result.waived
+    return out
 
 
 def report_dict(run: RunResult) -> dict[str, Any]:
-    return {
+    report: dict[str, Any] = {
         "format": FORMAT,
         "scenario": {
             "name": run.scenario.name,
@@ -56,6 +65,9 @@ def report_dict(run: RunResult) -> dict[str, Any]:
         "invariants": [_invariant(r) for r in run.results],
         "history": run.history.to_json(),
     }
+    if not run.semantics.strict:
+        report["semantics"] = {"name": run.semantics.name, "summary": run.semantics.summary}
+    return report
 
 
 def to_json(run: RunResult) -> str:

@@ -1,4 +1,9 @@
-"""JUnit XML for CI: one test case per scenario, seed and handler; a violation is a failure."""
+"""JUnit XML for CI: one test case per scenario, seed and handler; a violation is a failure.
+
+A run judged under a semantics profile other than the spec's carries it as
+test case properties (``semantics``, and ``waived:<name>`` with the reason of
+each invariant the profile waives); a waived invariant is never a failure.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +38,16 @@ def junit_xml(runs: Sequence[RunResult], suite: str = "dsm-chaos") -> str:
                 classname=f"{suite}.{name}",
                 name=f"seed {run.seed} [{run.handler}]",
             )
+            if not run.semantics.strict:
+                properties = ET.SubElement(case, "properties")
+                ET.SubElement(properties, "property", name="semantics", value=run.semantics.name)
+                for result in run.waived:
+                    ET.SubElement(
+                        properties,
+                        "property",
+                        name=f"waived:{result.name}",
+                        value=result.waived or "",
+                    )
             if run.passed:
                 continue
             lines = [

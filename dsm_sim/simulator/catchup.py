@@ -8,6 +8,10 @@ keys it changed and which were due; that is what lets the checker prove "the
 sweep never resets a live lock" and "the sweep resets every expired lock"
 instead of only counting.  Pauses (catch-up
 outages) come from the fault schedule.
+
+A library whose semantics profile has no lock sweep (``lock_sweep=False``)
+or drops records by a TTL instead of a retention sweep is not asked for the
+sweep it lacks; with neither, the catch-up worker does nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import datetime as dt
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
+from dsm_sim.conformance.semantics import Retention
 from dsm_sim.history import EventKind, OpName, Outcome
 from dsm_sim.simulator.bridge import RunStoppedError
 from dsm_sim.simulator.world import World
@@ -38,16 +43,24 @@ def catchup_process(world: World) -> Generator[Any, Any, None]:
     env = world.env
     interval = world.scenario.sweep_interval
     handler = world.handler
+    locks = world.semantics.lock_sweep
+    retention = world.semantics.retention is Retention.SWEEP
+    if not (locks or retention):
+        return  # the library has neither sweep
     while True:
         yield env.timeout(interval)
         if world.faults.catchup_paused(world.now):
             continue
-        index = world.recorder.invoke(CATCHUP, OpName.RESET_EXPIRED_LOCKS, "", world.now)
-        yield env.timeout(world.latency(world.scenario.latency.store))
-        if not _sweep(world, index, handler.reset_expired_locks, _lock_due):
-            continue
-        expire = world.recorder.invoke(CATCHUP, OpName.EXPIRE_PAST_RETENTION, "", world.now)
-        _sweep(world, expire, handler.expire_past_retention, _retention_due)
+        if locks:
+            index = world.recorder.invoke(CATCHUP, OpName.RESET_EXPIRED_LOCKS, "", world.now)
+            yield env.timeout(world.latency(world.scenario.latency.store))
+            if not _sweep(world, index, handler.reset_expired_locks, _lock_due):
+                continue
+        if retention:
+            expire = world.recorder.invoke(CATCHUP, OpName.EXPIRE_PAST_RETENTION, "", world.now)
+            if not locks:
+                yield env.timeout(world.latency(world.scenario.latency.store))
+            _sweep(world, expire, handler.expire_past_retention, _retention_due)
 
 
 def _lock_due(record: StateRecord | None, now: dt.datetime) -> bool:

@@ -8,13 +8,16 @@ Examples::
     dsm run scenarios/ --handler mypkg.store:make_handler --clock system
     dsm run scenarios/ --seeds 20 --jobs 2   # runs in 2 worker processes, same output
     dsm run scenarios/ --seeds 500 --cluster tcp://scheduler:8786   # on a Dask cluster
+    dsm run scenarios/ --handler dsm_sim.peers.powertools:redis_layer   # its own semantics
 
 ``--handler`` takes ``package.module:factory``, ``broken:NAME`` (an entry of
 the catalogue of broken handlers), ``exec:COMMAND`` (a handler in another
 process, in any language, over the protocol of ``docs/protocol.md``; one
 process per run, sent the simulated clock as each request's ``now``) or
 ``exec-tcp:HOST:PORT`` (a handler that is a server; ``--exec-tcp HOST:PORT``
-says the same).  Exit codes: 0 every run kept every
+says the same).  ``--semantics`` judges by a library's declared semantics, as
+``dsm verify --semantics`` does (default: the profile the factory declares,
+else the spec's own).  Exit codes: 0 every run kept every
 invariant, 1 a run violated one, 2 the command or a scenario file is wrong.
 """
 
@@ -23,11 +26,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from dsm_sim.checker.liveness import UNSUPPORTED_REASON
 from dsm_sim.conformance.clocks import ClockMode, parse_clock_mode
+from dsm_sim.conformance.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.options import bounded_int, positive_seconds
 from dsm_sim.outputs import OutputKind, ReportWriteError, check_output
 from dsm_sim.scenario import Scenario, ScenarioError, load_scenarios
@@ -45,6 +51,7 @@ from reference_engine.clock import ManualClock
 from reference_engine.errors import ConfigurationError, DsmError
 from reference_engine.handler import HandlerFactory
 from reference_engine.registry import build_handler, load_factory
+from reference_engine.status import IdempotencyStatus
 
 __all__ = ["configure", "main", "resolve_handler"]
 
@@ -116,6 +123,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="run the runs on a Dask distributed cluster: 'local' starts one of --jobs worker "
         "processes on this machine, tcp://HOST:PORT uses the scheduler there (needs the "
         "'cluster' extra); output, reports and exit code are the same as a serial run",
+    )
+    parser.add_argument(
+        "--semantics",
+        metavar="PROFILE",
+        default=None,
+        help="judge by a library's declared semantics: 'powertools', or MODULE:ATTRIBUTE "
+        "naming a SemanticsProfile (default: the one the factory declares, else dsm's own; "
+        "see docs/simulator.md)",
     )
     parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
     parser.add_argument(
@@ -239,6 +254,9 @@ def main(args: argparse.Namespace) -> int:
             build_handler(factory, ManualClock(), name=args.handler)
         plan = _plan(scenarios, args)
         system = parse_clock_mode(getattr(args, "clock", "injected")) is ClockMode.SYSTEM
+        semantics_option: str | None = getattr(args, "semantics", None)
+        # Once before any run: an unknown profile is a usage error.
+        semantics = resolve_semantics(semantics_option, factory)
     except ConfigurationError as exc:
         print(f"dsm run: {exc}", file=err)
         return 2
@@ -280,6 +298,7 @@ def main(args: argparse.Namespace) -> int:
                 handler_name=args.handler,
                 system_clock=system,
                 deadline=deadline,
+                semantics=semantics_option,
             )
         except ConfigurationError as exc:
             print(f"dsm run: {exc}", file=err)
@@ -292,6 +311,7 @@ def main(args: argparse.Namespace) -> int:
             handler_name=args.handler,
             system_clock=system,
             deadline=deadline,
+            semantics=semantics_option,
         )
     finished = 0
     for (scenario, seed, done), outcome in zip(
@@ -355,6 +375,8 @@ def main(args: argparse.Namespace) -> int:
             unwritten.append(
                 ReportWriteError(option="--junit", path=str(args.junit), reason=_reason(exc))
             )
+    if not semantics.strict:
+        _print_semantics(semantics, results, out)
     print(
         f"{len(results) - len(failed)}/{len(results)} runs kept every invariant"
         + (f"; {len(stopped)} stopped by a protocol error" if stopped else "")
@@ -370,6 +392,27 @@ def main(args: argparse.Namespace) -> int:
     if failed or stopped or hung or crashed:
         return 1
     return 2 if unwritten or out_of_time is not None else 0
+
+
+def _print_semantics(semantics: SemanticsProfile, results: list[RunResult], out: TextIO) -> None:
+    """Name the profile the runs were judged by, and what it waived (neither passed nor failed)."""
+    print(f"judged by the {semantics.name} semantics: {semantics.summary}", file=out)
+    waived = {r.name: r.waived for result in results for r in result.waived}
+    for name, reason in waived.items():
+        print(f"  {name}: waived, by design: {reason}", file=out)
+    refused = Counter(
+        op.op.value + (f"({IdempotencyStatus(op.status).label})" if op.status else "")
+        for result in results
+        for op in result.history.ops
+        if op.error == UNSUPPORTED_REASON and op.store_time is None
+    )
+    if refused:
+        calls = ", ".join(f"{name} x{count}" for name, count in sorted(refused.items()))
+        print(
+            f"  not called, the library lacks them: {calls}; the deliveries that needed them "
+            "failed with UnsupportedOperationError",
+            file=out,
+        )
 
 
 def _until(outcomes: Iterator[RunOutcome], deadline: float) -> Iterator[RunOutcome]:

@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from dsm_sim.conformance.semantics import SemanticsProfile
 from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.bridge import CALL_TIMEOUT_ENV
 from dsm_sim.simulator.parallel import RunCrash, RunOutcome, Task, prepare_handler, run_one
@@ -71,6 +72,7 @@ def run_plan_on_cluster(
     system_clock: bool = False,
     deadline: float | None = None,
     connect_timeout: float = 10.0,
+    semantics: SemanticsProfile | str | None = None,
 ) -> Iterator[RunOutcome]:
     """Run every (scenario, seed) of ``plan`` on a Dask cluster; yield outcomes in plan order.
 
@@ -89,7 +91,9 @@ def run_plan_on_cluster(
         handler_name = handler
     sent = prepare_handler(handler)
     timeout = os.environ.get(CALL_TIMEOUT_ENV)
-    tasks = [Task(s, seed, sent, handler_name, system_clock, deadline) for s, seed in plan]
+    tasks = [
+        Task(s, seed, sent, handler_name, system_clock, deadline, semantics) for s, seed in plan
+    ]
     stack = contextlib.ExitStack()
     try:
         if address is None:

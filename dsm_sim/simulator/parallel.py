@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
+from dsm_sim.conformance.semantics import SemanticsProfile
 from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.bridge import wall_deadline
 from dsm_sim.simulator.run import RunResult, run_scenario
@@ -134,6 +135,9 @@ class Task:
     system_clock: bool
     #: The command's deadline (:func:`~dsm_sim.simulator.bridge.wall_now` seconds) or None.
     deadline: float | None = None
+    #: The semantics profile (or its name, or ``module:ATTRIBUTE``) given for the runs;
+    #: ``None``: the one the factory declares, resolved in the worker.
+    semantics: SemanticsProfile | str | None = None
 
 
 _FACTORIES: dict[str | bytes, HandlerFactory] = {}
@@ -170,6 +174,7 @@ def run_one(task: Task) -> RunOutcome:
                 _factory(task.handler),
                 handler_name=task.handler_name,
                 system_clock=task.system_clock,
+                semantics=task.semantics,
             )
     except Exception as exc:
         return RunOutcome(task.scenario, task.seed, error=_sendable(task, exc))
@@ -217,12 +222,15 @@ def run_plan(
     handler_name: str | None = None,
     system_clock: bool = False,
     deadline: float | None = None,
+    semantics: SemanticsProfile | str | None = None,
 ) -> Iterator[RunOutcome]:
     """Run every (scenario, seed) of ``plan``; yield the outcomes in plan order.
 
     ``jobs=1`` runs in this process, one run at a time, as ``dsm run`` always
     did.  ``deadline`` (a :func:`~dsm_sim.simulator.bridge.wall_now` instant)
-    stops a run at its first handler call past it, in whichever process.  Raises :class:`UnpicklableFactoryError` before any run when a
+    stops a run at its first handler call past it, in whichever process.
+    ``semantics`` is the profile every run is judged by (see
+    :func:`~dsm_sim.simulator.run.run_scenario`).  Raises :class:`UnpicklableFactoryError` before any run when a
     callable ``handler`` cannot be pickled, and ``ConfigurationError`` for a
     ``jobs`` outside 1..``MAX_JOBS``.
     """
@@ -231,9 +239,11 @@ def run_plan(
     if handler_name is None and isinstance(handler, str):
         handler_name = handler  # what run_scenario names a run given by its spec
     if jobs == 1 or len(plan) <= 1:
-        return _serial(plan, handler, handler_name, system_clock, deadline)
+        return _serial(plan, handler, handler_name, system_clock, deadline, semantics)
     sent = prepare_handler(handler)
-    tasks = [Task(s, seed, sent, handler_name, system_clock, deadline) for s, seed in plan]
+    tasks = [
+        Task(s, seed, sent, handler_name, system_clock, deadline, semantics) for s, seed in plan
+    ]
     return _parallel(tasks, min(jobs, len(tasks)))
 
 
@@ -243,13 +253,19 @@ def _serial(
     handler_name: str | None,
     system_clock: bool,
     deadline: float | None,
+    semantics: SemanticsProfile | str | None = None,
 ) -> Iterator[RunOutcome]:
     factory = _factory(handler) if isinstance(handler, str) else handler
     for scenario, seed in plan:
         try:
             with wall_deadline(deadline):
                 result = run_scenario(
-                    scenario, seed, factory, handler_name=handler_name, system_clock=system_clock
+                    scenario,
+                    seed,
+                    factory,
+                    handler_name=handler_name,
+                    system_clock=system_clock,
+                    semantics=semantics,
                 )
         except Exception as exc:
             yield RunOutcome(scenario, seed, error=exc)

@@ -5,6 +5,14 @@ world settles (no new faults) until the broker is idle and the store clock
 has passed the liveness deadline -- the last faulty acquisition plus lock
 duration plus a sweep interval -- by at least one more sweep.  The final
 record of every item is read, the history frozen, and the checker run.
+
+A run is judged under a semantics profile (:mod:`dsm_sim.conformance.
+semantics`), resolved as ``dsm verify`` resolves it: the one given, else the
+one the factory declares (``dsm_semantics``), else the spec's own.  Under a
+profile the simulator also leaves out what the library does not have: the
+catch-up worker runs only the sweeps it has, and a node's call of an
+operation (or a ``set`` of a status) it lacks is refused without reaching the
+store, with :class:`~dsm_sim.conformance.semantics.UnsupportedOperationError`.
 """
 
 from __future__ import annotations
@@ -20,8 +28,20 @@ from typing import Any
 import simpy
 
 from dsm_sim.checker import InvariantResult, all_passed, check_history
-from dsm_sim.checker.liveness import CRASH_REASON, REASONS_META, REJECTED_REASON
+from dsm_sim.checker.liveness import (
+    CRASH_REASON,
+    REASONS_META,
+    REJECTED_REASON,
+    UNSUPPORTED_REASON,
+)
 from dsm_sim.checker.safety import duplicate_effects
+from dsm_sim.conformance.semantics import (
+    DSM,
+    OPERATIONS,
+    SEMANTICS,
+    SemanticsProfile,
+    resolve_semantics,
+)
 from dsm_sim.history import EventKind, History, HistoryRecorder, OpName, Outcome, Scalar
 from dsm_sim.scenario import Faults, NodeKind, Scenario
 from dsm_sim.simulator.bridge import (
@@ -48,6 +68,7 @@ from reference_engine.nodes.approval import ApprovalExecutor
 from reference_engine.nodes.correction import CorrectionExecutor
 from reference_engine.nodes.invoice import InvoiceDispatchExecutor
 from reference_engine.nodes.screening import ScreeningExecutor
+from reference_engine.record import SETTABLE
 from reference_engine.registry import HandlerRegistry, build_handler, load_factory
 from reference_engine.status import IdempotencyStatus
 
@@ -103,12 +124,16 @@ BUILDERS: Mapping[NodeKind, NodeBuilder] = {
 }
 
 
-def allowed_dead_letters(scenario: Scenario, faults: Faults, lost_replies: bool) -> list[str]:
+def allowed_dead_letters(
+    scenario: Scenario, faults: Faults, lost_replies: bool, semantics: SemanticsProfile = DSM
+) -> list[str]:
     """The reasons a delivery may fail for the last time, given the faults this run injects.
 
     Anything else that exhausts a message's deliveries (a handler raising on
     every call, a node bug) is a liveness violation, not bad luck.  Fencing
-    and lock refusals follow from any fault that can end a lease early.
+    and lock refusals follow from any fault that can end a lease early.  A
+    library that lacks an operation or a status (``semantics``) fails every
+    delivery whose node needs it.
     """
     store = faults.store.rate > 0 or lost_replies
     timing = (
@@ -128,13 +153,20 @@ def allowed_dead_letters(scenario: Scenario, faults: Faults, lost_replies: bool)
         REJECTED_REASON: any(
             n.kind in (NodeKind.SCREENING, NodeKind.APPROVAL) for n in nodes_of(scenario)
         ),
+        UNSUPPORTED_REASON: not (
+            semantics.operations >= OPERATIONS and semantics.settable >= SETTABLE
+        ),
     }
     return sorted(reason for reason, on in reasons.items() if on)
 
 
-def replay_command(scenario: Scenario, seed: int, handler: str) -> str:
+def replay_command(
+    scenario: Scenario, seed: int, handler: str, semantics: str | None = None
+) -> str:
+    """The command that replays a run; ``semantics``: the ``--semantics`` it was given, if any."""
     # Quoted for the shell: an ``exec:`` handler's command line has spaces.
-    return f"dsm run {scenario.path} --seed {seed} --handler {shlex.quote(handler)}"
+    command = f"dsm run {scenario.path} --seed {seed} --handler {shlex.quote(handler)}"
+    return command if semantics is None else f"{command} --semantics {shlex.quote(semantics)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +180,11 @@ class RunResult:
     results: tuple[InvariantResult, ...]
     stats: Mapping[str, Scalar]
     faults: Mapping[str, Scalar]
+    #: The semantics profile the run was judged by.
+    semantics: SemanticsProfile = DSM
+    #: How the profile was named to ``run_scenario`` (``--semantics``), for the replay;
+    #: ``None`` when the factory declared it or none was given.
+    semantics_option: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -155,7 +192,12 @@ class RunResult:
 
     @property
     def replay(self) -> str:
-        return replay_command(self.scenario, self.seed, self.handler)
+        return replay_command(self.scenario, self.seed, self.handler, self.semantics_option)
+
+    @property
+    def waived(self) -> list[InvariantResult]:
+        """The results the semantics profile waived (neither passed nor failed)."""
+        return [r for r in self.results if r.waived is not None]
 
     @property
     def violated(self) -> list[str]:
@@ -170,15 +212,25 @@ def run_scenario(
     handler_name: str | None = None,
     builders: Mapping[NodeKind, NodeBuilder] | None = None,
     system_clock: bool = False,
+    semantics: SemanticsProfile | str | None = None,
 ) -> RunResult:
     """Simulate ``scenario`` with ``seed``; ``handler`` is a factory or ``"module:factory"``.
 
     ``builders`` replaces the node built for a kind (a test's own node);
     ``system_clock`` pins the system clock to the store clock for handlers
-    that read ``datetime.now`` (``dsm run --clock system``).
+    that read ``datetime.now`` (``dsm run --clock system``); ``semantics``
+    is the profile to judge by (a profile, a name or ``module:ATTRIBUTE``),
+    by default the one the factory declares, else the spec's.
     """
     with host_timezone(scenario.host_timezone):
-        return _run(scenario, seed, handler, handler_name, builders, system_clock)
+        return _run(scenario, seed, handler, handler_name, builders, system_clock, semantics)
+
+
+def _option(semantics: SemanticsProfile | str | None) -> str | None:
+    """How the replay names an explicitly given profile (a profile only by its known name)."""
+    if semantics is None or isinstance(semantics, str):
+        return semantics
+    return semantics.name if SEMANTICS.get(semantics.name) == semantics else None
 
 
 def _run(
@@ -188,8 +240,11 @@ def _run(
     handler_name: str | None,
     builders: Mapping[NodeKind, NodeBuilder] | None,
     system_clock: bool,
+    semantics_spec: SemanticsProfile | str | None = None,
 ) -> RunResult:
-    factory = _in_simulation(load_factory(handler) if isinstance(handler, str) else handler)
+    loaded = load_factory(handler) if isinstance(handler, str) else handler
+    semantics = resolve_semantics(semantics_spec, loaded)
+    factory = _in_simulation(loaded)
     name = handler_name or (handler if isinstance(handler, str) else _qualname(handler))
     env = simpy.Environment()
     clock = SimClock(env)
@@ -203,7 +258,9 @@ def _run(
             "scenario": scenario.name,
             "seed": seed,
             "handler": name,
-            REASONS_META: ",".join(allowed_dead_letters(scenario, faults, injector.lost_replies)),
+            REASONS_META: ",".join(
+                allowed_dead_letters(scenario, faults, injector.lost_replies, semantics)
+            ),
         },
         store_order=True,
     )
@@ -219,7 +276,9 @@ def _run(
     world: World | None = None
     try:
         run_bounded(loop, store.open(), "open()", bound_for(store))
-        world = World(env, scenario, seed, clock, store, loop, recorder, injector, mirror)
+        world = World(
+            env, scenario, seed, clock, store, loop, recorder, injector, mirror, semantics
+        )
         broker = _build(world, scenario, seed, {**BUILDERS, **(builders or {})})
         env.run(until=scenario.faults_until)
         recorder.faults_stop = scenario.faults_until
@@ -250,9 +309,11 @@ def _run(
         seed=seed,
         handler=name,
         history=history,
-        results=tuple(check_history(history)),
+        results=tuple(check_history(history, semantics)),
         stats=stats,
         faults=describe(faults),
+        semantics=semantics,
+        semantics_option=_option(semantics_spec),
     )
 
 

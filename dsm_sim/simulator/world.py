@@ -3,7 +3,9 @@
 Every handler call made in the simulation goes through :meth:`World.call`, a
 SimPy sub-process that records the invocation, waits the sampled latency,
 maybe injects a store fault, runs the real call and records its outcome.
-Keeping that in one place is what makes the history complete.
+Keeping that in one place is what makes the history complete.  A call of an
+operation the run's semantics profile says the library lacks is recorded and
+refused here, without reaching the store.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from dsm_sim.conformance.semantics import DSM, SemanticsProfile, UnsupportedOperationError
 from dsm_sim.history import (
     EventKind,
     HistoryRecorder,
@@ -73,6 +76,7 @@ class World:
         recorder: HistoryRecorder,
         faults: FaultInjector,
         clock_mirror: ClockMirror | None = None,
+        semantics: SemanticsProfile = DSM,
     ) -> None:
         self.env = env
         self.scenario = scenario
@@ -110,6 +114,8 @@ class World:
         self.split_round_trips = isinstance(handler, InMemoryStateHandler)
         #: process -> the handler instance it calls through (see :meth:`handler_for`).
         self.instances: dict[str, StateHandler] = {}
+        #: The library's semantics: which operations exist, which sweeps run.
+        self.semantics = semantics
 
     @property
     def now(self) -> float:
@@ -191,6 +197,11 @@ class World:
             detail=call.error_detail if call.op is OpName.RELEASE_LOCK_AS_FAILED else None,
             app=ctx.source_app_id,
         )
+        refused = self.unsupported(call)
+        if refused is not None:
+            # Never sent: the library has no such call, so there is no store round trip.
+            rec.complete(index, Outcome.FAIL, self.now, error=type(refused).__name__)
+            return CallOutcome(error=refused)
         yield self.env.timeout(self.latency(self.scenario.latency.store))
         fault = self.faults.store_fault()
         if fault is StoreFault.BEFORE:
@@ -262,6 +273,26 @@ class World:
             observed=seen,
         )
         return CallOutcome(value=value)
+
+    def unsupported(self, call: HandlerCall) -> UnsupportedOperationError | None:
+        """The refusal of a call the library does not have (its profile's operations and statuses)."""
+        semantics = self.semantics
+        if semantics.strict:
+            return None
+        operation = call.op.value
+        if semantics.supports(operation) and (
+            call.op is not OpName.SET or call.status is None or semantics.can_set(call.status)
+        ):
+            return None
+        if call.op is OpName.SET and call.status is not None:
+            operation = f"set({call.status.label})"
+        settable = ", ".join(sorted(f"set({s.label})" for s in semantics.settable))
+        others = sorted(semantics.operations - {"set"})
+        return UnsupportedOperationError(
+            library=f"{semantics.name} (its semantics profile)",
+            operation=operation,
+            supported=", ".join([*others, settable] if "set" in semantics.operations else others),
+        )
 
     def handler_for(self, process: str) -> StateHandler:
         """The worker's own handler instance on the run's store, opened on first use.
