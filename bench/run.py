@@ -27,6 +27,7 @@ BENCHMARKS = {
     "throughput": "bench_throughput",
     "simulator": "bench_simulator",
     "jobs": "bench_jobs",
+    "sweep": "bench_sweep",
     "catalogue": "bench_catalogue",
     "protocol": "bench_protocol",
     "peers": "bench_peers",

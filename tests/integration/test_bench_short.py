@@ -26,6 +26,8 @@ EXPECTED = {
     "Simulator: simulated handler operations per second vs a bare SimPy loop": "sim/bare",
     "dsm run --jobs: simulated deliveries per second, 1 vs 2 worker processes": "jobs/1",
     "Conformance kit: time and examples to catch each broken handler": "catch/clean",
+    "dsm run over every scenario until 10^6 simulated deliveries, jobs 2 vs 1 "
+    "(in-memory handler)": "jobs/1",
     "Full happy path per second (check, acquire, complete): dsm vs Powertools idempotency": (
         "redis/decorator"
     ),

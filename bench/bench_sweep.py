@@ -1,0 +1,120 @@
+"""A sweep at scale: every scenario over as many seeds as it takes to reach 10^6 deliveries.
+
+The question a user of ``dsm run --seeds N --jobs J`` asks before putting a
+sweep in a nightly job: how long do a million simulated deliveries take on
+this machine, and do the correct handlers keep every invariant through all of
+them?  The sweep runs every scenario in ``scenarios/`` for seeds 1, 2, 3 ...
+in blocks of :data:`BLOCK` seeds, through the same ``run_plan`` as
+``dsm run --jobs 2``, until the deliveries reach the target; every run's
+verdict counts, and one failing run makes the benchmark fail.  The speed-up
+of the second process is measured side by side: the same seeds again with
+``jobs=1``, which must give the same stats and verdict for every run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from common import BenchSkipped, Table, timed
+
+__all__ = ["TITLE", "run"]
+
+TITLE = (
+    "dsm run over every scenario until 10^6 simulated deliveries, jobs 2 vs 1 (in-memory handler)"
+)
+HEADERS = (
+    "jobs",
+    "seeds",
+    "runs",
+    "deliveries",
+    "operations",
+    "violations",
+    "failed runs",
+    "seconds",
+    "deliveries/s",
+    "jobs/1",
+)
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+HANDLER = "reference_engine.handlers.memory:in_memory_handler"
+TARGET_ENV = "DSM_BENCH_SWEEP_DELIVERIES"
+#: Seeds per block: enough runs for both processes, and a bounded overshoot of the target.
+BLOCK = 25
+JOBS = 2
+
+
+def run(short: bool) -> list[Table]:
+    try:
+        from dsm_sim.scenario import load_scenarios
+        from dsm_sim.simulator.parallel import run_plan
+    except ImportError as exc:
+        raise BenchSkipped(f"the simulator is not available: {exc}") from exc
+    target = 2_000 if short else int(os.environ.get(TARGET_ENV, "1000000"))
+    block = 1 if short else BLOCK
+    scenarios = load_scenarios(SCENARIOS)
+
+    def sweep(jobs: int, seeds: int | None) -> _Sweep:
+        done = _Sweep()
+        started = timed()
+        while (done.deliveries < target) if seeds is None else (done.seeds < seeds):
+            seeds_now = range(done.seeds + 1, done.seeds + block + 1)
+            plan = [(s, seed) for seed in seeds_now for s in scenarios]
+            for outcome in run_plan(plan, HANDLER, jobs=jobs):
+                if outcome.result is None:
+                    raise RuntimeError(f"{outcome.scenario.name} seed {outcome.seed}: {outcome}")
+                done.add(outcome.result)
+            done.seeds = seeds_now[-1]
+        done.seconds = timed() - started
+        return done
+
+    parallel = sweep(JOBS, None)
+    serial = sweep(1, parallel.seeds)
+    if serial.digest != parallel.digest:
+        raise RuntimeError(f"jobs={JOBS} gave other results than jobs=1")
+    if parallel.failed:
+        failed = ", ".join(parallel.failed[:10])
+        raise RuntimeError(f"{len(parallel.failed)} runs broke an invariant: {failed}")
+    rows = [
+        (
+            jobs,
+            f"1-{done.seeds}",
+            done.runs,
+            done.deliveries,
+            done.operations,
+            done.violations,
+            len(done.failed),
+            done.seconds,
+            done.deliveries / done.seconds,
+            serial.seconds / done.seconds,
+        )
+        for jobs, done in ((1, serial), (JOBS, parallel))
+    ]
+    note = (
+        f"{len(scenarios)} scenarios x seeds 1-{parallel.seeds} in blocks of {block}: jobs={JOBS} "
+        f"(forkserver workers, start-up included) until {target:,} deliveries "
+        f"(${TARGET_ENV}), then jobs=1 in this process over the same seeds; the same stats "
+        "and verdict for every run, and every run must keep every invariant"
+    )
+    return [Table(TITLE, HEADERS, rows, note)]
+
+
+class _Sweep:
+    """What a sweep ran and found, summed over its runs."""
+
+    def __init__(self) -> None:
+        self.seeds = self.runs = self.deliveries = self.operations = self.violations = 0
+        self.seconds = 0.0
+        self.failed: list[str] = []
+        self.digest: list[tuple[object, ...]] = []
+
+    def add(self, result: Any) -> None:
+        self.runs += 1
+        self.deliveries += int(result.stats["deliveries"])
+        self.operations += int(result.stats["operations"])
+        self.violations += sum(len(i.violations) for i in result.results)
+        if not result.passed:
+            self.failed.append(f"{result.scenario.name} seed {result.seed}")
+        self.digest.append(
+            (result.scenario.name, result.seed, result.passed, *result.stats.items())
+        )
