@@ -33,6 +33,7 @@ from dsm_sim.stress.ledger import EffectLedger, EffectRow
 from dsm_sim.stress.netfault_schedule import FaultSchedule
 from dsm_sim.stress.redelivery import Redelivery
 from dsm_sim.stress.settings import StressSettings
+from dsm_sim.stress.target import SavedTarget
 from dsm_sim.stress.worker import RECOVERY_PROCESS, StressWorker, base_context, process_main
 from reference_engine.clock import SystemClock
 from reference_engine.errors import DsmError, InvalidOptionError, StoreError
@@ -247,8 +248,13 @@ class StressRun:
     def __init__(self, settings: StressSettings, workdir: Path | None = None) -> None:
         self.settings = settings
         self.clock = SystemClock()
+        self._saved_target = SavedTarget.now()
         # Built first: a bad handler spec must fail before anything is created.
-        self.handler: StateHandler = settings.build_handler(self.clock)
+        try:
+            self.handler: StateHandler = settings.build_handler(self.clock)
+        except BaseException:
+            self._saved_target.restore()
+            raise
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix=f"dsm-stress-{settings.run_id}-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -522,8 +528,11 @@ class StressRun:
             if not keep:
                 await self.ledger.drop()
         finally:
-            await self.ledger.close()
-            await self.handler.close()
+            try:
+                await self.ledger.close()
+                await self.handler.close()
+            finally:
+                self._saved_target.restore()
             if not keep and self._own_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 
 from reference_engine.errors import ConfigurationError
 
-__all__ = ["DB_URL_ENV", "SCHEMA_ENV", "StressTarget", "export_target", "run_target"]
+__all__ = [
+    "DB_URL_ENV",
+    "SCHEMA_ENV",
+    "SavedTarget",
+    "StressTarget",
+    "export_target",
+    "run_target",
+]
 
 DB_URL_ENV = "DSM_STRESS_DB_URL"
 SCHEMA_ENV = "DSM_STRESS_SCHEMA"
@@ -29,6 +36,31 @@ class StressTarget:
 
     db_url: str
     schema: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SavedTarget:
+    """This process's target variables as they were before a run exported its own.
+
+    The process that drives a run (a test, an application calling
+    ``run_stress``) outlives it: a handler process it starts later would
+    otherwise inherit the finished run's database, and a handler that
+    prefers a stress run's store (``handlers/node/postgres.js``) would go
+    there instead of where it was told.
+    """
+
+    values: tuple[tuple[str, str | None], ...]
+
+    @classmethod
+    def now(cls) -> SavedTarget:
+        return cls(tuple((name, os.environ.get(name)) for name in (DB_URL_ENV, SCHEMA_ENV)))
+
+    def restore(self) -> None:
+        for name, value in self.values:
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def export_target(target: StressTarget) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -64,9 +65,15 @@ def test_builtin_handler_on_postgres_passes_the_checker(postgres_url: str) -> No
     assert_clean(report)
 
 
-def test_builtin_handler_on_a_sqlite_file_passes_the_checker(tmp_path: Path) -> None:
+def test_builtin_handler_on_a_sqlite_file_passes_the_checker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DB_URL_ENV, "postgresql://before@127.0.0.1/the-callers")
     report = run(shaped(f"sqlite+aiosqlite:///{tmp_path / 'stress.db'}"))
     assert_clean(report)
+    # The run's database was exported for its handlers only: a handler process
+    # the caller starts afterwards must not be pointed at a finished run's store.
+    assert os.environ[DB_URL_ENV] == "postgresql://before@127.0.0.1/the-callers"
     assert report.store_errors == 0
     # The same run with store errors it did not inject is a failure, not a pass.
     refused = dataclasses.replace(report, store_errors=3)
