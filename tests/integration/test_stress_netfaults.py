@@ -43,6 +43,8 @@ pytestmark = pytest.mark.integration
 UNFENCED_SPEC = "dsm_sim.stress.factories:stress_unfenced_handler"
 LOCK_S = 1.0
 PARTITION = "partition:at=0.2s,for=2s"
+#: How long process 0 holds its first lock: past the partition's start, short of the lock's end.
+STALL_S = 0.6
 
 
 # --- the grammar ------------------------------------------------------------------------------
@@ -170,7 +172,15 @@ def test_the_history_marks_each_window_where_the_operations_are_timed(tmp_path: 
 
 
 def faulted(db_url: str, spec: str, handler_spec: str | None = None, seed: int = 0) -> StressReport:
-    """A short run: 2 processes x 4 workers, 40 keys twice, a 1 s lock, the given fault."""
+    """A short run: 2 processes x 4 workers, 40 keys twice, a 1 s lock, the given fault.
+
+    On a quiet machine the 80 deliveries take about 0.3 s, so a partition at
+    0.2 s could find nothing in flight.  Process 0 holds its first lock for
+    :data:`STALL_S` after acquiring it, so that one holder's ``set`` always
+    leaves inside the partition while its lock is live, and is held there
+    until the parent has taken the item over: the late write the tests look
+    for happens on every machine, not only on a loaded one.
+    """
     settings = StressSettings(
         db_url=db_url,
         processes=2,
@@ -178,6 +188,7 @@ def faulted(db_url: str, spec: str, handler_spec: str | None = None, seed: int =
         keys=40,
         duplicates=2,
         lock_duration=dt.timedelta(seconds=LOCK_S),
+        stall_after_acquire=STALL_S,
         seed=seed,
         netfaults=parse_netfaults([spec]),
         **({"handler_spec": handler_spec} if handler_spec else {}),
