@@ -2,7 +2,7 @@
 
 Each fault must surface as a named error (``StoreError``) or be retried, and
 once it is over, nothing is lost and no side effect happened twice: the
-connection killed mid-statement, the PostgreSQL server restarted under load,
+connection killed mid-statement, a PostgreSQL server (the test's own) restarted under load,
 a worker process SIGKILLed with its transaction open, and SQLite writers
 that give up on ``database is locked``.
 """
@@ -10,11 +10,14 @@ that give up on ``database is locked``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -42,7 +45,6 @@ from reference_engine.status import IdempotencyStatus
 pytestmark = pytest.mark.integration
 
 S = IdempotencyStatus
-POSTGRES_ETC = Path("/etc/postgresql")
 
 
 def context(execution: str) -> StateHandlerContext:
@@ -221,56 +223,100 @@ def test_a_worker_killed_mid_transaction_is_swept_and_retried_once(postgres_url:
 
 
 # --- the PostgreSQL server restarted during a run ---------------------------------------------
+#
+# Restarting the shared test server would break every PostgreSQL test running beside this
+# one (the suite runs on two workers), so the test creates a PostgreSQL server of its own
+# with the machine's binaries, restarts that one, and removes it.
 
 
-def _cluster() -> tuple[str, str] | None:
-    if shutil.which("pg_ctlcluster") is None or not POSTGRES_ETC.is_dir():
-        return None
-    versions = sorted(p.name for p in POSTGRES_ETC.iterdir() if (p / "main").is_dir())
-    return (versions[-1], "main") if versions else None
+@dataclass(frozen=True)
+class PrivateServer:
+    """A PostgreSQL server of this test's own: its data directory, port and binaries."""
+
+    bin_dir: Path
+    data_dir: Path
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def ctl(self, *args: str) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.data_dir}"
+        _as_postgres(
+            str(self.bin_dir / "pg_ctl"),
+            "-D",
+            str(self.data_dir),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            options,
+            "-l",
+            str(self.data_dir / "server.log"),
+            *args,
+        )
+
+    def restart(self) -> None:
+        self.ctl("-m", "fast", "restart")
 
 
-def _pg_ctl(action: str, version: str, name: str) -> None:
+def _as_postgres(*command: str) -> None:
     subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, action],
-        check=True,
-        timeout=60,
-        capture_output=True,
+        ["runuser", "-u", "postgres", "--", *command], check=True, timeout=90, capture_output=True
     )
 
 
-def _pg_online(version: str, name: str) -> bool:
-    probe = subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "status"],
-        capture_output=True,
-        timeout=30,
-    )
-    return probe.returncode == 0
+def _postgres_bin() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    return found[-1].parent if found else None
 
 
-#: Restarting the shared server disturbs everyone else's tests on it, so outside CI
-#: (which runs the suite alone) the restart test runs only when asked for.
-RESTART_ENV = "DSM_TEST_ALLOW_PG_RESTART"
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: a missing service is a failure, not a skip)")
+    pytest.skip(reason)
 
 
 @pytest.fixture
-def postgres_cluster() -> Iterator[tuple[str, str]]:
-    """The local cluster, guaranteed to be running again after the test, whatever happens."""
-    if os.environ.get("CI", "").lower() != "true" and os.environ.get(RESTART_ENV) != "1":
-        pytest.skip(f"restarts the shared PostgreSQL server: runs under CI=true or {RESTART_ENV}=1")
-    cluster = _cluster()
-    if cluster is None or os.geteuid() != 0:
-        pytest.skip("needs a local PostgreSQL cluster managed by pg_ctlcluster, as root")
-    yield cluster
-    if not _pg_online(*cluster):
-        _pg_ctl("start", *cluster)
+def private_postgres() -> Iterator[PrivateServer]:
+    """A fresh PostgreSQL server on a free port, stopped and deleted after the test."""
+    bin_dir = _postgres_bin()
+    if bin_dir is None or shutil.which("runuser") is None:
+        _unavailable("needs the PostgreSQL server binaries (initdb, pg_ctl) and runuser")
+    if os.geteuid() != 0:
+        _unavailable("needs root, to run a PostgreSQL server of its own as the postgres user")
+    assert bin_dir is not None
+    data_dir = Path(tempfile.mkdtemp(prefix="dsm-private-pg-"))
+    shutil.chown(data_dir, "postgres", "postgres")
+    server = PrivateServer(bin_dir, data_dir, _free_port())
+    try:
+        _as_postgres(
+            str(bin_dir / "initdb"),
+            "-D",
+            str(data_dir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-sync",
+        )
+        server.ctl("start")
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            server.ctl("-m", "immediate", "stop")
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
-async def _restarted_during_run(
-    postgres_url: str, cluster: tuple[str, str]
-) -> tuple[StressReport, int]:
+async def _restarted_during_run(server: PrivateServer) -> tuple[StressReport, int]:
     settings = StressSettings(
-        db_url=postgres_url,
+        db_url=server.url,
         processes=2,
         workers=2,
         keys=200,
@@ -288,7 +334,7 @@ async def _restarted_during_run(
         await _wait_for(
             lambda: len(read_operations(p for p in paths if p.exists())) > 60, within_s=60
         )
-        await asyncio.to_thread(_pg_ctl, "restart", *cluster)
+        await asyncio.to_thread(server.restart)
         await run.wait(90)
         errors = sum(
             1
@@ -304,9 +350,9 @@ async def _restarted_during_run(
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_a_postgres_restart_during_a_run_loses_nothing_and_charges_once(
-    postgres_url: str, postgres_cluster: tuple[str, str]
+    private_postgres: PrivateServer,
 ) -> None:
-    report, errors_during_run = asyncio.run(_restarted_during_run(postgres_url, postgres_cluster))
+    report, errors_during_run = asyncio.run(_restarted_during_run(private_postgres))
     assert errors_during_run > 0, "the restart never reached the workers"
     assert report.exit_codes == (0, 0)
     assert_recovered(report)

@@ -86,8 +86,11 @@ def test_builtin_handler_on_a_sqlite_file_passes_the_checker(
     assert injected.passed
 
 
-def test_the_handler_is_the_same_clock_factory_as_everywhere_else(tmp_path: Path) -> None:
+def test_the_handler_is_the_same_clock_factory_as_everywhere_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A registry-style (clock) factory, told the run's store through the environment.
+    monkeypatch.delenv(DB_URL_ENV, raising=False)
     settings = StressSettings(
         db_url=f"sqlite+aiosqlite:///{tmp_path / 'clock.db'}",
         handler_spec="dsm_sim.stress.factories:stress_sql_handler",
@@ -97,9 +100,13 @@ def test_the_handler_is_the_same_clock_factory_as_everywhere_else(tmp_path: Path
         duplicates=2,
         fault_free=True,
     )
+    assert settings.target == StressTarget(settings.db_url, None)
     report = run(settings)
+    # Every process found the run's store through the environment: the run is clean.
     assert_clean(report)
-    assert run_target() == StressTarget(settings.db_url, None)
+    # And the environment is the caller's again once the run is over.
+    with pytest.raises(ConfigurationError, match=DB_URL_ENV):
+        run_target()
 
 
 def test_a_stress_factory_outside_a_run_says_what_is_missing(
