@@ -30,7 +30,6 @@ const {
   PROTOCOL_VERSION,
   SWEEP_ERROR_DETAIL,
   ACQUIRABLE,
-  SETTABLE,
   NEEDS_LOCK,
   label,
   parseInstant,
@@ -40,6 +39,7 @@ const {
   effectiveStatus,
   checkTransition,
   checkData,
+  checkSettable,
   writeLanded,
   wireRecord,
   Refusal,
@@ -185,13 +185,7 @@ const ops = {
   set(req, now, store) {
     const ctx = req.context;
     const status = req.status;
-    if (!SETTABLE.has(status)) {
-      const use = status === "superseded" ? "upsert()" : "try_acquire_lock()";
-      throw new Refusal("unsupported_status", `set() cannot write status ${label(status)}; use ${use} instead`, {
-        status: label(status),
-        use,
-      });
-    }
+    checkSettable(status);
     checkData(req.data_json);
     const record = store.current.get(keyText(ctx));
     if (ctx.lock_token !== null) {

@@ -46,7 +46,6 @@ const {
   SWEEP_ERROR_DETAIL,
   TRANSITIONS,
   ACQUIRABLE,
-  SETTABLE,
   NEEDS_LOCK,
   label,
   parseInstant,
@@ -56,6 +55,7 @@ const {
   effectiveStatus,
   checkTransition,
   checkData,
+  checkSettable,
   writeLanded,
   wireRecord,
   Refusal,
@@ -472,13 +472,7 @@ const ops = {
   async set(req, now) {
     const ctx = req.context;
     const status = req.status;
-    if (!SETTABLE.has(status)) {
-      const use = status === "superseded" ? "upsert()" : "try_acquire_lock()";
-      throw new Refusal("unsupported_status", `set() cannot write status ${label(status)}; use ${use} instead`, {
-        status: label(status),
-        use,
-      });
-    }
+    checkSettable(status);
     checkData(req.data_json);
     if (ctx.lock_token !== null) {
       // Every settable status may follow Processing, so fencing is the only check.

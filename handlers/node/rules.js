@@ -77,6 +77,16 @@ function checkTransition(source, target, ctx) {
   }
 }
 
+// set() writes the statuses a node may choose; Processing and Superseded have their own calls.
+function checkSettable(status) {
+  if (SETTABLE.has(status)) return;
+  const use = status === "superseded" ? "upsert()" : "try_acquire_lock()";
+  throw new Refusal("unsupported_status", `set() cannot write status ${label(status)}; use ${use} instead`, {
+    status: label(status),
+    use,
+  });
+}
+
 function checkData(dataJson) {
   if (dataJson === null) return;
   const size = Buffer.byteLength(dataJson, "utf8");
@@ -137,6 +147,7 @@ module.exports = {
   effectiveStatus,
   checkTransition,
   checkData,
+  checkSettable,
   writeLanded,
   wireRecord,
   Refusal,
