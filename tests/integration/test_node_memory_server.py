@@ -16,13 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from handler_servers import serving
 
 from dsm_sim.conformance.runner import verify
 from dsm_sim.protocol.client import tcp_factory
@@ -43,29 +41,10 @@ def _node() -> str:
     pytest.skip("node is not installed")
 
 
-@contextlib.contextmanager
-def _server(bug: str = "") -> Iterator[str]:
+def _server(bug: str = "") -> contextlib.AbstractContextManager[str]:
     """A ``memory.js --tcp`` server on a free port: its address."""
-    env = {**os.environ, "DSM_NODE_BUG": bug}
-    process = subprocess.Popen(
-        [_node(), str(NODE_HANDLER), "--tcp", "127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert process.stdout is not None
-        first = process.stdout.readline()
-        found = re.search(r"listening on (127\.0\.0\.1:\d+)", first)
-        if found is None:
-            process.kill()
-            _, err = process.communicate(timeout=10)
-            pytest.fail(f"memory.js --tcp did not announce its address: {first!r} {err}")
-        yield found.group(1)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    command = [_node(), str(NODE_HANDLER), "--tcp", "127.0.0.1:0"]
+    return serving(command, env={**os.environ, "DSM_NODE_BUG": bug})
 
 
 def _stress(address: str, tmp_path: Path, seed: int) -> StressReport:

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from handler_servers import dsm_serve_command, serving
 
 from dsm_sim.conformance.runner import verify
 from dsm_sim.protocol.client import exec_factory, parse_address, tcp_factory
@@ -151,25 +152,9 @@ def test_a_silent_handler_in_the_simulator_is_a_named_timeout(
 # --- --exec-tcp ------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _serving_tcp(factory: str) -> Iterator[str]:
+def _serving_tcp(factory: str) -> contextlib.AbstractContextManager[str]:
     """``dsm serve --tcp`` of ``factory`` on a free port: its address."""
-    command = [sys.executable, "-m", "reference_engine.cli", "serve", "--tcp", "127.0.0.1:0"]
-    process = subprocess.Popen(
-        [*command, factory], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
-    )
-    try:
-        assert process.stdout is not None
-        first = process.stdout.readline()
-        found = re.search(r"listening on (127\.0\.0\.1:\d+)", first)
-        if found is None:
-            process.kill()
-            _, err = process.communicate(timeout=10)
-            pytest.fail(f"dsm serve --tcp did not announce its address: {first!r} {err}")
-        yield found.group(1)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    return serving(dsm_serve_command(factory))
 
 
 @pytest.fixture(scope="module")

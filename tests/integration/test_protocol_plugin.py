@@ -10,6 +10,7 @@ option values are checked in process, without a pytest run each, and a bad addre
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socketserver
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from handler_servers import dsm_serve_command, serving
 
 from dsm_sim.protocol.client import ExecFactory
 from dsm_sim.pytest_plugin import factory_from_options
@@ -33,29 +35,8 @@ MEMORY = "reference_engine.handlers.memory:in_memory_handler"
 @pytest.fixture
 def serve_tcp() -> Iterator[Callable[[str], str]]:
     """Start ``dsm serve --tcp 127.0.0.1:0 FACTORY``; its address.  Every server is stopped."""
-    started: list[subprocess.Popen[str]] = []
-
-    def start(factory: str) -> str:
-        command = [sys.executable, "-m", "reference_engine.cli", "serve", "--tcp", "127.0.0.1:0"]
-        process = subprocess.Popen(
-            [*command, factory], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
-        )
-        started.append(process)
-        assert process.stdout is not None
-        first = process.stdout.readline()
-        found = re.search(r"listening on (127\.0\.0\.1:\d+)", first)
-        if found is None:
-            process.kill()
-            _, err = process.communicate(timeout=10)
-            pytest.fail(f"dsm serve --tcp did not announce its address: {first!r} {err}")
-        return found.group(1)
-
-    try:
-        yield start
-    finally:
-        for process in started:
-            process.terminate()
-            process.wait(timeout=10)
+    with contextlib.ExitStack() as servers:
+        yield lambda factory: servers.enter_context(serving(dsm_serve_command(factory)))
 
 
 def _conformance(*options: str) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from run_outputs import files_under
 
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.distributed import ClusterUnavailableError, run_plan_on_cluster
@@ -30,12 +31,6 @@ pytestmark = pytest.mark.scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
-
-
-def _files(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
-    }
 
 
 def test_a_local_cluster_gives_byte_identical_stdout_reports_and_exit_code(
@@ -57,11 +52,11 @@ def test_a_local_cluster_gives_byte_identical_stdout_reports_and_exit_code(
     ]
     serial_code = dsm(argv)
     serial_out = capsys.readouterr().out
-    serial_files = _files(tmp_path / "out")
+    serial_files = files_under(tmp_path / "out")
     shutil.rmtree(tmp_path / "out")
     cluster_code = dsm([*argv, "--cluster", "local", "--jobs", "2"])
     cluster_out = capsys.readouterr().out
-    cluster_files = _files(tmp_path / "out")
+    cluster_files = files_under(tmp_path / "out")
 
     assert serial_code == 1, "the broken handler must fail slow-worker, or nothing is compared"
     assert "FAIL slow-worker seed" in serial_out

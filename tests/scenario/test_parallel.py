@@ -12,6 +12,7 @@ from pathlib import Path
 
 import crashing_handler
 import pytest
+from run_outputs import files_under
 
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.parallel import UnpicklableFactoryError, run_plan
@@ -27,12 +28,6 @@ SCENARIOS = ROOT / "scenarios"
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     code = dsm(argv)
     return code, capsys.readouterr().out
-
-
-def _files(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
-    }
 
 
 def test_two_jobs_give_byte_identical_stdout_reports_and_exit_code(
@@ -55,10 +50,10 @@ def test_two_jobs_give_byte_identical_stdout_reports_and_exit_code(
         "out/junit.xml",
     ]
     serial_code, serial_out = _run([*argv, "--jobs", "1"], capsys)
-    serial_files = _files(tmp_path / "out")
+    serial_files = files_under(tmp_path / "out")
     shutil.rmtree(tmp_path / "out")
     parallel_code, parallel_out = _run([*argv, "--jobs", "2"], capsys)
-    parallel_files = _files(tmp_path / "out")
+    parallel_files = files_under(tmp_path / "out")
 
     assert serial_code == 1, "the broken handler must fail slow-worker, or nothing is compared"
     assert "duplicate-storm seed 1 (4 runs): PASS" in serial_out
