@@ -98,6 +98,19 @@ def test_postgres_handler_keeps_every_invariant(path: Path, postgres_url: str) -
     assert result.passed, _describe(result)
 
 
+@pytest.mark.mariadb
+@pytest.mark.integration
+@pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
+def test_mariadb_handler_keeps_every_invariant(path: Path, mariadb_url: str) -> None:
+    from reference_engine.handlers.sql.factory import mariadb_isolated_handler
+
+    def factory(clock: Clock) -> StateHandler:
+        return mariadb_isolated_handler(mariadb_url, clock)
+
+    result = run_scenario(_scenario(path), 1, factory, handler_name="mariadb")
+    assert result.passed, _describe(result)
+
+
 def test_sqlite_and_memory_tell_the_same_story() -> None:
     """Same seed, same decisions: a correct SQL store yields the same outcomes as the model."""
     if not HAS_SQL:
