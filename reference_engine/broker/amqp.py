@@ -163,20 +163,35 @@ class AmqpBroker:
                         QueueGoneError(self.topology.queue, "the broker closed the channel")
                     )
 
+            async def cancelled_by_broker(frame: Any) -> None:
+                # A deleted queue does not close the channel: RabbitMQ cancels its
+                # consumers instead, and without this the consumer would wait for
+                # deliveries that can no longer come until it is told to stop.
+                if getattr(frame, "consumer_tag", None) == tag and not gone.done():
+                    gone.set_exception(
+                        QueueGoneError(self.topology.queue, "the broker cancelled the consumer")
+                    )
+
             channel = self.channel
             tag = await queue.consume(on_message, no_ack=False)
+            underlay = await channel.get_underlay_channel()
+            underlay.on_consumer_cancel_callbacks.add(cancelled_by_broker)
             channel.close_callbacks.add(closed)
             stopping = asyncio.ensure_future(stop)
             try:
                 await asyncio.wait({stopping, gone}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 channel.close_callbacks.discard(closed)
+                underlay.on_consumer_cancel_callbacks.discard(cancelled_by_broker)
                 if not stopping.done():
                     stopping.cancel()
-            if gone.done():
-                gone.result()
-            with contextlib.suppress(*_CONNECT_ERRORS):
-                await queue.cancel(tag)
+            if not gone.done():
+                with contextlib.suppress(*_CONNECT_ERRORS):
+                    await queue.cancel(tag)
+        # Raised here, once the deliveries in hand have finished: inside the task
+        # group it would reach the caller wrapped in an ExceptionGroup.
+        if gone.done():
+            gone.result()
 
     async def ready_count(self) -> int:
         try:

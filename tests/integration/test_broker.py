@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,11 @@ from dsm_sim.stress.cli import configure, main
 from dsm_sim.stress.settings import StressSettings
 from reference_engine.broker import (
     BrokerUnavailableError,
+    Delivery,
     EngineConsumer,
     InvalidBrokerMessageError,
     InvalidBrokerUrlError,
+    QueueGoneError,
     Settlement,
     Topology,
     ack_when_done,
@@ -213,6 +216,51 @@ def test_a_broker_that_is_down_is_a_named_error() -> None:
     with pytest.raises(BrokerUnavailableError, match="unavailable") as info:
         asyncio.run(broker.connect())
     assert "secret" not in str(info.value)
+
+
+def test_a_queue_deleted_while_consuming_is_a_named_error_not_a_hang(amqp_url: str) -> None:
+    """RabbitMQ cancels the consumers of a deleted queue and leaves the channel open.
+
+    The consumer must notice the cancel: the ``stop`` it is given never comes,
+    so without it the worker would wait for deliveries until killed.
+    """
+    topology = Topology.for_run(f"gone-{uuid.uuid4().hex[:10]}")
+
+    async def consume_while_deleted() -> tuple[int, BaseException | None]:
+        broker = AmqpBroker(amqp_url, topology)
+        await broker.connect()
+        await broker.declare()
+        for n in range(3):
+            await broker.publish(Message(id=f"m{n}"))
+        handled = 0
+        deleted = asyncio.Event()
+
+        async def callback(delivery: Delivery) -> None:
+            nonlocal handled
+            handled += 1
+            await delivery.ack()
+            if handled == 3:
+                deleted.set()
+
+        async def delete_the_queue() -> None:
+            await deleted.wait()
+            await broker.delete()
+
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        deleter = asyncio.create_task(delete_the_queue())
+        try:
+            await asyncio.wait_for(broker.consume(callback, prefetch=2, stop=never), 30)
+        except QueueGoneError as exc:
+            return handled, exc
+        finally:
+            await deleter
+            await broker.close()
+        return handled, None
+
+    handled, error = asyncio.run(consume_while_deleted())
+    assert handled == 3  # what arrived before the delete was handled and acknowledged
+    assert isinstance(error, QueueGoneError), error
+    assert topology.queue in str(error) and "cancelled the consumer" in str(error)
 
 
 def test_a_skip_is_acknowledged_only_when_the_item_is_done() -> None:
