@@ -85,29 +85,31 @@ def test_sqlite_handler_keeps_every_invariant(path: Path, seed: int) -> None:
     assert result.passed, _describe(result)
 
 
-@pytest.mark.postgres
 @pytest.mark.integration
+@pytest.mark.parametrize(
+    "server",
+    [
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ],
+)
 @pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
-def test_postgres_handler_keeps_every_invariant(path: Path, postgres_url: str) -> None:
-    from reference_engine.handlers.sql.factory import postgres_isolated_handler
+def test_server_handler_keeps_every_invariant(
+    path: Path, server: str, request: pytest.FixtureRequest
+) -> None:
+    """The built-in handler on a database server, in a schema (database) of the run's own."""
+    from reference_engine.handlers.sql.factory import (
+        mariadb_isolated_handler,
+        postgres_isolated_handler,
+    )
+
+    url: str = request.getfixturevalue(f"{server}_url")
+    isolated = postgres_isolated_handler if server == "postgres" else mariadb_isolated_handler
 
     def factory(clock: Clock) -> StateHandler:
-        return postgres_isolated_handler(postgres_url, clock)
+        return isolated(url, clock)
 
-    result = run_scenario(_scenario(path), 1, factory, handler_name="postgres")
-    assert result.passed, _describe(result)
-
-
-@pytest.mark.mariadb
-@pytest.mark.integration
-@pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
-def test_mariadb_handler_keeps_every_invariant(path: Path, mariadb_url: str) -> None:
-    from reference_engine.handlers.sql.factory import mariadb_isolated_handler
-
-    def factory(clock: Clock) -> StateHandler:
-        return mariadb_isolated_handler(mariadb_url, clock)
-
-    result = run_scenario(_scenario(path), 1, factory, handler_name="mariadb")
+    result = run_scenario(_scenario(path), 1, factory, handler_name=server)
     assert result.passed, _describe(result)
 
 
