@@ -146,6 +146,15 @@ class StateHandlerContext:
         item_entity_key = validate_key(
             item_entity_key, field_name="item_entity_key", allow_empty=True
         )
+        return self._per_item(item_key, item_entity_key, lock_token)
+
+    def with_lock_token(self, lock_token: int | None) -> StateHandlerContext:
+        """This per-item context carrying ``lock_token``: its keys were validated by for_item."""
+        return self._per_item(self.item_key, self.item_entity_key, lock_token)
+
+    def _per_item(
+        self, item_key: str, item_entity_key: str, lock_token: int | None
+    ) -> StateHandlerContext:
         if type(self) is not StateHandlerContext:
             return dataclasses.replace(
                 self, item_key=item_key, item_entity_key=item_entity_key, lock_token=lock_token

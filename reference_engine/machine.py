@@ -71,9 +71,7 @@ class ContextualDataStateMachine:
         """
         ctx = self.base_ctx.for_item(item_key, item_entity_key)
         token = self._tokens.get((ctx.item_entity_key, ctx.item_key))
-        if token is None:
-            return ctx
-        return self.base_ctx.for_item(ctx.item_key, ctx.item_entity_key, lock_token=token)
+        return ctx if token is None else ctx.with_lock_token(token)
 
     def token_for(self, item_key: str, item_entity_key: str = "") -> int | None:
         """The fencing token this execution holds for an item, if any."""
