@@ -33,7 +33,6 @@ from dsm_sim.stress.ledger import EffectLedger, EffectRow
 from dsm_sim.stress.netfault_schedule import FaultSchedule
 from dsm_sim.stress.redelivery import Redelivery
 from dsm_sim.stress.settings import StressSettings
-from dsm_sim.stress.target import SavedTarget
 from dsm_sim.stress.worker import RECOVERY_PROCESS, StressWorker, base_context, process_main
 from reference_engine.clock import SystemClock
 from reference_engine.errors import DsmError, InvalidOptionError, StoreError
@@ -248,13 +247,9 @@ class StressRun:
     def __init__(self, settings: StressSettings, workdir: Path | None = None) -> None:
         self.settings = settings
         self.clock = SystemClock()
-        self._saved_target = SavedTarget.now()
         # Built first: a bad handler spec must fail before anything is created.
-        try:
-            self.handler: StateHandler = settings.build_handler(self.clock)
-        except BaseException:
-            self._saved_target.restore()
-            raise
+        self.handler: StateHandler
+        self.handler, self._saved_target = settings.build_run_handler(self.clock)
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix=f"dsm-stress-{settings.run_id}-"))
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dsm_sim.stress.netfault_spec import NetFault, check_overlaps
-from dsm_sim.stress.target import StressTarget, export_target
+from dsm_sim.stress.target import SavedTarget, StressTarget, export_target
 from reference_engine.clock import Clock
 from reference_engine.errors import ConfigurationError, InvalidOptionError, echo
 from reference_engine.handler import StateHandler
@@ -340,6 +340,20 @@ class StressSettings:
     @property
     def target(self) -> StressTarget:
         return StressTarget(self.store_url or self.db_url, self.schema)
+
+    def build_run_handler(self, clock: Clock) -> tuple[StateHandler, SavedTarget]:
+        """The handler of the process that drives the run, and the environment it had before.
+
+        :meth:`build_handler` exports the run's store to this process; the
+        driver outlives the run, so it restores the saved variables when the
+        run ends (and here, at once, if the handler cannot be built).
+        """
+        saved = SavedTarget.now()
+        try:
+            return self.build_handler(clock), saved
+        except BaseException:
+            saved.restore()
+            raise
 
     def build_handler(self, clock: Clock) -> StateHandler:
         """This run's handler, in this process: the factory is told the run's store first."""

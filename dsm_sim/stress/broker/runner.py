@@ -37,7 +37,6 @@ from dsm_sim.stress.history_builder import build_history, journal_outcomes
 from dsm_sim.stress.journal import Operation, read_marks, read_operations
 from dsm_sim.stress.ledger import EffectLedger, EffectRow
 from dsm_sim.stress.settings import StressSettings
-from dsm_sim.stress.target import SavedTarget
 from dsm_sim.stress.worker import base_context
 from reference_engine.broker.amqp import AmqpBroker
 from reference_engine.clock import SystemClock
@@ -421,12 +420,7 @@ async def run_broker_stress(
     """The whole run; the queue, exchange, schema and files are removed unless ``keep``."""
     stress = settings.stress
     clock = SystemClock()
-    saved_target = SavedTarget.now()
-    try:
-        handler = stress.build_handler(clock)
-    except BaseException:
-        saved_target.restore()
-        raise
+    handler, saved_target = stress.build_run_handler(clock)
     ledger = EffectLedger(stress)
     broker = AmqpBroker(settings.broker_url, settings.topology)
     workdir = Path(tempfile.mkdtemp(prefix=f"dsm-broker-{stress.run_id}-"))
