@@ -241,20 +241,15 @@ def _level(
             loop.run(store.close())
 
 
-def _uvloop() -> Callable[[], asyncio.AbstractEventLoop] | None:
+@contextlib.contextmanager
+def _uvloop_runner() -> Iterator[asyncio.Runner | None]:
+    """A runner on a uvloop event loop, or None when uvloop is not installed."""
     try:
         import uvloop
     except ImportError:
-        return None
-    return cast(Callable[[], asyncio.AbstractEventLoop], uvloop.new_event_loop)
-
-
-@contextlib.contextmanager
-def _uvloop_runner() -> Iterator[asyncio.Runner | None]:
-    factory = _uvloop()
-    if factory is None:
         yield None
         return
+    factory = cast(Callable[[], asyncio.AbstractEventLoop], uvloop.new_event_loop)
     with asyncio.Runner(loop_factory=factory) as runner:
         yield runner
 
@@ -276,15 +271,16 @@ def run(short: bool) -> list[Table]:
         for workers in LEVELS:
             per_worker = max(1, per_key_total // workers // ROUNDS)
             rows.append(_level(loop, uv_loop, redis_url, pg_url, workers, per_worker))
+        uvloop_missing = uv_loop is None
     note = (
         f"about {per_key_total} fresh keys per side and level, in {ROUNDS} alternating rounds; "
         "Powertools on threads, dsm on asyncio tasks; dsm keeps the full record and fences "
         "the completion"
         + ("" if pg_url else f"; PostgreSQL not configured ({POSTGRES_ENV}), its column is '-'")
         + (
-            ""
-            if _uvloop()
-            else "; uvloop not installed (pip install -e '.[fast]'), its column is '-'"
+            "; uvloop not installed (pip install -e '.[fast]'), its column is '-'"
+            if uvloop_missing
+            else ""
         )
     )
     return [Table(TITLE, HEADERS, rows, note)]
