@@ -97,7 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
     raw = config.getoption("--dsm-call-timeout", default=None)
     if raw is None:
         return
-    from dsm_sim.conformance.loop import set_default_call_timeout
+    from dsm_sim.conformance.execute.loop import set_default_call_timeout
     from reference_engine.errors import ConfigurationError
 
     try:
@@ -228,7 +228,7 @@ def dsm_seed(request: pytest.FixtureRequest) -> int | None:
 
 @pytest.fixture
 def dsm_clock_mode(request: pytest.FixtureRequest) -> Any:
-    from dsm_sim.conformance.clocks import parse_clock_mode
+    from dsm_sim.conformance.execute.clocks import parse_clock_mode
 
     return parse_clock_mode(request.config.getoption("--dsm-clock"))
 

@@ -184,6 +184,13 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 "record_agrees_with_model",
             ),
             _spec(
+                "retention_sweep_keeps_version",
+                _w.RetentionSweepKeepsVersion,
+                "stale_write_rejected",
+                # A write over the swept record also leaves it off the model.
+                "record_agrees_with_model",
+            ),
+            _spec(
                 "upsert_checks_then_writes",
                 _w.UpsertChecksThenWrites,
                 "errors_agree_with_model",

@@ -2,7 +2,7 @@
 
 Each is correct while every worker calls one instance, and wrong as soon as
 two worker processes (two instances) share the store: the kit races workers
-through separate instances (:mod:`dsm_sim.conformance.instances`) to see it.
+through separate instances (:mod:`dsm_sim.conformance.execute.instances`) to see it.
 They keep their per-instance state in the instance's ``__dict__``, created
 on first use, so they inherit the in-memory handler's constructor and its
 :meth:`~reference_engine.handlers.memory.InMemoryStateHandler.peer`.

@@ -12,7 +12,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from reference_engine.context import StateHandlerContext
+from reference_engine.clock import Clock
+from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.handlers.memory import InMemoryStateHandler
 from reference_engine.model import effective_status
 from reference_engine.record import is_lock_live
@@ -23,6 +24,7 @@ __all__ = [
     "FencingByExecutionId",
     "FencingIgnoresStatus",
     "ReleaseReadsThenWrites",
+    "RetentionSweepKeepsVersion",
     "RetentionSweepSelectsThenUpdates",
     "UpsertChecksThenWrites",
 ]
@@ -112,6 +114,64 @@ class CompletionReadsThenWrites(_Forcing):
         await asyncio.sleep(0)  # between the SELECT ... and the UPDATE ... WHERE key = :key
         self._force_holder(ctx)
         self.model.set(ctx, status, data, self.clock.now())
+
+
+class RetentionSweepKeepsVersion(_Forcing):
+    """Writes are guarded by a version column that the retention sweep does not bump.
+
+    ``set`` reads the row (status, token, version), then writes ``WHERE
+    version = :read``: safe against every writer that bumps the version,
+    which all do but the retention sweep's bulk ``UPDATE``.  A holder of an
+    expired lock past its retention then completes over the Expired record
+    the sweep wrote in between.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.versions: dict[RecordKey, int] = {}
+
+    async def _bumped(self, ctx: StateHandlerContext) -> None:
+        self.versions[ctx.record_key] = self.versions.get(ctx.record_key, 0) + 1
+
+    async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
+        token = await super().try_acquire_lock(ctx)
+        await self._bumped(ctx)
+        return token
+
+    async def set(
+        self,
+        ctx: StateHandlerContext,
+        status: IdempotencyStatus,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        if ctx.lock_token is None or not self._holds(ctx):
+            await super().set(ctx, status, data)
+            await self._bumped(ctx)
+            return
+        read = self.versions.get(ctx.record_key, 0)
+        await asyncio.sleep(0)  # between the SELECT ... and the UPDATE ... WHERE version = :read
+        if self.versions.get(ctx.record_key, 0) != read:
+            await super().set(ctx, status, data)  # someone else wrote: fenced as usual
+            return
+        self._force_holder(ctx)
+        self.model.set(ctx, status, data, self.clock.now())
+        await self._bumped(ctx)
+
+    async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
+        await super().release_lock_as_failed(ctx, error_detail)
+        await self._bumped(ctx)
+
+    async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
+        await super().upsert(ctx, data)
+        await self._bumped(ctx)
+
+    async def reset_expired_locks(self) -> int:
+        swept = [k for k, r in self.model.current.items() if r.status is S.PROCESSING]
+        count = await super().reset_expired_locks()
+        for key in swept:
+            if self.model.current[key].status is S.FAILED:
+                self.versions[key] = self.versions.get(key, 0) + 1
+        return count
 
 
 class ReleaseReadsThenWrites(_Forcing):

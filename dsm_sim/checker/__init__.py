@@ -20,8 +20,8 @@ a key's writes then try the orders the windows allow and report a violation
 only if none explains the observations (:mod:`dsm_sim.checker.orders`).
 
 A history can be judged under a semantics profile
-(:mod:`dsm_sim.conformance.semantics`), as ``dsm verify`` judges a handler:
-the model judge replays against :class:`~dsm_sim.conformance.semantics.
+(:mod:`dsm_sim.conformance.judge.semantics`), as ``dsm verify`` judges a handler:
+the model judge replays against :class:`~dsm_sim.conformance.judge.semantics.
 ProfiledModel`, the invariants follow the profile's lock, failure and
 retention rules, and an invariant or property the profile waives is reported
 as waived, with its reason.  Ownership stays judged under every profile.
@@ -54,7 +54,7 @@ from dsm_sim.checker.state import (
     only_allowed_transitions,
     terminal_within_deadline,
 )
-from dsm_sim.conformance.semantics import DSM, SemanticsProfile
+from dsm_sim.conformance.judge.semantics import DSM, SemanticsProfile
 from dsm_sim.history import History
 
 __all__ = [

@@ -6,7 +6,7 @@ ended it.  Every invariant reasons about leases, so they are derived once,
 here, with the same conservative reading of uncertain operations.
 
 Where a lock ends and when a record may vanish are the semantics profile's
-(:mod:`dsm_sim.conformance.semantics`): the spec's lock is live up to and
+(:mod:`dsm_sim.conformance.judge.semantics`): the spec's lock is live up to and
 including ``locked_until``; a library may end it at that instant, at a
 coarser resolution, and drop records by a TTL.  :func:`lock_end` and
 :func:`vanish_from` turn those rules into store-clock seconds.
@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dsm_sim.conformance.semantics import DSM, Retention, SemanticsProfile, truncate
+from dsm_sim.conformance.judge.semantics import DSM, Retention, SemanticsProfile, truncate
 from dsm_sim.history import History, Op, OpName, Outcome
 
 __all__ = [

@@ -17,7 +17,7 @@ only checked for having processed something.
 from __future__ import annotations
 
 from dsm_sim.checker.leases import DONE, HOLDER_WRITES, InvariantResult, Violation, result_of
-from dsm_sim.conformance.semantics import DSM, SemanticsProfile
+from dsm_sim.conformance.judge.semantics import DSM, SemanticsProfile
 from dsm_sim.history import EventKind, History, Op, OpName, Outcome
 
 __all__ = [

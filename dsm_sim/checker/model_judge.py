@@ -45,7 +45,7 @@ from dsm_sim.checker.profiled import (
     pasts,
     status_at,
 )
-from dsm_sim.conformance.semantics import DSM, ProfiledModel, SemanticsProfile
+from dsm_sim.conformance.judge.semantics import DSM, ProfiledModel, SemanticsProfile
 from dsm_sim.history import History, KeyInfo, Op, OpName, Outcome, RecordView
 from reference_engine.config import HandlerConfig
 from reference_engine.context import StateHandlerContext

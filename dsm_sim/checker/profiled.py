@@ -2,7 +2,7 @@
 
 The judge replays each call from the record the store held right before it
 (:mod:`dsm_sim.checker.model_judge`).  Under the spec that record is all the
-reference model needs; a :class:`~dsm_sim.conformance.semantics.ProfiledModel`
+reference model needs; a :class:`~dsm_sim.conformance.judge.semantics.ProfiledModel`
 also needs a little of the key's past, which the calls before it show: the
 last token handed out (a library that deletes records keeps counting across
 the delete), a take-over guard still up, and when the record was last
@@ -17,7 +17,7 @@ import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 
-from dsm_sim.conformance.semantics import ProfiledModel, SemanticsProfile, truncate
+from dsm_sim.conformance.judge.semantics import ProfiledModel, SemanticsProfile, truncate
 from dsm_sim.history import History, KeyInfo, OpName, RecordView
 from reference_engine.context import StateHandlerContext
 from reference_engine.model import ModelRecord, ReferenceModel, effective_status

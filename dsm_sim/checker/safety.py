@@ -19,7 +19,7 @@ from dsm_sim.checker.leases import (
     ttl_gap,
 )
 from dsm_sim.checker.orders import Ordering
-from dsm_sim.conformance.semantics import DSM, SemanticsProfile
+from dsm_sim.conformance.judge.semantics import DSM, SemanticsProfile
 from dsm_sim.history import Event, EventKind, History, OpName
 
 __all__ = [

@@ -3,7 +3,7 @@
 Each replays a key's definite writes in timeline order and compares what the
 store said or ended with against the status those writes imply.
 
-Under a semantics profile (:mod:`dsm_sim.conformance.semantics`) the replay
+Under a semantics profile (:mod:`dsm_sim.conformance.judge.semantics`) the replay
 follows the library's rules: a lock ends by the profile's boundary and
 resolution, a holder's failure may delete the record, a record may vanish
 once its TTL has run out (the status is then unknown until the next write,
@@ -33,7 +33,7 @@ from dsm_sim.checker.leases import (
     wrote,
 )
 from dsm_sim.checker.orders import Ordering, Search, is_wall_clock, settle
-from dsm_sim.conformance.semantics import DSM, Failure, SemanticsProfile
+from dsm_sim.conformance.judge.semantics import DSM, Failure, SemanticsProfile
 from dsm_sim.history import History, Op, OpName, Outcome
 from reference_engine.status import COMPLETED, IdempotencyStatus, is_allowed
 

@@ -26,12 +26,12 @@ __all__ = [
 _WHERE = {
     "PROPERTIES": "dsm_sim.conformance.properties",
     "PROPERTY_NAMES": "dsm_sim.conformance.properties",
-    "ClockMode": "dsm_sim.conformance.clocks",
+    "ClockMode": "dsm_sim.conformance.execute.clocks",
     "ConformanceSuite": "dsm_sim.conformance.suite",
     "PropertyResult": "dsm_sim.conformance.runner",
     "ResultStatus": "dsm_sim.conformance.runner",
     "VerificationReport": "dsm_sim.conformance.runner",
-    "build_machine": "dsm_sim.conformance.machine",
+    "build_machine": "dsm_sim.conformance.execute.machine",
     "verify": "dsm_sim.conformance.runner",
 }
 

@@ -2,14 +2,18 @@
 
 Names are stable: reports, pytest test ids and the catalogue's expectations
 all use them.  Which property a difference between handler and model breaks
-is decided by the judges in :mod:`dsm_sim.conformance.judges`.
+is decided by the judges in :mod:`dsm_sim.conformance.judge.judges`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from reference_engine.errors import ConfigurationError, DsmError
+
+if TYPE_CHECKING:
+    from dsm_sim.conformance.tell.program import Program
 
 __all__ = [
     "ISOLATION",
@@ -111,13 +115,21 @@ class Finding:
 class PropertyViolation(DsmError, AssertionError):
     """Raised inside the state machine; Hypothesis shrinks the run that raised it.
 
-    ``story`` is the plain-language account of the (final, shrunk) run, and
-    ``time_zone`` the process ``TZ`` the failing test case ran in.
+    ``story`` is the plain-language account of the (final, shrunk) run,
+    ``time_zone`` the process ``TZ`` the failing test case ran in, and
+    ``program`` the steps that ran, as data (set by the machine that raised it).
     """
 
-    def __init__(self, finding: Finding, story: str, time_zone: str = "UTC0") -> None:
+    def __init__(
+        self,
+        finding: Finding,
+        story: str,
+        time_zone: str = "UTC0",
+        program: Program | None = None,
+    ) -> None:
         self.property = finding.property
         self.finding = finding
         self.story = story
         self.time_zone = time_zone
+        self.program = program
         super().__init__(f"{finding.property}: {finding.message}\n{story}")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dsm_sim.conformance.clocks import ClockMode
+from dsm_sim.conformance.execute.clocks import ClockMode
 from dsm_sim.conformance.properties import PROPERTIES, Property
 from dsm_sim.conformance.runner import ResultStatus, VerificationReport, verify
 from reference_engine.handler import HandlerFactory

@@ -3,7 +3,7 @@
 A peer is another project's idempotency store.  Wrapped in the handler
 Protocol, it runs through the conformance kit and the scenarios like any
 handler, judged by its own declared semantics profile
-(:mod:`dsm_sim.conformance.semantics`), so that what it does by design is
+(:mod:`dsm_sim.conformance.judge.semantics`), so that what it does by design is
 not reported and what is a hazard in any design still is.
 
 * :mod:`dsm_sim.peers.powertools` — Powertools for AWS Lambda (Python),

@@ -46,7 +46,7 @@ can tell holders apart; nothing is fenced by that number, since
 ``save_success`` and ``delete_record`` take none.  ``get`` reports
 ``entity_execution_id`` and ``source_app_id`` as ``""`` and ``created_at``
 and ``updated_at`` as the Unix epoch.  The differences of design are the
-``powertools`` semantics profile (:data:`dsm_sim.conformance.semantics.
+``powertools`` semantics profile (:data:`dsm_sim.conformance.judge.semantics.
 POWERTOOLS`), which the factories here declare.
 """
 
@@ -74,7 +74,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
     DataRecord,
 )
 
-from dsm_sim.conformance.semantics import POWERTOOLS, UnsupportedOperationError
+from dsm_sim.conformance.judge.semantics import POWERTOOLS, UnsupportedOperationError
 from reference_engine.clock import Clock
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (

@@ -466,6 +466,9 @@ class ExecHandler:
         self.named_store = self.store is not None and bool(result.get("named_store", False))
         self.name = str(result.get("name", ""))
 
+    #: Its calls run in another process: the kit cannot choose their interleaving.
+    out_of_process = True
+
     @property
     def pipelines_requests(self) -> bool:
         """Whether several requests may be on the wire at once (the process said so on open)."""

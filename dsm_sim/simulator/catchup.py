@@ -20,7 +20,7 @@ import datetime as dt
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
-from dsm_sim.conformance.semantics import Retention
+from dsm_sim.conformance.judge.semantics import Retention
 from dsm_sim.history import EventKind, OpName, Outcome
 from dsm_sim.simulator.bridge import RunStoppedError
 from dsm_sim.simulator.world import World

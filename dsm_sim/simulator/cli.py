@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TextIO
 
 from dsm_sim.checker.liveness import UNSUPPORTED_REASON
-from dsm_sim.conformance.clocks import ClockMode, parse_clock_mode
-from dsm_sim.conformance.semantics import SemanticsProfile, resolve_semantics
+from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
+from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.options import bounded_int, positive_seconds
 from dsm_sim.outputs import OutputKind, ReportWriteError, check_output
 from dsm_sim.scenario import Scenario, ScenarioError, load_scenarios

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dsm_sim.conformance.semantics import SemanticsProfile
+from dsm_sim.conformance.judge.semantics import SemanticsProfile
 from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.bridge import CALL_TIMEOUT_ENV
 from dsm_sim.simulator.parallel import RunCrash, RunOutcome, Task, prepare_handler, run_one

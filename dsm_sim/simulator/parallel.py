@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
-from dsm_sim.conformance.semantics import SemanticsProfile
+from dsm_sim.conformance.judge.semantics import SemanticsProfile
 from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.bridge import wall_deadline
 from dsm_sim.simulator.run import RunResult, run_scenario

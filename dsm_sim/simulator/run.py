@@ -12,7 +12,7 @@ one the factory declares (``dsm_semantics``), else the spec's own.  Under a
 profile the simulator also leaves out what the library does not have: the
 catch-up worker runs only the sweeps it has, and a node's call of an
 operation (or a ``set`` of a status) it lacks is refused without reaching the
-store, with :class:`~dsm_sim.conformance.semantics.UnsupportedOperationError`.
+store, with :class:`~dsm_sim.conformance.judge.semantics.UnsupportedOperationError`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dsm_sim.checker.liveness import (
     UNSUPPORTED_REASON,
 )
 from dsm_sim.checker.safety import duplicate_effects
-from dsm_sim.conformance.semantics import (
+from dsm_sim.conformance.judge.semantics import (
     DSM,
     OPERATIONS,
     SEMANTICS,

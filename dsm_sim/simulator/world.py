@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from dsm_sim.conformance.semantics import DSM, SemanticsProfile, UnsupportedOperationError
+from dsm_sim.conformance.judge.semantics import DSM, SemanticsProfile, UnsupportedOperationError
 from dsm_sim.history import (
     EventKind,
     HistoryRecorder,

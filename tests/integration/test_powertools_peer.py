@@ -21,8 +21,8 @@ import pytest
 import redis
 
 from dsm_sim.conformance import cli
+from dsm_sim.conformance.judge.semantics import POWERTOOLS
 from dsm_sim.conformance.runner import ResultStatus, verify
-from dsm_sim.conformance.semantics import POWERTOOLS
 from dsm_sim.model import WORLD_ITEMS, WORLD_START
 from dsm_sim.peers import powertools as peer
 from reference_engine.clock import ManualClock

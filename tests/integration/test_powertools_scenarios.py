@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from dsm_sim.conformance.semantics import DSM, POWERTOOLS
+from dsm_sim.conformance.judge.semantics import DSM, POWERTOOLS
 from dsm_sim.peers import powertools as peer
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator import cli

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import pytest
 
 from dsm_sim.broken import CATALOGUE
-from dsm_sim.conformance.begin import begins_natively
-from dsm_sim.conformance.machine import build_machine
+from dsm_sim.conformance.execute.begin import begins_natively
+from dsm_sim.conformance.execute.machine import build_machine
 from dsm_sim.conformance.runner import VerificationReport, verify
 from reference_engine.begin import (
     Acquired,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from dsm_sim.broken import CATALOGUE, BrokenHandlerSpec
-from dsm_sim.conformance.machine import ConformanceMachine
+from dsm_sim.conformance.execute.machine import ConformanceMachine
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.runner import ResultStatus, verify
 from reference_engine.clock import ManualClock
@@ -66,7 +66,9 @@ def test_broken_handler_is_caught(
     assert caught.status is ResultStatus.FAILED
     assert caught.message and caught.story.endswith(caught.message)
     # The shrunk program is runnable Python: it builds the machine and calls rules.
-    assert caught.reproduction.startswith("from dsm_sim.conformance.machine import build_machine")
+    assert caught.reproduction.startswith(
+        "from dsm_sim.conformance.execute.machine import build_machine"
+    )
     assert re.search(r"^state = HandlerConformance\(\)$", caught.reproduction, re.MULTILINE)
     assert caught.reproduction.rstrip().endswith("state.teardown()")
     assert caught.examples_to_failure is not None

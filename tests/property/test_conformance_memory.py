@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from dsm_sim.conformance import cli
-from dsm_sim.conformance.clocks import ClockMode
+from dsm_sim.conformance.execute.clocks import ClockMode
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.runner import TOP_UP_RUNS, ResultStatus, verify
 from dsm_sim.conformance.suite import ConformanceSuite

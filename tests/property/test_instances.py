@@ -17,7 +17,7 @@ import pytest
 from dsm_sim.broken.handlers import EntityMissingFromKey
 from dsm_sim.broken.instances import InstanceLockedAcquire
 from dsm_sim.conformance import verify
-from dsm_sim.conformance.instances import HandlerInstances
+from dsm_sim.conformance.execute.instances import HandlerInstances
 from dsm_sim.model import WORLD_START, ItemRef
 from reference_engine.clock import ManualClock
 from reference_engine.handler import StateHandler

@@ -11,18 +11,20 @@ from __future__ import annotations
 import pytest
 
 from dsm_sim.broken import CATALOGUE
-from dsm_sim.conformance.explain import render_reproduction
-from dsm_sim.conformance.machine import build_machine
-from dsm_sim.conformance.payloads import ERROR_DETAILS
-from dsm_sim.conformance.probes import PROBES, fold_entered_world, probe_findings
-from dsm_sim.conformance.reduce import parse_program, replay
+from dsm_sim.conformance.execute.bookkeeping import RunStats
+from dsm_sim.conformance.execute.machine import build_machine
+from dsm_sim.conformance.generate.payloads import ERROR_DETAILS
+from dsm_sim.conformance.generate.probes import PROBES
+from dsm_sim.conformance.generate.worlds import UTC_ZONE, ZONES, Role, Spelt
+from dsm_sim.conformance.probing import probe_findings
 from dsm_sim.conformance.runner import ResultStatus, verify
-from dsm_sim.conformance.world import RunStats
-from dsm_sim.conformance.worlds import UTC_ZONE, ZONES, Spelt
+from dsm_sim.conformance.tell.program import Call, Program
+from dsm_sim.conformance.tell.trim import replay
 from dsm_sim.model import WORLD_CONFIGS, ItemRef
 from reference_engine.handler import HandlerFactory
 from reference_engine.handlers.memory import InMemoryStateHandler, in_memory_handler
 from reference_engine.handlers.sql.factory import sqlite_file_handler
+from reference_engine.status import IdempotencyStatus
 
 pytestmark = pytest.mark.property
 
@@ -52,9 +54,12 @@ EDGE_BUGS = (
 
 def test_the_probes_walk_every_edge_table() -> None:
     """Every error detail, configuration, zone and spelt field has a probe that uses it."""
-    text = "\n".join(call for probe in PROBES for call in (repr(probe.world), *probe.calls))
-    programs = [probe.program("M") for probe in PROBES]
-    assert all(parse_program(render_reproduction([p], PATH)) is not None for p in programs)
+    text = "\n".join(
+        line
+        for probe in PROBES
+        for line in (repr(probe.world), *(call.render() for call in probe.calls))
+    )
+    assert all(probe.program.render(PATH) for probe in PROBES)
     for detail in ERROR_DETAILS:
         shown = repr(detail) if len(detail) <= 64 else repr(detail[0])
         assert shown in text, f"no probe releases with {detail[:20]!r}"
@@ -75,27 +80,25 @@ def test_the_probes_walk_every_edge_table() -> None:
 def test_every_probe_runs_to_its_end_on_a_correct_handler(factory: HandlerFactory) -> None:
     machine = build_machine(factory, stats=RunStats())
     for probe in PROBES:
-        program = parse_program(render_reproduction([probe.program("HandlerConformance")], PATH))
-        assert program is not None
+        program = probe.program
         state = machine()
         try:
-            program.setup_on(state)
             for call in program.steps:  # a probe step that raises fails this test
-                getattr(state, call.rule)(**call.kwargs(program.namespace))
+                call.run_on(state)
             assert not state.diverged, probe.name
-            steps = sum(1 for call in probe.calls if not call.startswith("state.enter_world"))
+            steps = sum(1 for call in probe.calls if call.rule != "enter_world")
             # Rules with nothing to act on (no retention to reach) write no step.
             assert len(state.steps) >= steps * 0.8, probe.name
         finally:
             state.teardown()
-    assert not list(probe_findings(machine, PATH, found=frozenset))
+    assert not list(probe_findings(machine, found=frozenset))
 
 
 @pytest.mark.parametrize("name", EDGE_BUGS)
 def test_the_probes_alone_find_each_edge_bug(name: str) -> None:
     spec = CATALOGUE[name]
     machine = build_machine(spec.factory, stats=RunStats())
-    findings = list(probe_findings(machine, f"dsm_sim.broken:{name}", found=frozenset))
+    findings = list(probe_findings(machine, found=frozenset))
     assert findings, f"{name} ({spec.bug}) passed every probe"
     assert findings[0].violation.property in spec.expected_properties, findings[
         0
@@ -109,11 +112,12 @@ def test_a_probe_finding_comes_first_trimmed_and_replays() -> None:
     assert first.found_by == "near spellings of the entity"
     assert first.status is ResultStatus.FAILED and first.examples_to_failure == 0
     assert "Found by the edge probe 'near spellings of the entity'" in first.render()
-    program = parse_program(first.reproduction)
+    program = first.program
     assert program is not None
+    assert "state.setup(world=" in first.reproduction
     # Trimmed: the world it needs is its setup, and only the steps that matter remain.
-    assert all(call.rule != "enter_world" for call in program.steps)
-    assert len(program.steps) <= 2
+    assert all(call.rule != "enter_world" for call in program.body)
+    assert len(program.body) <= 2
     violation = replay(build_machine(spec.factory, stats=RunStats()), program)
     assert violation is not None and violation.property == first.name
     assert report.test_cases == 0  # stop_on_first: the search never ran
@@ -122,7 +126,7 @@ def test_a_probe_finding_comes_first_trimmed_and_replays() -> None:
 def test_the_search_explores_the_same_test_cases_with_or_without_probes() -> None:
     probed = verify(in_memory_handler, "dev", seed=5)
     alone = verify(in_memory_handler, "dev", seed=5, probes=False)
-    assert probed.passed and alone.passed
+    assert not probed.violations and not alone.violations
     assert (probed.test_cases, probed.steps) == (alone.test_cases, alone.steps)
     assert probed.probes == len(PROBES) and alone.probes == 0
     assert "edge probes" in probed.explored() and "edge probes" not in alone.explored()
@@ -138,43 +142,31 @@ def test_a_world_entered_over_existing_records_starts_from_them() -> None:
             for ref in world.refs
         )
     )
-    program = "\n".join(
-        [
-            "state = HandlerConformance()",
-            f"state.setup(world={world!r})",
-            "state.try_acquire_lock(worker=1, item=Role.HOT)",
-            "state.set(worker=1, item=Role.HOT, status=IdempotencyStatus.PROCESSED, data=None)",
-            f"state.enter_world(world={renamed!r})",
-            "state.skip_item(worker=2, item=Role.HOT)",
-            "state.teardown()",
-        ]
+    program = Program(
+        (
+            Call.of("setup", world=world),
+            Call.of("try_acquire_lock", worker=1, item=Role.HOT),
+            Call.of("set", worker=1, item=Role.HOT, status=IdempotencyStatus.PROCESSED, data=None),
+            Call.of("enter_world", world=renamed),
+            Call.of("skip_item", worker=2, item=Role.HOT),
+        )
     )
-    parsed = parse_program(render_reproduction([program], PATH))
-    assert parsed is not None
-    assert replay(machine, parsed) is None
+    assert replay(machine, program) is None
 
 
 def test_a_leading_entered_world_is_folded_into_setup() -> None:
     first, second = PROBES[2].world, PROBES[3].world
-    text = render_reproduction(
-        [
-            "\n".join(
-                [
-                    "state = HandlerConformance()",
-                    f"state.setup(world={first!r})",
-                    f"state.enter_world(world={second!r})",
-                    "state.try_acquire_lock(worker=1, item=Role.HOT)",
-                    "state.teardown()",
-                ]
-            )
-        ],
-        PATH,
+    program = Program(
+        (
+            Call.of("setup", world=first),
+            Call.of("enter_world", world=second),
+            Call.of("try_acquire_lock", worker=1, item=Role.HOT),
+        )
     )
-    folded = parse_program(fold_entered_world(text))
-    assert folded is not None
-    assert folded.setup.text == f"state.setup(world={second!r})"
-    assert [call.rule for call in folded.steps] == ["try_acquire_lock"]
-    assert fold_entered_world(folded.render()) == folded.render()  # nothing left to fold
+    folded = program.folded()
+    assert folded.setup == Call.of("setup", world=second)
+    assert [call.rule for call in folded.body] == ["try_acquire_lock"]
+    assert folded.folded() == folded  # nothing left to fold
 
 
 def test_the_begin_probe_runs_only_where_the_handler_has_its_own_begin() -> None:

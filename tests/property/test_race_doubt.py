@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from dsm_sim.conformance import properties as P
-from dsm_sim.conformance.doubt import HistoryDoubt
-from dsm_sim.conformance.machine import build_machine
-from dsm_sim.conformance.races import ClockMove, Instant, RaceOp
-from dsm_sim.conformance.worlds import DEFAULT_WORLD, Role
+from dsm_sim.conformance.execute.machine import build_machine
+from dsm_sim.conformance.generate.steps import ClockMove, Instant, RaceOp
+from dsm_sim.conformance.generate.worlds import DEFAULT_WORLD, Role
+from dsm_sim.conformance.judge.doubt import HistoryDoubt
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.handlers.memory import InMemoryStateHandler
@@ -61,7 +61,7 @@ def _race_then_sweep(factory: Any, *, past_both: bool = False) -> None:
             item=Role.HOT,
             ops=[RaceOp.UPSERT, RaceOp.UPSERT],
             workers=[1, 2, 3],
-            delays=[0, 0, 0, 0],
+            schedule=(),
             instant=Instant.NOW,
             move=ClockMove.PAST_LOCK,
             data={"amount": 1},

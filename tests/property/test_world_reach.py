@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from dsm_sim.conformance.lifecycle import MARK, scramble
-from dsm_sim.conformance.payloads import DATA, ERRORS, OBJECTS
-from dsm_sim.conformance.worlds import (
+from dsm_sim.conformance.execute.lifecycle import MARK, scramble
+from dsm_sim.conformance.generate.payloads import DATA, ERRORS, OBJECTS
+from dsm_sim.conformance.generate.worlds import (
     NEAR_CHARACTERS,
     PLAIN_APPS,
     WORLDS,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsm_sim.conformance.loop import (
+from dsm_sim.conformance.execute.loop import (
     DEFAULT_CALL_TIMEOUT_S,
     CallTimeoutError,
     LoopDriver,
@@ -207,7 +207,7 @@ class _Options:
 
 def test_the_pytest_option_sets_the_default_of_every_run() -> None:
     from dsm_sim import pytest_plugin
-    from dsm_sim.conformance.loop import default_call_timeout, set_default_call_timeout
+    from dsm_sim.conformance.execute.loop import default_call_timeout, set_default_call_timeout
 
     try:
         pytest_plugin.pytest_configure(_Options("2.5"))  # type: ignore[arg-type]

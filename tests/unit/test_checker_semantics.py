@@ -21,7 +21,7 @@ from types import MappingProxyType
 import pytest
 
 from dsm_sim import checker
-from dsm_sim.conformance.semantics import (
+from dsm_sim.conformance.judge.semantics import (
     DSM,
     OPERATIONS,
     POWERTOOLS,

@@ -62,7 +62,7 @@ def test_only_the_system_clock_reads_the_wall_clock() -> None:
 ALLOWED_WALL_CLOCK = {
     "reference_engine/clock.py",
     "dsm_sim/conformance/runner.py",
-    "dsm_sim/conformance/shrinking.py",
+    "dsm_sim/conformance/tell/shrink_budget.py",
     "dsm_sim/simulator/bridge.py",
 }
 ALLOWED_WALL_CLOCK_DIRS = ("dsm_sim/stress/",)

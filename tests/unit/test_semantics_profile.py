@@ -23,7 +23,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence import base as powertools_base
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
-from dsm_sim.conformance.semantics import (
+from dsm_sim.conformance.judge.semantics import (
     DSM,
     POWERTOOLS,
     ProfiledModel,
@@ -119,7 +119,7 @@ _declared.dsm_semantics = POWERTOOLS  # type: ignore[attr-defined]
 
 def test_profiles_are_found_by_name_path_or_declaration() -> None:
     assert resolve_semantics("powertools") is POWERTOOLS
-    assert resolve_semantics("dsm_sim.conformance.semantics:POWERTOOLS") is POWERTOOLS
+    assert resolve_semantics("dsm_sim.conformance.judge.semantics:POWERTOOLS") is POWERTOOLS
     assert resolve_semantics(None, _declared) is POWERTOOLS
     assert resolve_semantics(None, object()) is DSM
     assert DSM.strict and not POWERTOOLS.strict
@@ -130,7 +130,7 @@ def test_profiles_are_found_by_name_path_or_declaration() -> None:
     [
         ("nonsense", "not a known profile"),
         ("no_such_module_xyz:P", "cannot import"),
-        ("dsm_sim.conformance.semantics:resolve_semantics", "it is a function"),
+        ("dsm_sim.conformance.judge.semantics:resolve_semantics", "it is a function"),
     ],
 )
 def test_an_unknown_profile_is_refused_by_name(spec: str, problem: str) -> None:

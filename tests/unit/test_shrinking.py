@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis.internal.conjecture import engine
 
-from dsm_sim.conformance.shrinking import ShrinkBudget, note_failing_run, shrink_budget
+from dsm_sim.conformance.tell.shrink_budget import ShrinkBudget, note_failing_run, shrink_budget
 
 
 def _deadline(budget: ShrinkBudget, started: float) -> object:

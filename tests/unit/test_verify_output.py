@@ -15,11 +15,11 @@ from hypothesis.errors import FlakyFailure, FlakyReplay
 
 from dsm_sim.conformance.cache import CACHE_DIR_ENV, cache_dir
 from dsm_sim.conformance.cli import import_path_hint, render_plain, verdict
-from dsm_sim.conformance.clocks import ClockMode
-from dsm_sim.conformance.explain import render_reproduction
-from dsm_sim.conformance.flaky import find_violation, is_flaky
+from dsm_sim.conformance.execute.clocks import ClockMode
 from dsm_sim.conformance.properties import PROPERTIES, Finding, PropertyViolation
 from dsm_sim.conformance.runner import PropertyResult, ResultStatus, VerificationReport
+from dsm_sim.conformance.tell.flaky import find_violation, is_flaky
+from dsm_sim.conformance.tell.story import render_reproduction
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Step deletion after shrinking: padded programs lose the steps their violation does not need."""
+"""Trimming after shrinking: padded programs lose the steps their violation does not need."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from dsm_sim.conformance.explain import render_reproduction
-from dsm_sim.conformance.machine import ConformanceMachine, build_machine
+from dsm_sim.conformance.execute.machine import ConformanceMachine, build_machine
+from dsm_sim.conformance.generate.worlds import DEFAULT_WORLD, Role
 from dsm_sim.conformance.properties import PROPERTIES, PropertyViolation
-from dsm_sim.conformance.reduce import Program, parse_program, reduce_program, replay
-from dsm_sim.conformance.runner import PropertyResult, ResultStatus, _reduced, factory_path
-from dsm_sim.conformance.worlds import DEFAULT_WORLD
+from dsm_sim.conformance.runner import PropertyResult, ResultStatus, factory_path, trimmed
+from dsm_sim.conformance.tell.program import Call, Program
+from dsm_sim.conformance.tell.trim import replay, trim
 from reference_engine.clock import Clock
 from reference_engine.handler import StateHandlerContext
 from reference_engine.handlers.memory import InMemoryStateHandler
@@ -21,16 +21,16 @@ pytestmark = pytest.mark.unit
 NAME = "HandlerConformance"
 #: The two steps the bug needs: a lock taken, then given up.
 NEEDED = [
-    "state.try_acquire_lock(item=Role.HOT, worker=1)",
-    "state.release_lock_as_failed(error='boom', item=Role.HOT, worker=1)",
+    Call.of("try_acquire_lock", worker=1, item=Role.HOT),
+    Call.of("release_lock_as_failed", worker=1, item=Role.HOT, error="boom"),
 ]
 #: Steps that touch nothing the bug depends on.
 PADDING = [
-    "state.expire_past_retention()",
-    "state.get(item=Role.NEIGHBOUR, worker=2)",
-    "state.exists(item=Role.TENANT, worker=3)",
-    "state.tick(seconds=1)",
-    "state.reset_expired_locks()",
+    Call.of("expire_past_retention"),
+    Call.of("get", worker=2, item=Role.NEIGHBOUR),
+    Call.of("exists", worker=3, item=Role.TENANT),
+    Call.of("tick", seconds=1),
+    Call.of("reset_expired_locks"),
 ]
 
 
@@ -55,24 +55,18 @@ class BrokenOnlyAtFirst(ReleaseKeepsLock):
             await InMemoryStateHandler.release_lock_as_failed(self, ctx, error_detail)
 
 
-def _text(factory: type[InMemoryStateHandler], steps: list[str]) -> str:
-    """A reproduction as the kit prints one, from the program Hypothesis would print."""
-    note = "\n".join(
-        [f"state = {NAME}()", f"state.setup(world={DEFAULT_WORLD!r})", *steps, "state.teardown()"]
-    )
-    return render_reproduction([note], factory_path(factory))
-
-
-def _padded() -> list[str]:
+def _padded() -> list[Call]:
     before = [PADDING[i % len(PADDING)] for i in range(15)]
     after = [PADDING[(i + 2) % len(PADDING)] for i in range(15)]
     return [*before, NEEDED[0], *after, NEEDED[1]]
 
 
-def _program(factory: type[InMemoryStateHandler], steps: list[str]) -> Program:
-    program = parse_program(_text(factory, steps))
-    assert program is not None
-    return program
+def _program(steps: list[Call]) -> Program:
+    return Program((Call.of("setup", world=DEFAULT_WORLD), *steps))
+
+
+def _render(factory: type[InMemoryStateHandler], program: Program) -> str:
+    return program.render(factory_path(factory), machine_name=NAME)
 
 
 def _machine(factory: type[InMemoryStateHandler]) -> type[ConformanceMachine]:
@@ -86,12 +80,12 @@ def _failing_property(factory: type[InMemoryStateHandler], program: Program) -> 
 
 
 def test_a_padded_program_loses_its_padding_and_breaks_the_same_property() -> None:
-    program = _program(ReleaseKeepsLock, _padded())
-    assert len(program.steps) == 32
+    program = _program(_padded())
+    assert len(program.body) == 32
     prop = _failing_property(ReleaseKeepsLock, program)
-    reduced = reduce_program(_machine(ReleaseKeepsLock), program, prop)
+    reduced = trim(_machine(ReleaseKeepsLock), program, prop)
     assert reduced is not None
-    assert [call.text for call in reduced.program.steps] == NEEDED
+    assert list(reduced.program.body) == NEEDED
     assert reduced.violation.property == prop
     story_steps = re.findall(r"^\s*\d+\. ", reduced.violation.story, re.MULTILINE)
     assert len(story_steps) <= 3
@@ -99,22 +93,22 @@ def test_a_padded_program_loses_its_padding_and_breaks_the_same_property() -> No
 
 
 def test_the_same_program_reduces_the_same_way_every_time() -> None:
-    program = _program(ReleaseKeepsLock, _padded())
+    program = _program(_padded())
     prop = _failing_property(ReleaseKeepsLock, program)
-    first = reduce_program(_machine(ReleaseKeepsLock), program, prop)
-    second = reduce_program(_machine(ReleaseKeepsLock), program, prop)
+    first = trim(_machine(ReleaseKeepsLock), program, prop)
+    second = trim(_machine(ReleaseKeepsLock), program, prop)
     assert first is not None and second is not None
-    assert first.program.render() == second.program.render()
+    assert first.program == second.program
     assert first.replays == second.replays
 
 
 def test_the_reduced_reproduction_runs_as_pasted_and_fails_as_reported() -> None:
-    program = _program(ReleaseKeepsLock, _padded())
+    program = _program(_padded())
     prop = _failing_property(ReleaseKeepsLock, program)
-    reduced = reduce_program(_machine(ReleaseKeepsLock), program, prop)
+    reduced = trim(_machine(ReleaseKeepsLock), program, prop)
     assert reduced is not None
-    text = reduced.program.render()
-    assert text.startswith("from dsm_sim.conformance.machine import build_machine")
+    text = _render(ReleaseKeepsLock, reduced.program)
+    assert "from dsm_sim.conformance.execute.machine import build_machine" in text
     assert re.search(rf"^state = {NAME}\(\)$", text, re.MULTILINE)
     assert text.rstrip().endswith("finally:\n    state.teardown()")
     namespace: dict[str, object] = {}
@@ -125,23 +119,23 @@ def test_the_reduced_reproduction_runs_as_pasted_and_fails_as_reported() -> None
 
 
 def test_a_program_whose_every_step_is_needed_stays_as_it_is() -> None:
-    program = _program(ReleaseKeepsLock, NEEDED)
+    program = _program(NEEDED)
     prop = _failing_property(ReleaseKeepsLock, program)
-    assert reduce_program(_machine(ReleaseKeepsLock), program, prop) is None
+    assert trim(_machine(ReleaseKeepsLock), program, prop) is None
 
 
 def test_a_program_that_breaks_another_property_once_shortened_is_not_shortened() -> None:
-    program = _program(ReleaseKeepsLock, _padded())
+    program = _program(_padded())
     others = [p.name for p in PROPERTIES if p.name != _failing_property(ReleaseKeepsLock, program)]
-    assert reduce_program(_machine(ReleaseKeepsLock), program, others[0]) is None
+    assert trim(_machine(ReleaseKeepsLock), program, others[0]) is None
 
 
 def test_a_failure_that_stops_reproducing_keeps_the_original_program() -> None:
     BrokenOnlyAtFirst.built = 0
-    program = _program(BrokenOnlyAtFirst, _padded())
+    program = _program(_padded())
     prop = _failing_property(BrokenOnlyAtFirst, program)
     # Candidates fail while the bug lasts; the confirming replay no longer does.
-    assert reduce_program(_machine(BrokenOnlyAtFirst), program, prop) is None
+    assert trim(_machine(BrokenOnlyAtFirst), program, prop) is None
 
 
 class CountedReleaseKeepsLock(ReleaseKeepsLock):
@@ -155,30 +149,41 @@ class CountedReleaseKeepsLock(ReleaseKeepsLock):
 
 
 def test_the_replays_are_bounded_by_count_and_by_the_stop_test() -> None:
-    program = _program(CountedReleaseKeepsLock, _padded())
+    program = _program(_padded())
     machine = _machine(CountedReleaseKeepsLock)
     prop = _failing_property(CountedReleaseKeepsLock, program)
     CountedReleaseKeepsLock.built = 0
-    reduced = reduce_program(machine, program, prop, max_replays=4)
+    reduced = trim(machine, program, prop, max_replays=4)
     assert CountedReleaseKeepsLock.built == 4
     assert reduced is not None and reduced.replays == 4
-    assert len(reduced.program.steps) < len(program.steps)
+    assert len(reduced.program.body) < len(program.body)
     CountedReleaseKeepsLock.built = 0
-    assert reduce_program(machine, program, prop, stop=lambda: True) is None
+    assert trim(machine, program, prop, stop=lambda: True) is None
     assert CountedReleaseKeepsLock.built == 0
 
 
-def test_a_program_not_in_the_printed_format_is_left_alone() -> None:
-    assert parse_program("") is None
-    assert parse_program("state = M()\ntry:\n    v1 = state.rule()\nfinally:\n    pass") is None
-    text = _text(ReleaseKeepsLock, NEEDED).replace("state.setup(", "state.tick(seconds=1)\n#(")
-    assert parse_program(text) is None
+def test_a_program_must_start_by_entering_its_world() -> None:
+    with pytest.raises(ValueError, match="entering its world"):
+        Program((Call.of("tick", seconds=1),))
+    with pytest.raises(ValueError, match="entering its world"):
+        Program(())
 
 
-def test_the_runner_reports_the_reduced_story_message_and_program() -> None:
-    text = _text(ReleaseKeepsLock, _padded())
-    program = parse_program(text)
-    assert program is not None
+def test_long_text_prints_as_a_product_and_builds_the_same_value() -> None:
+    value = {"blob": "x" * 5000 + "é", "n": [1.5e300, -0.0, 2**64]}
+    program = _program([Call.of("upsert", worker=1, item=Role.HOT, data=value)])
+    text = _render(ReleaseKeepsLock, program)
+    assert "'x' * 5000 + 'é'" in text
+    line = next(line for line in text.splitlines() if "state.upsert(" in line)
+    assert len(line) < 200
+    arguments = line.strip().removeprefix("state.upsert(").removesuffix(")")
+    rebuilt = eval(f"dict({arguments})", {"Role": Role})
+    assert rebuilt["data"] == value
+    assert str(rebuilt["data"]["n"][1]) == "-0.0"
+
+
+def test_the_runner_reports_the_trimmed_story_message_and_program() -> None:
+    program = _program(_padded())
     violation = replay(_machine(ReleaseKeepsLock), program)
     assert violation is not None
     result = PropertyResult(
@@ -188,20 +193,27 @@ def test_the_runner_reports_the_reduced_story_message_and_program() -> None:
         checks=1,
         message=violation.finding.message,
         story=violation.story,
-        reproduction=text,
+        reproduction=_render(ReleaseKeepsLock, program),
+        program=program,
     )
-    reduced = _reduced(result, _machine(ReleaseKeepsLock), seconds=60.0)
+
+    def render(found: Program) -> str:
+        return _render(ReleaseKeepsLock, found)
+
+    reduced = trimmed(result, _machine(ReleaseKeepsLock), 60.0, render=render)
     assert reduced.name == result.name
     assert reduced.story.endswith(reduced.message)
     assert len(re.findall(r"^\s*\d+\. ", reduced.story, re.MULTILINE)) <= 3
     assert reduced.reproduction.count("\n    state.") == 1 + len(NEEDED) + 1
+    assert reduced.program is not None and list(reduced.program.body) == NEEDED
     # A story already short is left to shrinking's result.
-    short = _text(ReleaseKeepsLock, NEEDED)
+    short = _program(NEEDED)
     kept = PropertyResult(
         name=violation.property,
         summary="",
         status=ResultStatus.FAILED,
         checks=1,
-        reproduction=short,
+        reproduction=render(short),
+        program=short,
     )
-    assert _reduced(kept, _machine(ReleaseKeepsLock), seconds=60.0) is kept
+    assert trimmed(kept, _machine(ReleaseKeepsLock), 60.0, render=render) is kept

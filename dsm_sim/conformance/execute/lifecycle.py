@@ -33,9 +33,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from dsm_sim.conformance import properties as P
-from dsm_sim.conformance import world as W
-from dsm_sim.conformance.operations import OperationRules
-from dsm_sim.conformance.worlds import Role
+from dsm_sim.conformance.execute.operations import OperationRules
+from dsm_sim.conformance.execute.recording import step
+from dsm_sim.conformance.generate import draws as W
+from dsm_sim.conformance.generate.worlds import Role
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["LifecycleRules", "scramble", "survives_restart"]
@@ -80,6 +81,7 @@ class LifecycleRules(OperationRules):
         status=W.STATUSES,
         data=W.OBJECTS,
     )
+    @step
     def caller_reuses_payload(
         self, worker: int, item: Role, upsert: bool, status: S, data: dict[str, Any]
     ) -> None:
@@ -114,6 +116,7 @@ class LifecycleRules(OperationRules):
     # answered: the same program always draws the same rules.
     @precondition(lambda self: survives_restart(self.handler))
     @rule()
+    @step
     def worker_restarts(self) -> None:
         """The worker process restarts: ``close()`` then ``open()`` on the same handler.
 

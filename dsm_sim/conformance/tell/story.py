@@ -12,38 +12,9 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dsm_sim.model import WORLD_START
+from dsm_sim.conformance.reading import at
 
-__all__ = ["Step", "at", "offset", "render_reproduction", "render_steps"]
-
-
-def at(instant: dt.datetime | None) -> str:
-    """A short, unambiguous time: ``10:30:00`` or, across days, ``2026-03-03 10:30:00``."""
-    if instant is None:
-        return "never"
-    if instant.tzinfo is None or instant.utcoffset() is None:
-        return f"{instant:%Y-%m-%d %H:%M:%S} (naive)"
-    utc = instant.astimezone(dt.UTC)
-    text = f"{utc:%H:%M:%S}" if utc.date() == WORLD_START.date() else f"{utc:%Y-%m-%d %H:%M:%S}"
-    return text + (f".{utc.microsecond:06d}" if utc.microsecond else "")
-
-
-def offset(delta: dt.timedelta) -> str:
-    """A signed difference as people write zone offsets: ``-5:00``, ``+0:00:01``, ``+5:30``.
-
-    ``str(timedelta)`` writes minus five hours as ``-1 day, 19:00:00``.
-    """
-    sign = "-" if delta < dt.timedelta(0) else "+"
-    micros = abs(delta) // dt.timedelta(microseconds=1)
-    seconds, micro = divmod(micros, 1_000_000)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{sign}{hours}:{minutes:02d}"
-    if secs or micro:
-        text += f":{secs:02d}"
-    if micro:
-        text += f".{micro:06d}"
-    return text
+__all__ = ["Step", "render_reproduction", "render_steps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +67,9 @@ def render_reproduction(
     module, _, attr = factory_path.partition(":")
     judged = f", semantics={semantics!r}" if semantics is not None else ""
     header = [
-        "from dsm_sim.conformance.machine import build_machine",
-        "from dsm_sim.conformance.races import ClockMove, Instant, RaceOp",
-        "from dsm_sim.conformance.replies import LandedWrite",
-        "from dsm_sim.conformance.spellings import NodeCall, RefusedKey",
-        "from dsm_sim.conformance.worlds import Role, World",
+        "from dsm_sim.conformance.execute.machine import build_machine",
+        "from dsm_sim.conformance.generate.steps import ClockMove, Instant, LandedWrite, NodeCall, RaceOp, RefusedKey",
+        "from dsm_sim.conformance.generate.worlds import Role, World",
         "from dsm_sim.model import ItemRef",
         "from reference_engine.scope import Scope",
         "from reference_engine.status import IdempotencyStatus",

@@ -14,10 +14,10 @@ import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 
-from dsm_sim.conformance.explain import at, offset
-from dsm_sim.conformance.payloads import data_difference
+from dsm_sim.conformance.generate.payloads import data_difference
+from dsm_sim.conformance.judge.semantics import DSM, SemanticsProfile, truncate
 from dsm_sim.conformance.properties import ISOLATION, Finding
-from dsm_sim.conformance.semantics import DSM, SemanticsProfile, truncate
+from dsm_sim.conformance.reading import at, offset
 from dsm_sim.model import (
     ItemRef,
     ModelRecord,
@@ -237,11 +237,15 @@ def judge_write(
             if record is None
             else f"the record is now {record.status.label} with token {record.attempt}"
         )
+        how = (
+            "the retention sweep expired it"
+            if record is not None and record.status is S.EXPIRED
+            else "its lock was swept or taken over"
+        )
         return Finding(
             "stale_write_rejected",
             f"worker {worker}'s {operation} on {ref.name} at {at(now)} with token {token} was "
-            f"{fate}, but {now_holds} (its lock was swept or taken over): the write must "
-            "raise StaleLockError",
+            f"{fate}, but {now_holds} ({how}): the write must raise StaleLockError",
         )
     detail = (
         f": {got.error}" if got.error is not None and not isinstance(got.error, DsmError) else ""
@@ -463,12 +467,16 @@ def _split_differently(got: StateRecord, want: ModelRecord) -> bool:
 
 
 def _looks_like(got: StateRecord, want: ModelRecord | None) -> bool:
+    """Is ``got`` the record ``want`` stands for?  Its creation instant tells two items'
+    records apart when everything else about them is alike (items that went through
+    the same steps at different times)."""
     return (
         want is not None
         and got.status is want.status
         and got.attempt == want.attempt
         and got.entity_execution_id == want.entity_execution_id
         and got.locked_until == want.locked_until
+        and (got.created_at == want.created_at or _naive_or_shifted(got) is not None)
     )
 
 

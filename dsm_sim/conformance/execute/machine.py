@@ -1,6 +1,6 @@
 """The Hypothesis state machine that runs a handler beside the reference model.
 
-:class:`~dsm_sim.conformance.operations.OperationRules` drives each operation
+:class:`~dsm_sim.conformance.execute.operations.OperationRules` drives each operation
 and compares the world after every step; this module adds what makes stores
 fail in production: workers racing on one item, a worker crashing with its
 lock, a holder stalling past its expiry and waking with a stale token, a
@@ -20,18 +20,20 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from dsm_sim.conformance import judges as J
-from dsm_sim.conformance import world as W
-from dsm_sim.conformance.begin import BeginRules, begins_natively
-from dsm_sim.conformance.boundaries import BoundaryRules
-from dsm_sim.conformance.clocks import ClockMode
-from dsm_sim.conformance.edges import EdgeSteps
-from dsm_sim.conformance.lifecycle import LifecycleRules
-from dsm_sim.conformance.races import RaceRules
-from dsm_sim.conformance.replies import ReplyRules
-from dsm_sim.conformance.semantics import Retention, SemanticsProfile, resolve_semantics
-from dsm_sim.conformance.spellings import SpellingRules
-from dsm_sim.conformance.worlds import Role
+from dsm_sim.conformance.execute import bookkeeping as K
+from dsm_sim.conformance.execute.begin import BeginRules, begins_natively
+from dsm_sim.conformance.execute.boundaries import BoundaryRules
+from dsm_sim.conformance.execute.clocks import ClockMode
+from dsm_sim.conformance.execute.edges import EdgeSteps
+from dsm_sim.conformance.execute.lifecycle import LifecycleRules
+from dsm_sim.conformance.execute.pairs import PairSteps
+from dsm_sim.conformance.execute.recording import step
+from dsm_sim.conformance.execute.replies import ReplyRules
+from dsm_sim.conformance.execute.spellings import SpellingRules
+from dsm_sim.conformance.generate import draws as W
+from dsm_sim.conformance.generate.worlds import Role
+from dsm_sim.conformance.judge import judges as J
+from dsm_sim.conformance.judge.semantics import Retention, SemanticsProfile, resolve_semantics
 from dsm_sim.model import ModelRecord, Outcome, outcome_of, shown
 from reference_engine.handler import HandlerFactory
 from reference_engine.status import IdempotencyStatus
@@ -42,18 +44,19 @@ S = IdempotencyStatus
 
 
 class ConformanceMachine(
-    RaceRules, ReplyRules, SpellingRules, LifecycleRules, BoundaryRules, EdgeSteps
+    PairSteps, ReplyRules, SpellingRules, LifecycleRules, BoundaryRules, EdgeSteps
 ):
     """The operations, plus races, crashes, stalls, lost replies and boundary contention."""
 
     @rule(item=W.ITEMS, guarded=st.booleans())
+    @step
     def race_to_acquire(self, item: Role, guarded: bool) -> None:
         """All workers at once, interleaving at every ``await``: a check-then-insert loses."""
         if self.diverged:
             return
         ref = self._ref(item)
         now = self.clock.now()
-        record = W.copy_record(self.model.current.get(ref.record_key))
+        record = K.copy_record(self.model.current.get(ref.record_key))
         holder = self.holder.get(ref)
         contexts = {w: self._ctx(ref, w, self._hold(w, ref)) for w in W.WORKERS}
         guard_says_done = self.model.exists(contexts[W.WORKERS[0]], now)
@@ -92,6 +95,7 @@ class ConformanceMachine(
         self._after_step("acquire")
 
     @rule(worker=W.WORKER)
+    @step
     def crash(self, worker: int) -> None:
         """The worker dies mid-work: none of its executions completes or releases what it holds."""
         if self.diverged:
@@ -104,6 +108,7 @@ class ConformanceMachine(
         self._step(f"worker {worker}", "crashes", f"abandons {held}")
 
     @rule(pick=st.integers(0, 5), succeed=st.booleans(), data=W.DATA, error=W.ERRORS)
+    @step
     def finish_held_work(
         self, pick: int, succeed: bool, data: dict[str, Any] | None, error: str
     ) -> None:
@@ -122,6 +127,7 @@ class ConformanceMachine(
             self._release(hold.worker, hold.ref, error, hold=hold)
 
     @rule(worker=W.WORKER, item=W.ITEMS)
+    @step
     def skip_item(self, worker: int, item: Role) -> None:
         """A node decides an item needs no work: ``set(Skipped)`` with no data, from any status.
 
@@ -132,6 +138,7 @@ class ConformanceMachine(
             self._set(worker, self._ref(item), S.SKIPPED, None, hold=None)
 
     @rule(pick=st.integers(0, 5))
+    @step
     def holder_stalls_past_expiry(self, pick: int) -> None:
         """A holder pauses (GC, network) past its lock's expiry and the catch-up sweep runs.
 
@@ -152,6 +159,7 @@ class ConformanceMachine(
         return [r for r in self.model.current.values() if r.status is S.PROCESSING]
 
     @rule(pick=st.integers(0, 5), offset=st.sampled_from((-1, 0, 1)))
+    @step
     def clock_to_lock_expiry(self, pick: int, offset: int) -> None:
         """Land exactly on (or a second either side of) a lock's expiry: ``<=`` vs ``<``.
 
@@ -167,6 +175,7 @@ class ConformanceMachine(
         self._move(f"moves to {shown(record.key.item_key)}'s lock expiry {offset:+d}s")
 
     @rule(pick=st.integers(0, 7), offset=st.sampled_from((0, -1, 1)))
+    @step
     def clock_to_retention_end(self, pick: int, offset: int) -> None:
         """Land exactly on (or 1 µs either side of) a record's ``retain_until``, then sweep.
 
@@ -185,6 +194,7 @@ class ConformanceMachine(
         self.expire_past_retention()
 
     @rule(first=W.WORKER, second=W.WORKER, item=W.ITEMS, offset=st.sampled_from((0, -1, 1)))
+    @step
     def contend_at_lock_expiry(self, first: int, second: int, item: Role, offset: int) -> None:
         """A second attempt lands exactly on a lock's expiry, where it is still live.
 
@@ -207,7 +217,7 @@ def build_machine(
     factory: HandlerFactory,
     *,
     clock_mode: ClockMode = ClockMode.INJECTED,
-    stats: W.RunStats | None = None,
+    stats: K.RunStats | None = None,
     name: str = "HandlerConformance",
     time_zone: str | None = None,
     semantics: SemanticsProfile | str | None = None,
@@ -220,7 +230,7 @@ def build_machine(
     ``time_zone`` (a POSIX ``TZ``) pins every test case to one zone instead of
     the one each draws.  ``semantics`` is the profile the handler is judged
     by (a name, a profile, or None for the one the factory declares, else
-    :data:`~dsm_sim.conformance.semantics.DSM`).
+    :data:`~dsm_sim.conformance.judge.semantics.DSM`).
     """
     profile = resolve_semantics(semantics, factory)
     namespace = {
@@ -228,21 +238,30 @@ def build_machine(
         "clock_mode": clock_mode,
         "time_zone": time_zone,
         "semantics": profile,
-        "stats": stats or W.RunStats(),
+        "stats": stats or K.RunStats(),
         "__module__": __name__,
         "__qualname__": name,
     }
-    # begin is judged only where the handler answers it itself (dsm_sim.conformance.begin).
+    # begin is judged only where the handler answers it itself (dsm_sim.conformance.execute.begin).
     bases = (BeginRules, ConformanceMachine) if begins_natively(factory) else (ConformanceMachine,)
     # A sweep the library does not have is no rule; the rules that land on a
     # boundary and then sweep still read the world back there.
     if not profile.lock_sweep:
-        namespace["reset_expired_locks"] = _read_back
+        namespace["reset_expired_locks"] = step(_no_lock_sweep)
     if profile.retention is Retention.TTL:
-        namespace["expire_past_retention"] = _read_back
+        namespace["expire_past_retention"] = step(_no_retention_sweep)
     return type(name, bases, namespace)
 
 
-def _read_back(self: ConformanceMachine) -> None:
-    """In place of a sweep the library lacks: compare the world with the model, as after a step."""
+def _no_lock_sweep(self: ConformanceMachine) -> None:
+    """In place of a lock sweep the library lacks: compare the world with the model."""
     self._after_step("sweep")
+
+
+def _no_retention_sweep(self: ConformanceMachine) -> None:
+    """In place of a retention sweep the library lacks (a TTL): compare the world with the model."""
+    self._after_step("sweep")
+
+
+_no_lock_sweep.__name__ = "reset_expired_locks"
+_no_retention_sweep.__name__ = "expire_past_retention"

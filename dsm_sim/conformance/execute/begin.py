@@ -26,12 +26,14 @@ import typing
 
 from hypothesis.stateful import rule
 
-from dsm_sim.conformance import judges as J
-from dsm_sim.conformance import world as W
-from dsm_sim.conformance.explain import at
-from dsm_sim.conformance.operations import OperationRules
+from dsm_sim.conformance.execute import bookkeeping as K
+from dsm_sim.conformance.execute.operations import OperationRules
+from dsm_sim.conformance.execute.recording import step
+from dsm_sim.conformance.generate import draws as W
+from dsm_sim.conformance.generate.worlds import Role
+from dsm_sim.conformance.judge import judges as J
 from dsm_sim.conformance.properties import Finding
-from dsm_sim.conformance.worlds import Role
+from dsm_sim.conformance.reading import at
 from dsm_sim.model import WORLD_START, ItemRef, ModelRecord, Outcome, outcome_of
 from reference_engine.begin import Acquired, Completed, Locked, begin, class_begins
 from reference_engine.clock import ManualClock
@@ -214,13 +216,14 @@ class BeginRules(OperationRules):
     """Adds ``begin`` to the operations a worker calls (see the module docstring)."""
 
     @rule(worker=W.WORKER, item=W.ITEMS)
+    @step
     def begin(self, worker: int, item: Role) -> None:
         if self.diverged:
             return
         ref = self._ref(item)
         ctx = self._ctx(ref, worker, self._hold(worker, ref))
         now = self.clock.now()
-        record = W.copy_record(self.model.current.get(ref.record_key))
+        record = K.copy_record(self.model.current.get(ref.record_key))
         holder = self.holder.get(ref)
         # The model at the same instant: exists, and only when it says no, the acquire.
         done = outcome_of(lambda: self.model.exists(ctx, now))
@@ -231,7 +234,7 @@ class BeginRules(OperationRules):
         self._acquired(ref, worker, want)
         self._step(f"worker {worker}", f"begin({ref.label})", describe_begin(got))
         self._checked("exists_agrees_with_model", "acquire_agrees_with_model")
-        if W.is_live(record, now):
+        if K.is_live(record, now):
             self._checked("at_most_one_live_lock")
         if effective_status(record, now) in COMPLETED:
             self._checked("record_agrees_with_model")
@@ -241,4 +244,4 @@ class BeginRules(OperationRules):
             ref, worker, got, done, want, record, after, holder, now, has_history=has_history
         )
         self._report(self._diagnose(ref, finding))
-        self._after_step("acquire")
+        self._after_step("acquire", item=ref)

@@ -40,6 +40,7 @@ failure needs it.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import os
 import time
@@ -50,14 +51,18 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from dsm_sim.conformance.generate.domains import STARTS, configs, key_text, wide_text
 from dsm_sim.model import (
     ENTITY_ID,
+    FOREVER_CONFIG,
     KEY_JOINERS,
     SOURCE_APP_ID,
     WORLD_CONFIGS,
     WORLD_ITEMS,
+    WORLD_START,
     ItemRef,
 )
+from reference_engine.config import HandlerConfig
 from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.scope import Scope
 
@@ -128,6 +133,8 @@ class World:
     #: What every execution id of the world starts with (a long one reaches
     #: the documented key length).
     executions: str = ""
+    #: Where the clock stands when the test case starts.
+    start: dt.datetime = WORLD_START
 
     def __post_init__(self) -> None:
         if len(self.refs) != len(ROLES):
@@ -160,6 +167,8 @@ class World:
             zone += f", apps={self.apps!r}"
         if self.executions:
             zone += f", executions={self.executions!r}"
+        if self.start != WORLD_START:
+            zone += f", start={self.start!r}"
         return f"World(({refs},){zone})"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -280,17 +289,58 @@ EXECUTIONS: tuple[str, ...] = ("", "\u5b9f\u884c/", "e" * (MAX_KEY_LENGTH - 12) 
 
 
 @st.composite
+def _names(draw: st.DrawFn) -> tuple[str, str, str, str]:
+    """The hot item's tenant, entity, entity key and key head, from their whole domain.
+
+    Most often the plain names (stories read ``t1``, ``flow-1``, ``INV-1``);
+    else each part drawn on its own; else every part at its documented limit
+    at once, in characters drawn at random from one width (what a store's
+    index must hold all together, in bytes).
+    """
+    how = draw(st.sampled_from(("plain", "plain", "plain", "drawn", "drawn", "limits")))
+    if how == "plain":
+        head = draw(st.sampled_from(("INV", "inv", "Rechnung", "請求書", "x")))
+        return "t1", ENTITY_ID, "", head
+    if how == "drawn":
+        return (
+            draw(key_text("t1", blank=False)),
+            draw(key_text(ENTITY_ID, blank=False)),
+            "",
+            draw(key_text("INV")),
+        )
+    width = draw(st.sampled_from((4, 3, 2)))
+    parts = [draw(wide_text(width, MAX_KEY_LENGTH)) for _ in range(4)]
+    return parts[0], parts[1], parts[2], parts[3]
+
+
+def _apart(text: str, draw: st.DrawFn) -> str:
+    """A near spelling of ``text`` that stays within the key length: its last character changed."""
+    pair = draw(st.sampled_from(NEAR_CHARACTERS))
+    cut = text[: MAX_KEY_LENGTH - 1] if len(text) >= MAX_KEY_LENGTH else text
+    one, other = one_apart(cut, pair, 2)
+    return other if one == text or other != text else one
+
+
+def _config(draw: st.DrawFn, names: tuple[str, ...] = tuple(WORLD_CONFIGS)) -> HandlerConfig:
+    """A node's options: one of the world's named ones most often, else from the whole domain."""
+    if draw(st.integers(0, 3)):
+        return WORLD_CONFIGS[draw(st.sampled_from(names))]
+    return draw(configs())
+
+
+@st.composite
 def _worlds(draw: st.DrawFn) -> World:
-    head = draw(st.sampled_from(("INV", "inv", "Rechnung", "請求書", "x")))
+    base_tenant, base_entity, _, head = draw(_names())
+    plain = base_tenant == "t1" and base_entity == ENTITY_ID
     separator = draw(st.sampled_from(SEPARATORS))
     tail = draw(st.sampled_from(("1", "2026-0001"))) + draw(KEY_TAIL)
-    base = head + separator + tail
+    base = (head + separator + tail)[:MAX_KEY_LENGTH] if plain else head
     # Most often the near spelling is of the item key; else of the entity
     # key, the entity id or the tenant, whose stores may be narrower.
     spelt = draw(st.sampled_from((Spelt.ITEM_KEY, Spelt.ITEM_KEY, *Spelt)))
     hot_key, near = base, base
     if spelt is Spelt.ITEM_KEY:
-        hot_key, near = draw(_spelling(base))
+        hot_key, near = draw(_spelling(base)) if plain else (base, _apart(base, draw))
     # The split item cuts the hot key at its first separator (after the head,
     # which has none), whatever the near spelling did to the rest.
     at = hot_key.find(separator)
@@ -298,44 +348,65 @@ def _worlds(draw: st.DrawFn) -> World:
     entity_key = draw(st.sampled_from(("line-2", "L", "line")))
     if entity_key == "line":
         entity_key += draw(KEY_TAIL)
-    tenant = draw(st.sampled_from(("t2", "T1", "t1 ", " t1", "t1\u200b")))
-    entity = draw(st.sampled_from(("flow-2", "FLOW-1", ENTITY_ID + " ", "flow\u20101")))
-    variant = ItemRef("t1", Scope.ELEMENT, near)
+    if not plain:
+        entity_key = draw(key_text("line-2"))
+    if plain:
+        tenant = draw(st.sampled_from(("t2", "T1", "t1 ", " t1", "t1\u200b")))
+        entity = draw(st.sampled_from(("flow-2", "FLOW-1", ENTITY_ID + " ", "flow\u20101")))
+    else:
+        tenant, entity = _apart(base_tenant, draw), _apart(base_entity, draw)
+    variant = ItemRef(base_tenant, Scope.ELEMENT, near, entity=base_entity)
     if spelt is Spelt.ENTITY_KEY:
-        entity_key, other = draw(_spelling(entity_key, other_field=True))
-        variant = ItemRef("t1", Scope.ELEMENT, hot_key, entity_key=other)
+        entity_key, other = (
+            draw(_spelling(entity_key, other_field=True))
+            if plain
+            else (entity_key, _apart(entity_key or "line", draw))
+        )
+        variant = ItemRef(base_tenant, Scope.ELEMENT, hot_key, base_entity, entity_key=other)
     elif spelt is Spelt.ENTITY:
-        entity, other = draw(_spelling("flow-2", other_field=True))
-        variant = ItemRef("t1", Scope.ELEMENT, hot_key, entity=other)
+        entity, other = (
+            draw(_spelling("flow-2", other_field=True)) if plain else (entity, _apart(entity, draw))
+        )
+        variant = ItemRef(base_tenant, Scope.ELEMENT, hot_key, entity=other)
     elif spelt is Spelt.TENANT:
-        tenant, other = draw(_spelling("t2", other_field=True))
-        variant = ItemRef(other, Scope.ELEMENT, hot_key)
-    configs = [draw(st.sampled_from(tuple(WORLD_CONFIGS))) for _ in ROLES]
+        tenant, other = (
+            draw(_spelling("t2", other_field=True)) if plain else (tenant, _apart(tenant, draw))
+        )
+        variant = ItemRef(other, Scope.ELEMENT, hot_key, entity=base_entity)
+    cfg = [_config(draw) for _ in ROLES]
     # The neighbour is kept forever unless drawn otherwise: a retention sweep
     # that treats "no retain_until" as "past it" must meet such a record.
-    neighbour_config = draw(st.sampled_from(("forever", *WORLD_CONFIGS)))
+    neighbour_config = (
+        FOREVER_CONFIG if draw(st.booleans()) else _config(draw, ("forever", *WORLD_CONFIGS))
+    )
     zone = draw(st.sampled_from(ZONES))
     apps = draw(st.sampled_from(APPS))
     executions = draw(st.sampled_from(EXECUTIONS))
-    cfg = [WORLD_CONFIGS[name] for name in configs]
-    split_key = split_tail if split_head and split_tail else hot_key + separator
+    start = draw(STARTS)
+    split_key = split_tail if split_head and split_tail else (hot_key + separator)
+    split_key = split_key[-MAX_KEY_LENGTH:]
     split_entity_key = entity_key + separator + split_head if split_head else entity_key
     if len(split_entity_key) > MAX_KEY_LENGTH:  # a long entity key: keep the split's end
         split_entity_key = split_entity_key[-MAX_KEY_LENGTH:]
+
+    def item(tenant_id: str, scope: Scope, key: str, **extra: Any) -> ItemRef:
+        extra.setdefault("entity", base_entity)
+        return ItemRef(tenant_id, scope, key, **extra)
+
     refs: tuple[ItemRef, ...] = (
-        ItemRef("t1", Scope.ELEMENT, hot_key, config=cfg[0]),
-        ItemRef(tenant, Scope.ELEMENT, hot_key, config=cfg[1]),
-        ItemRef("t1", Scope.WORKFLOW, hot_key, config=cfg[2]),
-        ItemRef("t1", Scope.ELEMENT, hot_key, entity=entity, config=cfg[3]),
-        ItemRef("t1", Scope.ELEMENT, hot_key, entity_key=entity_key, config=cfg[4]),
-        ItemRef("t1", Scope.ELEMENT, "INV-2", config=WORLD_CONFIGS[neighbour_config]),
+        item(base_tenant, Scope.ELEMENT, hot_key, config=cfg[0]),
+        item(tenant, Scope.ELEMENT, hot_key, config=cfg[1]),
+        item(base_tenant, Scope.WORKFLOW, hot_key, config=cfg[2]),
+        item(base_tenant, Scope.ELEMENT, hot_key, entity=entity, config=cfg[3]),
+        item(base_tenant, Scope.ELEMENT, hot_key, entity_key=entity_key, config=cfg[4]),
+        item(base_tenant, Scope.ELEMENT, "INV-2", config=neighbour_config),
         dataclasses.replace(variant, config=cfg[6]),
-        ItemRef("t1", Scope.ELEMENT, split_key, entity_key=split_entity_key, config=cfg[7]),
+        item(base_tenant, Scope.ELEMENT, split_key, entity_key=split_entity_key, config=cfg[7]),
     )
-    if len({ref.record_key for ref in refs}) < len(refs):
+    if len({ref.record_key for ref in refs}) < len(refs) or len({ref.tenant for ref in refs}) > 3:
         # A drawn spelling happened to equal another item's: use the plain world's keys.
         refs = DEFAULT_WORLD.refs
-    return World(refs, zone, apps, executions)
+    return World(refs, zone, apps, executions, start)
 
 
 WORLDS: st.SearchStrategy[World] = _worlds()

@@ -12,18 +12,19 @@ record.
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from dsm_sim.conformance import properties as P
-from dsm_sim.conformance import world as W
-from dsm_sim.conformance.operations import OperationRules
-from dsm_sim.conformance.worlds import Role
+from dsm_sim.conformance.execute.operations import OperationRules
+from dsm_sim.conformance.execute.recording import step
+from dsm_sim.conformance.generate import draws as W
+from dsm_sim.conformance.generate.steps import NodeCall, RefusedKey
+from dsm_sim.conformance.generate.worlds import Role
 from dsm_sim.model import ItemRef, Outcome
-from reference_engine.context import MAX_KEY_LENGTH, StateHandlerContext
+from reference_engine.context import StateHandlerContext
 from reference_engine.errors import InvalidItemError
 from reference_engine.machine import ContextualDataStateMachine
 from reference_engine.status import IdempotencyStatus
@@ -43,30 +44,6 @@ class KeyText(str):
 
     def __format__(self, spec: str) -> str:
         return f"KeyText.{str.__str__(self)}"
-
-
-class RefusedKey(enum.Enum):
-    """Item keys every handler must see refused before anything is stored."""
-
-    EMPTY = ""
-    TOO_LONG = "x" * (MAX_KEY_LENGTH + 1)
-    NUL = "INV\x00-1"
-    LONE_SURROGATE = "INV-\udc80"
-    NOT_TEXT = 42
-
-    def __repr__(self) -> str:
-        return f"RefusedKey.{self.name}"
-
-
-class NodeCall(enum.Enum):
-    EXISTS = "exists"
-    GET = "get"
-    ACQUIRE = "try_acquire_lock"
-    SKIP = "set"
-    UPSERT = "upsert"
-
-    def __repr__(self) -> str:
-        return f"NodeCall.{self.name}"
 
 
 def _base_context(ref: ItemRef, worker: int, execution: str) -> StateHandlerContext:
@@ -95,6 +72,7 @@ class SpellingRules(OperationRules):
         key=st.sampled_from(tuple(RefusedKey)),
         call=st.sampled_from(tuple(NodeCall)),
     )
+    @step
     def node_sends_refused_key(self, worker: int, key: RefusedKey, call: NodeCall) -> None:
         if self.diverged:
             return
@@ -126,6 +104,7 @@ class SpellingRules(OperationRules):
         self._after_step(call.value)
 
     @rule(worker=W.WORKER, item=W.ITEMS)
+    @step
     def node_spells_key_as_subclass(self, worker: int, item: Role) -> None:
         """The node passes its key as a ``str`` subclass (an enum member): the same item.
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from dsm_sim.conformance.operations import OperationRules
+from dsm_sim.conformance.execute.operations import OperationRules
+from dsm_sim.conformance.execute.recording import step
 from dsm_sim.model import shown
 from reference_engine.status import IdempotencyStatus
 
@@ -26,6 +27,7 @@ class BoundaryRules(OperationRules):
     """The lock sweep run exactly at a live lock's expiry."""
 
     @rule(pick=st.integers(0, 5))
+    @step
     def sweep_at_lock_expiry(self, pick: int) -> None:
         """Put the clock on a Processing record's ``locked_until`` and run the lock sweep.
 

@@ -10,7 +10,7 @@ kit does not leave them to chance.  Before the search it runs a few fixed
 programs that walk each edge table of the world through the same machine and
 the same judges:
 
-* every error detail of :data:`~dsm_sim.conformance.payloads.ERROR_DETAILS`
+* every error detail of :data:`~dsm_sim.conformance.generate.payloads.ERROR_DETAILS`
   through ``release_lock_as_failed``;
 * every class of payload (each special string as a value and as a key, every
   edge number, every empty value, deep nesting, sizes either side of the
@@ -21,12 +21,12 @@ the same judges:
 * every node configuration of :data:`~dsm_sim.model.WORLD_CONFIGS` on its own
   lock and retention boundaries: the last live instant, the first expired one,
   the sweeps at both, the retry after each;
-* every non-UTC zone of :data:`~dsm_sim.conformance.worlds.ZONES`, with a lock
+* every non-UTC zone of :data:`~dsm_sim.conformance.generate.worlds.ZONES`, with a lock
   that spans the zone's daylight-saving change.
 
 A probe that breaks a property is reported like a finding of the search
 (story, then a program that replays it, trimmed by
-:mod:`dsm_sim.conformance.reduce`), and the search then looks for the rest.
+:mod:`dsm_sim.conformance.tell.trim`), and the search then looks for the rest.
 The probes are data (a world and calls in the printed format), never drawn,
 so the search's seeds explore what they explored before; they cost a few
 hundred steps, about five seconds on a SQLite file.
@@ -35,17 +35,12 @@ hundred steps, about five seconds on a SQLite file.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dsm_sim.conformance.explain import render_reproduction
-from dsm_sim.conformance.machine import ConformanceMachine
-from dsm_sim.conformance.payloads import EMPTIES, ERROR_DETAILS, NUMBERS, STRINGS, nested
-from dsm_sim.conformance.properties import PropertyViolation
-from dsm_sim.conformance.races import ClockMove, Instant, RaceOp
-from dsm_sim.conformance.reduce import Call, Program, UnbuildableMachine, parse_program, replay
-from dsm_sim.conformance.replies import LandedWrite
-from dsm_sim.conformance.worlds import (
+from dsm_sim.conformance.generate.payloads import EMPTIES, ERROR_DETAILS, NUMBERS, STRINGS, nested
+from dsm_sim.conformance.generate.steps import ClockMove, Instant, LandedWrite, RaceOp
+from dsm_sim.conformance.generate.worlds import (
     APPS,
     DEFAULT_WORLD,
     EXECUTIONS,
@@ -60,6 +55,7 @@ from dsm_sim.conformance.worlds import (
     near_spellings,
     one_apart,
 )
+from dsm_sim.conformance.tell.program import Call, Program
 from dsm_sim.model import WORLD_CONFIGS, ItemRef
 from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.record import MAX_DATA_BYTES
@@ -69,66 +65,33 @@ from reference_engine.status import IdempotencyStatus
 __all__ = [
     "PROBES",
     "Probe",
-    "ProbeFinding",
-    "UnbuildableMachine",
-    "applicable",
-    "fold_entered_world",
-    "probe_findings",
 ]
 
 S = IdempotencyStatus
 
 
 @dataclass(frozen=True, slots=True)
-class Expr:
-    """An argument written as the expression that builds it (``'x' * 262128``), not its repr."""
-
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
 class Probe:
-    """One fixed program: what it walks, the world it starts in, its calls as printed."""
+    """One fixed program: what it walks, the world it starts in, its steps."""
 
     name: str
     world: World
-    calls: tuple[str, ...]
+    calls: tuple[Call, ...]
     #: A rule the machine must have for the probe to apply (``begin``: a native one).
     requires: str | None = None
 
-    def program(self, machine_name: str) -> str:
-        """The calls in the format Hypothesis prints a stateful run in."""
-        return "\n".join(
-            [
-                f"state = {machine_name}()",
-                _call("setup", world=self.world),
-                *self.calls,
-                "state.teardown()",
-            ]
-        )
+    @property
+    def program(self) -> Program:
+        return Program((Call.of("setup", world=self.world), *self.calls))
 
 
-def _call(rule: str, **arguments: object) -> str:
-    shown = ", ".join(
-        f"{key}={value.source if isinstance(value, Expr) else repr(value)}"
-        for key, value in arguments.items()
-    )
-    return f"state.{rule}({shown})"
+def _call(rule: str, **arguments: object) -> Call:
+    return Call.of(rule, **arguments)
 
 
-def _text(value: str) -> Expr | str:
-    """A long run of one character written as a product, so a reproduction stays readable."""
-    head = value[:1]
-    run = len(value) - len(value.lstrip(head)) if head else 0
-    tail = value[run:]
-    if run <= 64 or len(tail) > 8:
-        return value
-    return Expr(f"{head!r} * {run}" + (f" + {tail!r}" if tail else ""))
-
-
-def _chained(worlds: Sequence[World], steps: Callable[[int], list[str]]) -> tuple[str, ...]:
+def _chained(worlds: Sequence[World], steps: Callable[[int], list[Call]]) -> tuple[Call, ...]:
     """World after world on one store: ``steps(index)`` in each, entering it after the first."""
-    calls: list[str] = []
+    calls: list[Call] = []
     for index, world in enumerate(worlds):
         if index:
             calls.append(_call("enter_world", world=world))
@@ -137,8 +100,8 @@ def _chained(worlds: Sequence[World], steps: Callable[[int], list[str]]) -> tupl
 
 
 def _slotted(
-    tag: str, stamps: Callable[[int], int], cases: Sequence[Callable[[Role], list[str]]]
-) -> tuple[World, tuple[str, ...]]:
+    tag: str, stamps: Callable[[int], int], cases: Sequence[Callable[[Role], list[Call]]]
+) -> tuple[World, tuple[Call, ...]]:
     """One case per item, eight to a world (``tag<n>/`` keys, workers by ``stamps(n)``)."""
     size = len(ROLES)
     worlds = [
@@ -146,7 +109,7 @@ def _slotted(
         for n in range((len(cases) + size - 1) // size)
     ]
 
-    def steps(index: int) -> list[str]:
+    def steps(index: int) -> list[Call]:
         chunk = cases[index * size : (index + 1) * size]
         return [call for role, case in zip(ROLES, chunk, strict=False) for call in case(role)]
 
@@ -158,11 +121,11 @@ def _slotted(
 
 def _error_probe() -> Probe:
     """Each detail on a lock of its own (the items take turns: a Failed item is retried)."""
-    calls: list[str] = []
+    calls: list[Call] = []
     for index, detail in enumerate(ERROR_DETAILS):
         role = ROLES[index % len(ROLES)]
         calls.append(_call("try_acquire_lock", worker=1, item=role))
-        calls.append(_call("release_lock_as_failed", worker=1, item=role, error=_text(detail)))
+        calls.append(_call("release_lock_as_failed", worker=1, item=role, error=detail))
     return Probe("error details", DEFAULT_WORLD, tuple(calls))
 
 
@@ -187,13 +150,13 @@ def _payloads() -> list[object]:
     for over in (-16, 64):
         for char in ("x", "\u00e9", "\U0001f600"):
             count = (MAX_DATA_BYTES + over) // len(char.encode("utf-8"))
-            near.append(Expr(f"{{'blob': {char!r} * {count}}}"))
+            near.append({"blob": char * count})
     return [*within, *near]
 
 
 def _payload_probe() -> Probe:
     """Each payload completes an item, then supersedes it; a skip keeps what is stored."""
-    calls: list[str] = []
+    calls: list[Call] = []
     done: set[Role] = set()
     for index, payload in enumerate(_payloads()):
         role = ROLES[index % len(ROLES)]
@@ -286,7 +249,7 @@ def _identity_probe(spelt: Spelt) -> Probe:
     return Probe(name, worlds[0], _apart_calls(worlds, counterpart))
 
 
-def _apart_calls(worlds: Sequence[World], counterpart: Role) -> tuple[str, ...]:
+def _apart_calls(worlds: Sequence[World], counterpart: Role) -> tuple[Call, ...]:
     """In each world the near spelling is done, then the spelling must still be new and free.
 
     ``exists`` on the spelling is where a lookup by pattern (``LIKE``, a
@@ -442,8 +405,8 @@ def _fencing_probe() -> Probe:
 
     def case(
         steps: Sequence[tuple[str, dict[str, object]]], write: str, arguments: dict[str, object]
-    ) -> Callable[[Role], list[str]]:
-        def calls(role: Role) -> list[str]:
+    ) -> Callable[[Role], list[Call]]:
+        def calls(role: Role) -> list[Call]:
             return [
                 _call("try_acquire_lock", worker=1, item=role),
                 *(
@@ -478,7 +441,8 @@ _RACES: tuple[tuple[tuple[RaceOp, ...], Instant, str], ...] = (
     ((RaceOp.ACQUIRE, RaceOp.RETENTION), Instant.PAST_RETENTION, "done"),
 )
 #: Yields before each call starts: together, and each one step behind the other.
-_DELAYS: tuple[list[int], ...] = ([0, 0, 0, 0], [0, 1, 0, 0], [1, 0, 0, 0])
+#: Interleavings: in order, the first call preempted at its first await, the second first.
+_SCHEDULES: tuple[tuple[int, ...], ...] = ((), (0, 1), (1,))
 _PREPARE: dict[str, tuple[tuple[str, dict[str, object]], ...]] = {
     "new": (),
     "held": (("try_acquire_lock", {"worker": 1}),),
@@ -502,9 +466,9 @@ def _race_probe() -> Probe:
     """
 
     def case(
-        ops: tuple[RaceOp, ...], instant: Instant, prepared: str, delays: list[int]
-    ) -> Callable[[Role], list[str]]:
-        def calls(role: Role) -> list[str]:
+        ops: tuple[RaceOp, ...], instant: Instant, prepared: str, schedule: tuple[int, ...]
+    ) -> Callable[[Role], list[Call]]:
+        def calls(role: Role) -> list[Call]:
             steps = [_call(rule, item=role, **kwargs) for rule, kwargs in _PREPARE[prepared]]
             steps.append(
                 _call(
@@ -512,7 +476,7 @@ def _race_probe() -> Probe:
                     item=role,
                     ops=list(ops),
                     workers=[2, 3, 1],
-                    delays=delays,
+                    schedule=schedule,
                     instant=instant,
                     move=ClockMove.NONE,
                     data={"n": 1},
@@ -527,7 +491,7 @@ def _race_probe() -> Probe:
 
         return calls
 
-    cases = [case(*race, delays) for race in _RACES for delays in _DELAYS]
+    cases = [case(*race, schedule) for race in _RACES for schedule in _SCHEDULES]
     world, calls = _slotted("race", lambda n: n, cases)
     return Probe("races across instances", world, calls)
 
@@ -535,7 +499,7 @@ def _race_probe() -> Probe:
 # --- time ------------------------------------------------------------------------------------
 
 
-def _boundary_calls(item: Role, worker: int = 1, other: int = 2) -> list[str]:
+def _boundary_calls(item: Role, worker: int = 1, other: int = 2) -> list[Call]:
     """One item through its own lock and retention boundaries, each met exactly and just past."""
     return [
         _call("try_acquire_lock", worker=worker, item=item),
@@ -626,14 +590,14 @@ def _lost_reply_probe() -> Probe:
         {"again": False, "release": True, "data": None},
     )
 
-    def case(kind: LandedWrite, retry: dict[str, object]) -> Callable[[Role], list[str]]:
+    def case(kind: LandedWrite, retry: dict[str, object]) -> Callable[[Role], list[Call]]:
         return lambda role: [
             _call("try_acquire_lock", worker=1, item=role),
             _call("write_lands_reply_lost", pick=0, kind=kind, data={"n": 1}),
             _call("retry_landed_write", pick=0, **retry),
         ]
 
-    def found_by_reading(role: Role) -> list[str]:
+    def found_by_reading(role: Role) -> list[Call]:
         return [
             _call("acquire_reply_lost", worker=2, item=role),
             _call("reads_back_own_lock", worker=2, item=role),
@@ -717,67 +681,3 @@ def _probes() -> tuple[Probe, ...]:
 
 #: Every probe, in the order they run.
 PROBES: tuple[Probe, ...] = _probes()
-
-
-# --- running ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeFinding:
-    """A probe that broke a property: the violation its replay raised, and its program."""
-
-    probe: Probe
-    violation: PropertyViolation
-    #: The probe as a pasted reproduction prints it, and parsed.
-    reproduction: str
-    program: Program
-
-
-def applicable(machine: type[ConformanceMachine], probes: Sequence[Probe] = PROBES) -> list[Probe]:
-    """The probes ``machine`` can run: those whose required rule it has."""
-    return [p for p in probes if p.requires is None or hasattr(machine, p.requires)]
-
-
-def probe_findings(
-    machine: type[ConformanceMachine],
-    factory: str,
-    *,
-    found: Callable[[], frozenset[str]],
-    semantics: str | None = None,
-    probes: Sequence[Probe] = PROBES,
-) -> Iterator[ProbeFinding]:
-    """Run each probe against the handler ``machine`` builds; yield the ones that break a property.
-
-    ``found`` says which properties are already known to fail (the caller's
-    running tally): they stop a probe quietly, as they stop a test case of
-    the search, so each probe can still find something new.  A machine that
-    cannot be built raises :class:`~dsm_sim.conformance.reduce.UnbuildableMachine`:
-    the search reports that failure in its own words.
-    """
-    name = machine.__qualname__
-    for probe in applicable(machine, probes):
-        machine.stats.disabled = found()
-        text = render_reproduction([probe.program(name)], factory, semantics)
-        # Parsed without the factory's import line: the machine is at hand.
-        program = parse_program(render_reproduction([probe.program(name)], "", semantics))
-        if program is None:  # the kit's own format: a probe that does not parse is a bug here
-            raise AssertionError(f"probe {probe.name!r} does not parse as a program")
-        violation = replay(machine, program, unbuildable=True)
-        if violation is not None:
-            yield ProbeFinding(probe, violation, text, program)
-    return None
-
-
-def fold_entered_world(reproduction: str) -> str:
-    """The program with a leading ``enter_world`` made its ``setup``: the same run, one step less.
-
-    A trimmed probe often starts in the world it needs by entering it from
-    the probe's first one, where nothing happened; a reader should see one world.
-    """
-    program = parse_program(reproduction)
-    if program is None or not program.steps or program.steps[0].rule != "enter_world":
-        return reproduction
-    entered = program.steps[0]
-    setup = Call("setup", entered.arguments, "state.setup(" + entered.text.split("(", 1)[1])
-    folded = Program(program.header, setup, program.steps[1:], program.closing, program.namespace)
-    return folded.render()

@@ -1,6 +1,6 @@
 """Steps the edge probes take that the search never draws.
 
-:mod:`dsm_sim.conformance.probes` walks each edge of the domain in a fixed
+:mod:`dsm_sim.conformance.generate.probes` walks each edge of the domain in a fixed
 program.  Most of its steps are the search's own rules; these three are not
 rules (Hypothesis never draws them, so the search's seeds are unchanged), and
 exist because a fixed program needs to say *which* record a clock move is
@@ -25,8 +25,9 @@ import datetime as dt
 from typing import Any
 
 from dsm_sim.conformance import properties as P
-from dsm_sim.conformance.operations import OperationRules
-from dsm_sim.conformance.worlds import Role, World
+from dsm_sim.conformance.execute.operations import OperationRules
+from dsm_sim.conformance.execute.recording import step
+from dsm_sim.conformance.generate.worlds import Role, World
 from dsm_sim.model import ItemRef
 
 __all__ = ["EdgeSteps"]
@@ -39,6 +40,7 @@ def _offset(micros: int) -> str:
 class EdgeSteps(OperationRules):
     """Steps for fixed programs: another world on the same store, an item's own boundaries."""
 
+    @step
     def enter_world(self, world: World) -> None:
         """Carry on in ``world``: the store keeps every record it has, the items change.
 
@@ -58,6 +60,7 @@ class EdgeSteps(OperationRules):
             for ref, outcome in self._observe().items()
         }
 
+    @step
     def clock_to_item_lock_expiry(self, item: Role, micros: int = 0) -> None:
         """Put the clock on ``item``'s ``locked_until``, or ``micros`` either side of it."""
         ref = self._ref(item)
@@ -67,6 +70,7 @@ class EdgeSteps(OperationRules):
         self.clock.set(record.locked_until + dt.timedelta(microseconds=micros))
         self._move(f"moves to {ref.name}'s lock expiry, {_offset(micros)}")
 
+    @step
     def clock_to_item_retention_end(self, item: Role, micros: int = 0) -> None:
         """Put the clock on ``item``'s ``retain_until``, or ``micros`` either side of it."""
         ref = self._ref(item)
@@ -83,7 +87,16 @@ class EdgeSteps(OperationRules):
     def _after_step(self, operation: str, *args: Any, **kwargs: Any) -> None:
         if not self._quiet:
             super()._after_step(operation, *args, **kwargs)
+            return
+        # Quiet: nothing is judged, but what was read is kept, so a later step
+        # compares with the store as it is, not as it was before.
+        observed = args[0] if args else kwargs.get("observed")
+        if observed is not None:
+            for ref, outcome in observed.items():
+                if outcome.error is None:
+                    self.view[ref] = outcome.value
 
+    @step
     def retry_many(self, worker: int, item: Role, times: int) -> None:
         """``times`` acquisitions of ``item``, each released as failed: its attempt climbs.
 
@@ -104,7 +117,10 @@ class EdgeSteps(OperationRules):
             self._quiet = False
             self._fold_steps(first, ref)
             raise P.PropertyViolation(
-                violation.finding, self._story(violation.finding.message), self.zone
+                violation.finding,
+                self._story(violation.finding.message),
+                self.zone,
+                violation.program,
             ) from None
         finally:
             self._quiet = False
@@ -124,5 +140,5 @@ class EdgeSteps(OperationRules):
             outcome="each as the spec says (the next two follow)",
         )
         self.steps[first:] = [summary, *tail]
-        for index, step in enumerate(self.steps):
-            self.steps[index] = dataclasses.replace(step, index=index + 1)
+        for index, told in enumerate(self.steps):
+            self.steps[index] = dataclasses.replace(told, index=index + 1)

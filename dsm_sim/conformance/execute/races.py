@@ -34,10 +34,9 @@ the race named in the message.
 
 from __future__ import annotations
 
-import asyncio
 import copy
+import dataclasses
 import datetime as dt
-import enum
 import functools
 import itertools
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -47,16 +46,37 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from dsm_sim.conformance import judges as J
 from dsm_sim.conformance import properties as P
-from dsm_sim.conformance import world as W
-from dsm_sim.conformance.explain import at, offset
-from dsm_sim.conformance.operations import OperationRules
-from dsm_sim.conformance.semantics import Retention
-from dsm_sim.conformance.worlds import Role
-from dsm_sim.model import ItemRef, ModelRecord, Outcome, ReferenceModel, outcome_of
+from dsm_sim.conformance.execute import bookkeeping as K
+from dsm_sim.conformance.execute.instances import out_of_process
+from dsm_sim.conformance.execute.operations import OperationRules
+from dsm_sim.conformance.execute.recording import step
+from dsm_sim.conformance.execute.scheduler import Interleaving
+from dsm_sim.conformance.generate import draws as W
+from dsm_sim.conformance.generate.steps import (
+    CONTENDERS,
+    THIRD,
+    WRITERS,
+    ClockMove,
+    Instant,
+    RaceOp,
+)
+from dsm_sim.conformance.generate.worlds import Role
+from dsm_sim.conformance.judge import judges as J
+from dsm_sim.conformance.judge.semantics import Retention
+from dsm_sim.conformance.reading import at, offset
+from dsm_sim.model import (
+    ItemRef,
+    ModelRecord,
+    Outcome,
+    ReferenceModel,
+    effective_status,
+    outcome_of,
+)
+from reference_engine.begin import Acquired, Completed, begin
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import LockError
+from reference_engine.handler import StateHandler
 from reference_engine.record import StateRecord
 from reference_engine.status import IdempotencyStatus
 
@@ -64,71 +84,6 @@ __all__ = ["ClockMove", "Instant", "RaceOp", "RaceRules"]
 
 S = IdempotencyStatus
 
-
-class RaceOp(enum.Enum):
-    """One call in a race.  Complete and release are made by the item's newest holder."""
-
-    ACQUIRE = "acquire"
-    COMPLETE = "complete"
-    RELEASE = "release"
-    UPSERT = "upsert"
-    SKIP = "skip"
-    SWEEP = "sweep"
-    RETENTION = "retention"
-    EXISTS = "exists"
-
-    def __repr__(self) -> str:
-        return f"RaceOp.{self.name}"
-
-
-class Instant(enum.Enum):
-    """Where the clock stands when the race starts."""
-
-    NOW = "now"
-    LOCK_EXPIRY = "lock_expiry"  # on locked_until: still live
-    PAST_LOCK = "past_lock"  # 1 µs later: expired
-    PAST_RETENTION = "past_retention"  # 1 µs past retain_until
-
-    def __repr__(self) -> str:
-        return f"Instant.{self.name}"
-
-
-class ClockMove(enum.Enum):
-    """How the clock moves while the calls run."""
-
-    NONE = "none"
-    SECOND = "second"
-    PAST_LOCK = "past_lock"
-    BACK = "back"
-
-    def __repr__(self) -> str:
-        return f"ClockMove.{self.name}"
-
-    def delta(self, ref: ItemRef) -> dt.timedelta:
-        if self is ClockMove.SECOND:
-            return dt.timedelta(seconds=1)
-        if self is ClockMove.PAST_LOCK:
-            return ref.config.lock_duration + dt.timedelta(seconds=1)
-        if self is ClockMove.BACK:
-            return dt.timedelta(seconds=-60)
-        return dt.timedelta(0)
-
-
-#: The first call of a race is a worker's write or acquisition; the second is
-#: what contends with it; a third joins sometimes.  Drawing them this way makes
-#: completion against sweep, release against takeover, acquire against the
-#: retention sweep and upsert against acquire common, not one draw in sixty.
-WRITERS = (RaceOp.COMPLETE, RaceOp.RELEASE, RaceOp.ACQUIRE, RaceOp.UPSERT, RaceOp.SKIP)
-CONTENDERS = (
-    RaceOp.SWEEP,
-    RaceOp.ACQUIRE,
-    RaceOp.RETENTION,
-    RaceOp.UPSERT,
-    RaceOp.RELEASE,
-    RaceOp.COMPLETE,
-    RaceOp.EXISTS,
-)
-THIRD: tuple[RaceOp | None, ...] = (None, None, *RaceOp)
 
 ModelCall = Callable[[ReferenceModel, dt.datetime], Any]
 
@@ -141,7 +96,7 @@ class _Call:
     actor: str
     worker: int
     ctx: StateHandlerContext | None
-    hold: W.Hold | None
+    hold: K.Hold | None
     text: str
     handler_call: Callable[[], Awaitable[Any]]
     model_call: ModelCall
@@ -178,6 +133,112 @@ def _readings(
     return (t0, t1)
 
 
+async def _begun(handler: StateHandler, ctx: StateHandlerContext) -> tuple[Any, ...]:
+    """A native ``begin``'s answer as the model gives it: what it decided, not what it carried."""
+    answer = await begin(handler, ctx)
+    if isinstance(answer, Acquired):
+        return ("acquired", answer.token)
+    return ("completed",) if isinstance(answer, Completed) else ("locked",)
+
+
+def _model_begin(model: ReferenceModel, ctx: StateHandlerContext, now: dt.datetime) -> Any:
+    if model.exists(ctx, now):
+        return ("completed",)
+    token = model.try_acquire_lock(ctx, now)
+    return ("locked",) if token is None else ("acquired", token)
+
+
+async def _read(handler: StateHandler, ctx: StateHandlerContext) -> tuple[Any, ...] | None:
+    """What a racing ``get`` saw, as the model can say it: the status and token of the record."""
+    record = await handler.get(ctx)
+    return None if record is None else (record.status, record.attempt)
+
+
+def _model_read(model: ReferenceModel, ctx: StateHandlerContext) -> tuple[Any, ...] | None:
+    record = model.current.get(ctx.record_key)
+    return None if record is None else (record.status, record.attempt)
+
+
+def _copied(model: ReferenceModel, calls: Sequence[_Call]) -> ReferenceModel:
+    """A copy of ``model`` the calls can be replayed on without touching it.
+
+    Calls on one item change only that item's record (and may append a
+    history row): the rest is shared.  A sweep changes any record: a deep copy.
+    """
+    if any(call.op.sweeps for call in calls):
+        return copy.deepcopy(model)
+    keys = {call.ctx.record_key for call in calls if call.ctx is not None}
+    copied = copy.copy(model)
+    copied.current = {
+        key: copy.copy(record) if key in keys else record for key, record in model.current.items()
+    }
+    copied.superseded = list(model.superseded)
+    return copied
+
+
+def _seen(outcome: Outcome) -> str:
+    if outcome.error is not None:
+        return type(outcome.error).__name__
+    if outcome.value is None:
+        return "no record"
+    status, attempt = outcome.value
+    return f"{status.label} with token {attempt}"
+
+
+def _judge_begun(
+    ref: ItemRef,
+    call: _Call,
+    got: Outcome,
+    want: Outcome,
+    record: ModelRecord | None,
+    now: dt.datetime,
+) -> P.Finding:
+    """A racing ``begin`` whose answer no order explains: which property its answer breaks."""
+    source = effective_status(record, now).label
+    said = got.describe() if got.error is not None else " ".join(map(str, got.value))
+    expected = want.describe() if want.error is not None else " ".join(map(str, want.value))
+    where = f"{call.actor}'s begin({ref.label}) answered {said} at {at(now)}"
+    if got.error is not None or want.error is not None:
+        name = "errors_agree_with_model"
+    elif got.value[0] == "acquired" and want.value[0] == "completed":
+        name = "allowed_transitions_only"
+    elif got.value[0] == "acquired" and want.value[0] == "locked":
+        name = "at_most_one_live_lock"
+    elif "completed" in (got.value[0], want.value[0]):
+        name = "exists_agrees_with_model"
+    else:
+        name = "acquire_agrees_with_model"
+    return P.Finding(name, f"{where}; the item is {source} and begin must answer {expected}")
+
+
+def _in_sequence(log: Sequence[tuple[str, int]]) -> tuple[int, ...] | None:
+    """The calls' order when each ran from start to end before the next started, else None."""
+    order: list[int] = []
+    running: int | None = None
+    for kind, event in log:
+        if kind == "start":
+            if running is not None:
+                return None
+            running = event
+        elif event != running:
+            return None
+        else:
+            order.append(event)
+            running = None
+    return tuple(event for event in order if event != _CLOCK)
+
+
+def _told(happened: Interleaving, calls: Sequence[_Call]) -> str:
+    """How the kit interleaved the calls, when it chose to: who it preempted, where."""
+    switches = [c for c in happened.choices if c.preempts]
+    if not switches:
+        return ""
+    names = [calls[c.chosen].actor for c in switches if c.chosen < len(calls)]
+    if not names:
+        return ""
+    return f" (interleaved: {', then '.join(names)} ran while the other call waited at an await)"
+
+
 class RaceRules(OperationRules):
     """Different operations on one item at once, interleaved where the seed says."""
 
@@ -187,17 +248,18 @@ class RaceRules(OperationRules):
             st.sampled_from(WRITERS), st.sampled_from(CONTENDERS), st.sampled_from(THIRD)
         ).map(lambda drawn: [op for op in drawn if op is not None]),
         workers=st.lists(W.WORKER, min_size=3, max_size=3),
-        delays=st.lists(st.integers(0, 2), min_size=4, max_size=4),
+        schedule=W.SCHEDULES,
         instant=st.sampled_from(tuple(Instant)),
         move=st.sampled_from(tuple(ClockMove)),
         data=W.PLAIN_DATA,
     )
+    @step
     def race(
         self,
         item: Role,
         ops: list[RaceOp],
         workers: list[int],
-        delays: list[int],
+        schedule: tuple[int, ...],
         instant: Instant,
         move: ClockMove,
         data: dict[str, Any] | None,
@@ -205,7 +267,7 @@ class RaceRules(OperationRules):
         if self.diverged:
             return
         ref = self._ref(item)
-        needs_holder = {RaceOp.COMPLETE, RaceOp.RELEASE} & set(ops)
+        needs_holder = {RaceOp.COMPLETE, RaceOp.RELEASE, RaceOp.FAIL} & set(ops)
         if needs_holder and self._newest_hold(ref) is None and self.holds:
             # A completion or release needs a holder: race on the item last locked.
             ref = self.holds[-1].ref
@@ -217,28 +279,61 @@ class RaceRules(OperationRules):
             calls = [c for i, c in enumerate(calls) if c.hold is None or c.hold not in held[:i]]
         if len(calls) < 2 and move is ClockMove.NONE:
             return
+        self._race(ref, calls, schedule, move)
+
+    def _race(
+        self,
+        ref: ItemRef,
+        calls: Sequence[_Call],
+        schedule: tuple[int, ...],
+        move: ClockMove = ClockMove.NONE,
+        *,
+        read_all: bool = True,
+    ) -> Interleaving:
+        """Run ``calls`` (and the clock ``move``) in the interleaving ``schedule`` picks; judge it.
+
+        ``read_all`` reads every item of the world back afterwards; without it
+        only ``ref`` is read, unless a sweep raced (a sweep touches every item).
+        """
         t0 = self.clock.now()
         t1 = t0 + move.delta(ref)
         moves = move is not ClockMove.NONE
-        got, log = self._run(calls, delays, move.delta(ref) if moves else None)
-        observed = self._observe()
+        got, happened = self._run(calls, schedule, move.delta(ref) if moves else None)
+        log = happened.log
+        if read_all or any(c.op.sweeps for c in calls):
+            observed = self._observe()
+        else:
+            observed = {ref: self._observe_one(ref)}
         view = {r: o.value for r, o in observed.items() if o.error is None}
+        if len(view) < len(observed):
+            view = {}  # a read that failed explains nothing: no order is consistent
         replay = self._linearise(ref, calls, got, log, t0, t1, moves, view)
         if any(c.op is RaceOp.RETENTION for c in calls):
             if not replay.consistent:
                 replay = self._with_doubt(ref, calls, got, log, t0, t1, moves, view, replay)
             self.doubt.prune(replay.model, min(t0, t1))
+        sequence = _in_sequence(log)
+        if not replay.consistent and sequence is not None and not moves:
+            # The calls ran one after the other: judged as plain calls in that order,
+            # never as a race no order explains.
+            replay = self._replay(sequence, calls, got, t0, t1)
         self._adopt(ref, calls, replay)
         parts = [f"{c.actor} {c.text} -> {self._shown(c, got[i])}" for i, c in enumerate(calls)]
         if moves:
             parts.append(f"clock {offset(move.delta(ref))}")
-        self._step("race", " ‖ ".join(parts), f"now {at(self.clock.now())}")
+        if sequence is not None and not moves:
+            told = ", then ".join(parts[i] for i in sequence)
+            self._step("in sequence", told, f"now {at(self.clock.now())}")
+        else:
+            how = _told(happened, calls)
+            self._step("race", " ‖ ".join(parts) + how, f"now {at(self.clock.now())}")
         self._count(calls)
         if not replay.consistent:
-            self._report(self._explain(ref, calls, got, replay))
+            self._report(self._explain(ref, calls, got, replay, in_sequence=sequence is not None))
         # An upsert may compress acquire and complete into one step (Failed -> Processed).
         upserted = any(c.op is RaceOp.UPSERT for c in calls)
         self._after_step("upsert" if upserted else "race", observed, steps=len(calls) + upserted)
+        return happened
 
     # --- setting up ---------------------------------------------------------------------------
 
@@ -259,47 +354,62 @@ class RaceRules(OperationRules):
             what = "retention end +1µs"
         self._move(f"moves to {ref.name}'s {what}")
 
-    def _newest_hold(self, ref: ItemRef) -> W.Hold | None:
+    def _newest_hold(self, ref: ItemRef) -> K.Hold | None:
         for hold in reversed(self.holds):
             if hold.ref == ref:
                 return hold
         return None
 
     def _call(
-        self, op: RaceOp, ref: ItemRef, worker: int, data: dict[str, Any] | None
+        self,
+        op: RaceOp,
+        ref: ItemRef,
+        worker: int,
+        data: dict[str, Any] | None,
+        *,
+        via: int | None = None,
     ) -> _Call | None:
-        handler = self.handler
+        """The racing call ``op`` on ``ref`` by ``worker`` (the holder, for a token's writes).
+
+        ``via`` names the worker whose instance makes the call (default: the
+        caller's own); None when the call does not apply (no holder for a
+        token's write, an operation the library lacks, ``begin`` the handler
+        does not answer itself).
+        """
         semantics = self.semantics
         if (
             (op is RaceOp.UPSERT and not semantics.supports("upsert"))
             or (op is RaceOp.SKIP and not semantics.can_set(S.SKIPPED))
+            or (op is RaceOp.FAIL and not semantics.can_set(S.FAILED))
+            or (op is RaceOp.EXPIRE and not semantics.can_set(S.EXPIRED))
+            or (op is RaceOp.RELEASE and not semantics.supports("release_lock_as_failed"))
             or (op is RaceOp.SWEEP and not semantics.lock_sweep)
             or (op is RaceOp.RETENTION and semantics.retention is Retention.TTL)
+            or (op is RaceOp.BEGIN and not hasattr(self, "begin"))
         ):
             return None  # the library has no such call
-        if op in (RaceOp.SWEEP, RaceOp.RETENTION):
-            handler = self.instances.of(0)
-        if op is RaceOp.SWEEP:
-            return _Call(
-                op, "catch-up worker", 0, None, None, "reset_expired_locks()",
-                handler.reset_expired_locks,
-                lambda model, now: model.reset_expired_locks(now),
-            )  # fmt: skip
-        if op is RaceOp.RETENTION:
+        if op.sweeps:
+            handler = self.instances.of(0 if via is None else via)
+            if op is RaceOp.SWEEP:
+                return _Call(
+                    op, "catch-up worker", 0, None, None, "reset_expired_locks()",
+                    handler.reset_expired_locks,
+                    lambda model, now: model.reset_expired_locks(now),
+                )  # fmt: skip
             return _Call(
                 op, "retention worker", 0, None, None, "expire_past_retention()",
                 handler.expire_past_retention,
                 lambda model, now: model.expire_past_retention(now),
             )  # fmt: skip
-        hold = self._newest_hold(ref) if op in (RaceOp.COMPLETE, RaceOp.RELEASE) else None
-        if op in (RaceOp.COMPLETE, RaceOp.RELEASE):
+        hold = self._newest_hold(ref) if op.needs_token else None
+        if op.needs_token:
             if hold is None:
                 return None
             worker = hold.worker
-        elif op is RaceOp.ACQUIRE:
+        elif op in (RaceOp.ACQUIRE, RaceOp.BEGIN):
             hold = self._hold(worker, ref)
         ctx = self._ctx(ref, worker, hold)
-        handler = self.instances.of(worker)
+        handler = self.instances.of(worker if via is None else via)
         actor = f"worker {worker}" if hold is None else hold.who
         token = "" if hold is None else f" with token {hold.token}"
         if op is RaceOp.ACQUIRE:
@@ -308,11 +418,23 @@ class RaceRules(OperationRules):
                 lambda: handler.try_acquire_lock(ctx),
                 lambda model, now: model.try_acquire_lock(ctx, now),
             )  # fmt: skip
+        if op is RaceOp.BEGIN:
+            return _Call(
+                op, actor, worker, ctx, hold, f"begin({ref.name})",
+                lambda: _begun(handler, ctx),
+                lambda model, now: _model_begin(model, ctx, now),
+            )  # fmt: skip
         if op is RaceOp.COMPLETE:
             return _Call(
                 op, actor, worker, ctx, hold, f"set(Processed) on {ref.name}{token}",
                 lambda: handler.set(ctx, S.PROCESSED, data),
                 lambda model, now: model.set(ctx, S.PROCESSED, data, now),
+            )  # fmt: skip
+        if op is RaceOp.FAIL:
+            return _Call(
+                op, actor, worker, ctx, hold, f"set(Failed) on {ref.name}{token}",
+                lambda: handler.set(ctx, S.FAILED, None),
+                lambda model, now: model.set(ctx, S.FAILED, None, now),
             )  # fmt: skip
         if op is RaceOp.RELEASE:
             return _Call(
@@ -332,6 +454,18 @@ class RaceRules(OperationRules):
                 lambda: handler.set(ctx, S.SKIPPED, None),
                 lambda model, now: model.set(ctx, S.SKIPPED, None, now),
             )  # fmt: skip
+        if op is RaceOp.EXPIRE:
+            return _Call(
+                op, actor, worker, ctx, None, f"set(Expired) on {ref.name}",
+                lambda: handler.set(ctx, S.EXPIRED, None),
+                lambda model, now: model.set(ctx, S.EXPIRED, None, now),
+            )  # fmt: skip
+        if op is RaceOp.GET:
+            return _Call(
+                op, actor, worker, ctx, None, f"get({ref.name})",
+                lambda: _read(handler, ctx),
+                lambda model, now: _model_read(model, ctx),
+            )  # fmt: skip
         return _Call(
             op, actor, worker, ctx, None, f"exists({ref.name})",
             lambda: handler.exists(ctx),
@@ -341,39 +475,33 @@ class RaceRules(OperationRules):
     # --- running ------------------------------------------------------------------------------
 
     def _run(
-        self, calls: Sequence[_Call], delays: Sequence[int], move: dt.timedelta | None
-    ) -> tuple[list[Outcome], list[tuple[str, int]]]:
-        """Start every call (and the clock move) after its drawn number of yields.
+        self, calls: Sequence[_Call], schedule: tuple[int, ...], move: dt.timedelta | None
+    ) -> tuple[list[Outcome], Interleaving]:
+        """Run every call (and the clock move, as one more task) in the scheduled interleaving.
 
-        Returns the outcomes and the log of starts and ends, in the order they
-        happened, from which the judge learns which side of the clock move each
-        call could have read.
+        The log of starts and ends tells the judge which side of the clock move
+        each call could have read.  A handler in another process interleaves
+        as its store has it: its calls start together.
         """
-        log: list[tuple[str, int]] = []
-
-        def delayed(
-            event: int, delay: int, call: Callable[[], Awaitable[Any]]
-        ) -> Callable[[], Any]:
-            async def run() -> Any:
-                for _ in range(delay):
-                    await asyncio.sleep(0)
-                log.append(("start", event))
-                try:
-                    return await call()
-                finally:
-                    log.append(("end", event))
-
-            return run
 
         async def clock_move() -> None:
             assert move is not None
             self.clock.advance(move)
 
-        runners = [delayed(i, delays[i], c.handler_call) for i, c in enumerate(calls)]
+        runners: list[Callable[[], Awaitable[Any]]] = [c.handler_call for c in calls]
         if move is not None:
-            runners.append(delayed(_CLOCK, delays[-1], clock_move))
-        outcomes = self.driver.gather(runners)
-        return outcomes[: len(calls)], log
+            runners.append(clock_move)
+        outcomes, happened = self.driver.interleave(
+            runners, schedule, controlled=not out_of_process(self.handler)
+        )
+        if move is not None:
+            # The clock move is the last task; the judges know it as _CLOCK.
+            index = len(calls)
+            happened = dataclasses.replace(
+                happened,
+                log=tuple((kind, _CLOCK if e == index else e) for kind, e in happened.log),
+            )
+        return outcomes[: len(calls)], happened
 
     # --- judging ------------------------------------------------------------------------------
 
@@ -503,7 +631,7 @@ class RaceRules(OperationRules):
         nows: Sequence[dt.datetime] | None = None,
     ) -> _Replay:
         """Replay ``order``; a call reads ``nows[call]`` if given, else the clock where it stands."""
-        model = copy.deepcopy(self.model)
+        model = _copied(self.model, calls)
         now = t0
         outcomes: dict[int, Outcome] = {}
         before: dict[int, tuple[ModelRecord | None, dt.datetime]] = {}
@@ -515,7 +643,7 @@ class RaceRules(OperationRules):
                 now = nows[event]
             call = calls[event]
             key = None if call.ctx is None else call.ctx.record_key
-            record = None if key is None else W.copy_record(model.current.get(key))
+            record = None if key is None else K.copy_record(model.current.get(key))
             before[event] = (record, now)
             outcomes[event] = outcome_of(functools.partial(call.model_call, model, now))
         agreeing = sum(1 for i, o in outcomes.items() if got[i].agrees_with(o))
@@ -525,9 +653,9 @@ class RaceRules(OperationRules):
         """Does the handler's world read back as ``model`` says it must?"""
         now = self.clock.now()
         model_view = self._model_view(model)
-        if len(view) != len(model_view):
+        if not view:
             return False
-        for ref in self.world:
+        for ref in view:
             has_history = any(r.key == ref.record_key for r in model.superseded)
             if J.judge_record(
                 ref,
@@ -567,6 +695,9 @@ class RaceRules(OperationRules):
             RaceOp.SWEEP: ("sweep_only_expired",),
             RaceOp.RETENTION: ("retention_sweep_agrees_with_model",),
             RaceOp.EXISTS: ("exists_agrees_with_model",),
+            RaceOp.FAIL: ("stale_write_rejected",),
+            RaceOp.BEGIN: ("exists_agrees_with_model", "acquire_agrees_with_model"),
+            RaceOp.GET: ("record_agrees_with_model",),
         }
         for call in calls:
             self._checked(*names.get(call.op, ()))
@@ -580,11 +711,19 @@ class RaceRules(OperationRules):
         return outcome.describe()
 
     def _explain(
-        self, ref: ItemRef, calls: Sequence[_Call], got: Sequence[Outcome], replay: _Replay
+        self,
+        ref: ItemRef,
+        calls: Sequence[_Call],
+        got: Sequence[Outcome],
+        replay: _Replay,
+        *,
+        in_sequence: bool = False,
     ) -> P.Finding | None:
         names = [("the clock move" if e == _CLOCK else calls[e].text) for e in replay.order]
         context = (
-            f"in a race of {', '.join(c.text for c in calls)}, no order of the calls "
+            ""
+            if in_sequence
+            else f"in a race of {', '.join(c.text for c in calls)}, no order of the calls "
             f"explains what the handler did; taking them as {' then '.join(names)}: "
         )
         for index in replay.order:
@@ -604,6 +743,14 @@ class RaceRules(OperationRules):
             return J.judge_acquire(ref, call.worker, got, want, record, self.holder.get(ref), now)
         if call.op is RaceOp.EXISTS:
             return J.judge_exists(ref, call.worker, got, want, record, now)
+        if call.op is RaceOp.GET:
+            return P.Finding(
+                "errors_agree_with_model" if got.error is not None else "record_agrees_with_model",
+                f"{call.actor}'s get({ref.label}) at {at(now)} saw {_seen(got)}; the record "
+                f"was {_seen(want)}",
+            )
+        if call.op is RaceOp.BEGIN:
+            return _judge_begun(ref, call, got, want, record, now)
         if call.op is RaceOp.SWEEP:
             if got.error is None and isinstance(got.value, int) and isinstance(want.value, int):
                 name = "sweep_only_expired" if got.value > want.value else "sweep_resets_expired"
@@ -617,6 +764,7 @@ class RaceRules(OperationRules):
             return J.judge_retention_sweep(got, want, 0, now)
         token = None if call.hold is None else call.hold.token
         spent_by = None if call.hold is None else self.spent.get(call.hold)
+        operation = call.text.split(" on ")[0]
         return J.judge_write(
-            call.text, ref, call.worker, token, got, want, record, now, spent_by=spent_by
+            operation, ref, call.worker, token, got, want, record, now, spent_by=spent_by
         )

@@ -1,11 +1,9 @@
-"""What the conformance machine draws from, and what it counts across test cases.
+"""What the conformance machine keeps track of while it runs: locks held, counts, contexts.
 
-The strategies have small, collision-prone domains on purpose: three workers
-and eight items per world (the hot item in two tenants, two scopes, two
-entities, a near spelling and a split of its key; see
-:mod:`dsm_sim.conformance.worlds`) make races, take-overs and isolation bugs
-meet within a few steps.  Rules draw a :class:`~dsm_sim.conformance.worlds.Role`
-and act on that role's item in the test case's world.
+A worker's holds (:class:`Hold`) are what it believes it holds, which is
+what a stale writer acts on; :class:`RunStats` is shared by every test case
+of one run (checks made, properties already found); contexts are frozen and
+shared across test cases.
 """
 
 from __future__ import annotations
@@ -16,47 +14,14 @@ import functools
 from collections import Counter
 from collections.abc import Callable
 
-from hypothesis import strategies as st
-
-from dsm_sim.conformance.payloads import DATA, ERRORS, OBJECTS, PLAIN_DATA
-from dsm_sim.conformance.worlds import Role
+from dsm_sim.conformance.report import Gap
 from dsm_sim.model import ItemRef, ModelRecord, execution_id, shown
 from reference_engine.context import StateHandlerContext
 from reference_engine.status import IdempotencyStatus
 
-__all__ = [
-    "DATA",
-    "ERRORS",
-    "ITEMS",
-    "JUMPS_BACK",
-    "OBJECTS",
-    "OBSERVER",
-    "PLAIN_DATA",
-    "STATUSES",
-    "TICKS",
-    "WORKER",
-    "WORKERS",
-    "Hold",
-    "RunStats",
-    "context_for",
-    "copy_record",
-    "is_live",
-]
+__all__ = ["Hold", "RunStats", "context_for", "copy_record", "is_live"]
 
 S = IdempotencyStatus
-WORKERS = (1, 2, 3)
-OBSERVER = 0  # the execution id reads are made under; reads never write
-
-#: The hot item is drawn most often, so operations meet on one item; the
-#: others are there to collide with it (tenant, scope, entity, key) or to stay apart.
-ITEMS = st.sampled_from((Role.HOT, *Role, Role.HOT))
-WORKER = st.sampled_from(WORKERS)
-STATUSES = st.sampled_from([s for s in IdempotencyStatus if s is not S.NONE])
-#: A few telling durations rather than any integer: the shrinker spends its
-#: budget removing steps, not walking 900 down to 1.  Seconds matter: some
-#: nodes lock for five.
-TICKS = st.sampled_from((1, 59, 60, 61, 300, 600, 899, 900, 2, 4, 6))
-JUMPS_BACK = st.sampled_from((1, 60, 600, 3600))
 
 
 class RunStats:
@@ -73,6 +38,10 @@ class RunStats:
         self.checks: Counter[str] = Counter()
         self.suppressed: Counter[str] = Counter()
         self.first_failure_case: int | None = None
+        #: Steps taken by every test case (after its ``setup``), shrinking's replays included.
+        self.steps = 0
+        #: Parts of the run that could not be exercised, and why (a peer that failed to open).
+        self.gaps: list[Gap] = []
         #: The property the first failing test case broke, before any shrinking.
         self.first_failure_property: str | None = None
 

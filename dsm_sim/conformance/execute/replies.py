@@ -22,15 +22,17 @@ behind keeps its tokens and may wake later, a stale writer of the same worker.
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from dsm_sim.conformance import world as W
-from dsm_sim.conformance.operations import OperationRules
-from dsm_sim.conformance.worlds import Role
+from dsm_sim.conformance.execute import bookkeeping as K
+from dsm_sim.conformance.execute.operations import OperationRules
+from dsm_sim.conformance.execute.recording import step
+from dsm_sim.conformance.generate import draws as W
+from dsm_sim.conformance.generate.steps import LandedWrite
+from dsm_sim.conformance.generate.worlds import Role
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["LandedWrite", "ReplyRules"]
@@ -38,21 +40,11 @@ __all__ = ["LandedWrite", "ReplyRules"]
 S = IdempotencyStatus
 
 
-class LandedWrite(enum.Enum):
-    """Which completing write lands while its reply is lost."""
-
-    SET = "set"
-    RELEASE = "release"
-    UPSERT = "upsert"
-
-    def __repr__(self) -> str:
-        return f"LandedWrite.{self.name}"
-
-
 class ReplyRules(OperationRules):
     """Writes and acquisitions whose replies are lost, the retries after them, redeliveries."""
 
     @rule(pick=st.integers(0, 5), kind=st.sampled_from(tuple(LandedWrite)), data=W.PLAIN_DATA)
+    @step
     def write_lands_reply_lost(
         self, pick: int, kind: LandedWrite, data: dict[str, Any] | None
     ) -> None:
@@ -68,6 +60,7 @@ class ReplyRules(OperationRules):
             self._upsert(hold.worker, hold.ref, data, hold=hold, reply_lost=True)
 
     @rule(pick=st.integers(0, 5), release=st.booleans(), data=W.PLAIN_DATA, again=st.booleans())
+    @step
     def retry_landed_write(
         self, pick: int, release: bool, data: dict[str, Any] | None, again: bool = False
     ) -> None:
@@ -89,11 +82,13 @@ class ReplyRules(OperationRules):
             self._set(hold.worker, hold.ref, S.PROCESSED, data, hold=hold)
 
     @rule(worker=W.WORKER, item=W.ITEMS)
+    @step
     def acquire_reply_lost(self, worker: int, item: Role) -> None:
         """The lock is taken, but the worker never learns its token."""
         self._acquire(worker, self._ref(item), reply_lost=True)
 
     @rule(worker=W.WORKER, item=W.ITEMS)
+    @step
     def reads_back_own_lock(self, worker: int, item: Role) -> None:
         """After a lost reply the worker reads the record back; if its own execution holds
         the lock, it carries on with the token the record shows."""
@@ -106,17 +101,18 @@ class ReplyRules(OperationRules):
         if (
             self.diverged
             or record is None
-            or not W.is_live(record, self.clock.now())
+            or not K.is_live(record, self.clock.now())
             or record.entity_execution_id != execution
             or any(h.ref == ref and h.token == record.attempt for h in self.holds)
         ):
             return
-        self.holds.append(W.Hold(worker, ref, record.attempt, execution))
+        self.holds.append(K.Hold(worker, ref, record.attempt, execution))
         self._step(
             f"worker {worker}", f"recognises its own lock on {ref.name}", f"token {record.attempt}"
         )
 
     @rule(worker=W.WORKER)
+    @step
     def new_delivery(self, worker: int) -> None:
         """The worker starts a fresh execution (a redelivered message); the one it leaves
         behind keeps its tokens and may still wake and write."""

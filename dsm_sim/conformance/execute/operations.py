@@ -3,15 +3,15 @@
 Rules are synchronous (Hypothesis has no async state machines): each drives
 the handler's coroutines on the test case's own event loop, asks the model
 the same question at the same instant, and hands both answers to a judge in
-:mod:`dsm_sim.conformance.judges`.  After every rule that writes, the
+:mod:`dsm_sim.conformance.judge.judges`.  After every rule that writes, the
 whole world is read back through ``get`` and compared, inside the rule itself
 rather than in an ``@invariant``, so the program Hypothesis prints reproduces
 the failure when pasted.  Rules cannot take pytest fixtures, so a machine class is built
 per handler factory with :func:`build_machine`.
 
-Every test case first draws its world (:mod:`dsm_sim.conformance.worlds`):
+Every test case first draws its world (:mod:`dsm_sim.conformance.generate.worlds`):
 the items, their node options and the process time zone.  Rules then draw a
-:class:`~dsm_sim.conformance.worlds.Role` and act on that role's item.
+:class:`~dsm_sim.conformance.generate.worlds.Role` and act on that role's item.
 
 No rule has a precondition: who wins a race is up to the store, so what a
 rule draws must never depend on it, or Hypothesis cannot replay a run.  A
@@ -28,17 +28,14 @@ from typing import Any, ClassVar
 
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from dsm_sim.conformance import judges as J
 from dsm_sim.conformance import properties as P
-from dsm_sim.conformance import world as W
-from dsm_sim.conformance.clocks import ClockMode, ConformanceClock
-from dsm_sim.conformance.doubt import HistoryDoubt
-from dsm_sim.conformance.explain import Step, at, render_steps
-from dsm_sim.conformance.instances import HandlerInstances
-from dsm_sim.conformance.loop import LoopDriver
-from dsm_sim.conformance.semantics import DSM, ProfiledModel, Retention, SemanticsProfile
-from dsm_sim.conformance.shrinking import note_failing_run
-from dsm_sim.conformance.worlds import (
+from dsm_sim.conformance.execute import bookkeeping as K
+from dsm_sim.conformance.execute.clocks import ClockMode, ConformanceClock
+from dsm_sim.conformance.execute.instances import HandlerInstances
+from dsm_sim.conformance.execute.loop import LoopDriver
+from dsm_sim.conformance.execute.recording import step
+from dsm_sim.conformance.generate import draws as W
+from dsm_sim.conformance.generate.worlds import (
     DEFAULT_WORLD,
     UTC_ZONE,
     WORLDS,
@@ -47,6 +44,13 @@ from dsm_sim.conformance.worlds import (
     in_zone,
     restore_zone,
 )
+from dsm_sim.conformance.judge import judges as J
+from dsm_sim.conformance.judge.doubt import HistoryDoubt
+from dsm_sim.conformance.judge.semantics import DSM, ProfiledModel, Retention, SemanticsProfile
+from dsm_sim.conformance.reading import at
+from dsm_sim.conformance.tell.program import Call, Program
+from dsm_sim.conformance.tell.shrink_budget import note_failing_run
+from dsm_sim.conformance.tell.story import Step, render_steps
 from dsm_sim.model import (
     WORLD_START,
     ItemRef,
@@ -66,6 +70,8 @@ __all__ = ["OperationRules"]
 
 S = IdempotencyStatus
 _NO_ZONE = object()
+#: After a call on one item, every item is read back once in this many calls.
+FULL_READ_EVERY = 4
 
 
 class OperationRules(RuleBasedStateMachine):
@@ -73,15 +79,15 @@ class OperationRules(RuleBasedStateMachine):
 
     The plain operations, clock moves and sweeps, plus the bookkeeping that
     compares the world after every step.  Races and faults are added by
-    :class:`~dsm_sim.conformance.machine.ConformanceMachine`.
+    :class:`~dsm_sim.conformance.execute.machine.ConformanceMachine`.
     """
 
     factory: ClassVar[HandlerFactory]
     clock_mode: ClassVar[ClockMode] = ClockMode.INJECTED
-    stats: ClassVar[W.RunStats]
+    stats: ClassVar[K.RunStats]
     #: When set, every test case runs in this ``TZ`` instead of the one it drew.
     time_zone: ClassVar[str | None] = None
-    #: The semantics the handler is judged by (``dsm_sim.conformance.semantics``).
+    #: The semantics the handler is judged by (``dsm_sim.conformance.judge.semantics``).
     semantics: ClassVar[SemanticsProfile] = DSM
 
     def __init__(self) -> None:
@@ -100,14 +106,22 @@ class OperationRules(RuleBasedStateMachine):
         #: Fresh executions each worker started (a redelivery is a new execution).
         self.deliveries: dict[int, int] = dict.fromkeys(W.WORKERS, 0)
         #: Every lock some execution believes it holds, oldest first.
-        self.holds: list[W.Hold] = []
+        self.holds: list[K.Hold] = []
         #: Holds whose completing write landed while the caller saw no reply:
         #: the write that landed, by hold.
-        self.spent: dict[W.Hold, str] = {}
+        self.spent: dict[K.Hold, str] = {}
         #: The landed write of each spent hold, to be made again exactly as it was.
-        self.landed: dict[W.Hold, tuple[str, Callable[..., Any], Callable[..., Any]]] = {}
+        self.landed: dict[K.Hold, tuple[str, Callable[..., Any], Callable[..., Any]]] = {}
         self.holder: dict[ItemRef, int] = {}
         self.steps: list[Step] = []
+        #: Every step taken so far, as data: the program a violation carries.
+        self.trace: list[Call] = []
+        self.step_depth = 0
+        self.entered = False
+        #: The one item steps act on, when the others cannot change (the race matrix).
+        self.focus: ItemRef | None = None
+        #: Calls on one item so far (every FULL_READ_EVERY-th reads every item back).
+        self.partial_reads = 0
         self.view: dict[ItemRef, StateRecord | None] = dict.fromkeys(self.world)
         self.diverged = False
         self.failed = False
@@ -119,7 +133,7 @@ class OperationRules(RuleBasedStateMachine):
             self.handler: StateHandler = type(self).factory(self.clock)
             self.driver.run(self.handler.open())
             #: The instances racing workers call (peers on the same store, when offered).
-            self.instances = HandlerInstances(self.handler, self.driver)
+            self.instances = HandlerInstances(self.handler, self.driver, stats)
         except BaseException:
             self.driver.close()
             self.clock.stop()
@@ -128,9 +142,15 @@ class OperationRules(RuleBasedStateMachine):
     # --- the world ---------------------------------------------------------------------------
 
     @initialize(world=WORLDS)
+    @step
     def setup(self, world: World) -> None:
         """Enter the test case's world: its items, and its time zone for the whole process."""
         zone = type(self).time_zone or world.zone
+        if not self.entered:
+            # The first world a test case enters says where its clock starts;
+            # a world entered later (a probe's next) carries on from where it is.
+            self.entered = True
+            self.clock.set(world.start)
         self.world = dataclasses.replace(world, zone=zone)
         self.zone = zone
         self.observers = {ref: ref.context(W.OBSERVER) for ref in self.world}
@@ -146,7 +166,7 @@ class OperationRules(RuleBasedStateMachine):
     def _execution(self, worker: int) -> str:
         return self.world.execution(execution_id(worker, self.deliveries[worker]))
 
-    def _hold(self, worker: int, ref: ItemRef) -> W.Hold | None:
+    def _hold(self, worker: int, ref: ItemRef) -> K.Hold | None:
         """The newest lock the worker's current execution holds on ``ref``."""
         execution = self._execution(worker)
         for hold in reversed(self.holds):
@@ -154,15 +174,15 @@ class OperationRules(RuleBasedStateMachine):
                 return hold
         return None
 
-    def _pick_hold(self, pick: int, *, spent: bool = False) -> W.Hold | None:
+    def _pick_hold(self, pick: int, *, spent: bool = False) -> K.Hold | None:
         holds = [h for h in self.holds if h in self.spent] if spent else self.holds
         return holds[pick % len(holds)] if holds else None
 
-    def _ctx(self, ref: ItemRef, worker: int, hold: W.Hold | None) -> StateHandlerContext:
+    def _ctx(self, ref: ItemRef, worker: int, hold: K.Hold | None) -> StateHandlerContext:
         app = self.world.app(worker)
         if hold is not None:
-            return W.context_for(ref, worker, hold.token, hold.execution, app)
-        return W.context_for(ref, worker, None, self._execution(worker), app)
+            return K.context_for(ref, worker, hold.token, hold.execution, app)
+        return K.context_for(ref, worker, None, self._execution(worker), app)
 
     # --- bookkeeping -------------------------------------------------------------------------
 
@@ -195,6 +215,7 @@ class OperationRules(RuleBasedStateMachine):
         self.failed = True
         violation = P.PropertyViolation(finding, self._story(finding.message))
         violation.time_zone = self.zone
+        violation.program = Program(tuple(self.trace))
         note_failing_run(len(self.steps))
         raise violation
 
@@ -223,6 +244,18 @@ class OperationRules(RuleBasedStateMachine):
 
         return self.driver.run(read_all())
 
+    def _observe_one(self, ref: ItemRef) -> Outcome:
+        """One item's record as the handler reads it."""
+        ctx = self.observers[ref]
+
+        async def read() -> Outcome:
+            try:
+                return Outcome(value=await self.handler.get(ctx))
+            except Exception as exc:
+                return Outcome(error=exc)
+
+        return self.driver.run(read())
+
     def _model_view(self, model: ReferenceModel | None = None) -> dict[ItemRef, ModelRecord | None]:
         model = model or self.model
         if isinstance(model, ProfiledModel):
@@ -244,11 +277,28 @@ class OperationRules(RuleBasedStateMachine):
         observed: Mapping[ItemRef, Outcome] | None = None,
         *,
         steps: int = 1,
+        item: ItemRef | None = None,
     ) -> None:
-        """Read every item back and compare it with the model (``steps`` calls were made)."""
+        """Read the items back and compare them with the model (``steps`` calls were made).
+
+        Every item is read, unless ``observed`` holds only some (or an item is
+        in :attr:`focus`): then those are judged, and the others keep their
+        last reading until a step reads them again.
+        """
         if self.diverged:
             return
         now = self.clock.now()
+        if observed is None and self.focus is not None:
+            # Only the item in focus can have changed (the race matrix's cells, one
+            # item each): the others keep their last reading.
+            observed = {self.focus: self._observe_one(self.focus)}
+        elif observed is None and item is not None:
+            # A call on one item: that item is read after it, every item after
+            # every FULL_READ_EVERY-th such call (a store that mixes items up
+            # shows there, at most a few steps late).
+            self.partial_reads += 1
+            if self.partial_reads % FULL_READ_EVERY:
+                observed = {item: self._observe_one(item)}
         observed = observed if observed is not None else self._observe()
         for ref, outcome in observed.items():
             if outcome.error is not None and not self.diverged:
@@ -258,9 +308,14 @@ class OperationRules(RuleBasedStateMachine):
                         f"get({ref.label}) raised {outcome.describe()}: {outcome.error}",
                     )
                 )
-        view: dict[ItemRef, StateRecord | None] = {r: o.value for r, o in observed.items()}
+        view: dict[ItemRef, StateRecord | None] = {
+            **self.view,
+            **{r: o.value for r, o in observed.items()},
+        }
         model_view = self._model_view()
         for ref in self.world:
+            if ref not in observed:
+                continue
             before, after = self.view[ref], view[ref]
             if before is not None and not self._retained(before, now):
                 before = None  # dropped by the store's TTL since it was read: no transition
@@ -306,13 +361,14 @@ class OperationRules(RuleBasedStateMachine):
     # --- reads -------------------------------------------------------------------------------
 
     @rule(worker=W.WORKER, item=W.ITEMS)
+    @step
     def exists(self, worker: int, item: Role) -> None:
         if self.diverged:
             return
         ref = self._ref(item)
         ctx = self._ctx(ref, worker, self._hold(worker, ref))
         now = self.clock.now()
-        record = W.copy_record(self.model.current.get(ref.record_key))
+        record = K.copy_record(self.model.current.get(ref.record_key))
         want = outcome_of(lambda: self.model.exists(ctx, now))
         got = self.driver.outcome(lambda: self.handler.exists(ctx))
         self._step(f"worker {worker}", f"exists({ref.label})", got.describe())
@@ -320,6 +376,7 @@ class OperationRules(RuleBasedStateMachine):
         self._report(self._diagnose(ref, J.judge_exists(ref, worker, got, want, record, now)))
 
     @rule(worker=W.WORKER, item=W.ITEMS)
+    @step
     def get(self, worker: int, item: Role) -> None:
         if self.diverged:
             return
@@ -335,11 +392,12 @@ class OperationRules(RuleBasedStateMachine):
         if self.semantics.retention is Retention.TTL:
             self._after_step("get")
         else:
-            self._after_step("get", {**{r: Outcome(v) for r, v in self.view.items()}, ref: got})
+            self._after_step("get", {ref: got})
 
     # --- the lock ----------------------------------------------------------------------------
 
     @rule(worker=W.WORKER, item=W.ITEMS)
+    @step
     def try_acquire_lock(self, worker: int, item: Role) -> None:
         self._acquire(worker, self._ref(item))
 
@@ -348,7 +406,7 @@ class OperationRules(RuleBasedStateMachine):
             return
         ctx = self._ctx(ref, worker, self._hold(worker, ref))
         now = self.clock.now()
-        record = W.copy_record(self.model.current.get(ref.record_key))
+        record = K.copy_record(self.model.current.get(ref.record_key))
         holder = self.holder.get(ref)
         want = outcome_of(lambda: self.model.try_acquire_lock(ctx, now))
         got = self.driver.outcome(lambda: self.handler.try_acquire_lock(ctx))
@@ -358,11 +416,11 @@ class OperationRules(RuleBasedStateMachine):
             shown += ", but the reply is lost: the worker does not learn the token"
         self._step(f"worker {worker}", f"try_acquire_lock({ref.label})", shown)
         self._checked("acquire_agrees_with_model")
-        if W.is_live(record, now):
+        if K.is_live(record, now):
             self._checked("at_most_one_live_lock")
         finding = J.judge_acquire(ref, worker, got, want, record, holder, now)
         self._report(self._diagnose(ref, finding))
-        self._after_step("acquire")
+        self._after_step("acquire", item=ref)
 
     def _acquired(self, ref: ItemRef, worker: int, want: Outcome, *, learns: bool = True) -> None:
         """Book a granted acquisition.  An older hold of the same execution stays: it is
@@ -370,7 +428,7 @@ class OperationRules(RuleBasedStateMachine):
         if want.error is None and want.value is not None:
             self.holder[ref] = worker
             if learns:
-                self.holds.append(W.Hold(worker, ref, want.value, self._execution(worker)))
+                self.holds.append(K.Hold(worker, ref, want.value, self._execution(worker)))
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -382,7 +440,7 @@ class OperationRules(RuleBasedStateMachine):
         call: Callable[[StateHandlerContext], Any],
         model_call: Callable[[StateHandlerContext, dt.datetime], Any],
         *,
-        hold: W.Hold | bool | None = True,
+        hold: K.Hold | bool | None = True,
         reply_lost: bool = False,
     ) -> None:
         """One write by ``worker`` on ``ref``, under ``hold`` (True: its current hold, if any).
@@ -396,7 +454,7 @@ class OperationRules(RuleBasedStateMachine):
         token = None if held is None else held.token
         ctx = self._ctx(ref, worker, held)
         now = self.clock.now()
-        record = W.copy_record(self.model.current.get(ref.record_key))
+        record = K.copy_record(self.model.current.get(ref.record_key))
         superseded = len(self.model.superseded)
         want = outcome_of(lambda: model_call(ctx, now))
         got = self.driver.outcome(lambda: call(ctx))
@@ -429,7 +487,7 @@ class OperationRules(RuleBasedStateMachine):
             operation, ref, worker, token, got, want, record, now, spent_by=spent_by
         )
         self._report(self._diagnose(ref, finding))
-        self._after_step(operation.split("(")[0])
+        self._after_step(operation.split("(")[0], item=ref)
 
     def _set(
         self,
@@ -475,6 +533,7 @@ class OperationRules(RuleBasedStateMachine):
         )
 
     @rule(worker=W.WORKER, item=W.ITEMS, status=W.STATUSES, data=W.DATA)
+    @step
     def set(
         self, worker: int, item: Role, status: IdempotencyStatus, data: dict[str, Any] | None
     ) -> None:
@@ -482,11 +541,13 @@ class OperationRules(RuleBasedStateMachine):
             self._set(worker, self._ref(item), status, data)
 
     @rule(worker=W.WORKER, item=W.ITEMS, error=W.ERRORS)
+    @step
     def release_lock_as_failed(self, worker: int, item: Role, error: str) -> None:
         if not self.diverged:
             self._release(worker, self._ref(item), error)
 
     @rule(worker=W.WORKER, item=W.ITEMS, data=W.DATA)
+    @step
     def upsert(self, worker: int, item: Role, data: dict[str, Any] | None) -> None:
         if not self.diverged:
             self._upsert(worker, self._ref(item), data)
@@ -499,16 +560,19 @@ class OperationRules(RuleBasedStateMachine):
         self._step("clock", description, f"now {at(self.clock.now())}")
 
     @rule(seconds=W.TICKS)
+    @step
     def tick(self, seconds: int) -> None:
         if not self.diverged:
             self._move(f"advances {seconds}s", dt.timedelta(seconds=seconds))
 
     @rule(seconds=W.JUMPS_BACK)
+    @step
     def clock_jumps_back(self, seconds: int) -> None:
         if not self.diverged:
             self._move(f"jumps back {seconds}s", dt.timedelta(seconds=-seconds))
 
     @rule(item=W.ITEMS)
+    @step
     def clock_jumps_past_lock_duration(self, item: Role) -> None:
         """Jump one second past the lock duration of ``item``'s node: nodes differ."""
         if not self.diverged:
@@ -517,6 +581,7 @@ class OperationRules(RuleBasedStateMachine):
             self._move(f"jumps past {ref.name}'s lock duration", delta)
 
     @rule(item=W.ITEMS)
+    @step
     def clock_jumps_past_retention(self, item: Role) -> None:
         if not self.diverged:
             ref = self._ref(item)
@@ -526,6 +591,7 @@ class OperationRules(RuleBasedStateMachine):
     # --- sweeps ------------------------------------------------------------------------------
 
     @rule()
+    @step
     def reset_expired_locks(self) -> None:
         if self.diverged:
             return
@@ -545,6 +611,7 @@ class OperationRules(RuleBasedStateMachine):
         self._after_step("sweep", observed)
 
     @rule()
+    @step
     def expire_past_retention(self) -> None:
         if self.diverged:
             return
@@ -562,7 +629,7 @@ class OperationRules(RuleBasedStateMachine):
         if history_expired:
             self._checked("upsert_keeps_history")
         self._report(J.judge_retention_sweep(got, want, history_expired, now))
-        self._after_step("sweep")
+        self._after_step("sweep", self._observe())
 
     # --- the end -----------------------------------------------------------------------------
 
@@ -570,6 +637,7 @@ class OperationRules(RuleBasedStateMachine):
         if self._torn_down:
             return  # a pasted reproduction tears down in ``finally`` as well
         self._torn_down = True
+        self.stats.steps += max(0, len(self.trace) - 1)
         try:
             peers_closed = self.instances.close_peers()
             closed = self.driver.outcome(self.handler.close)

@@ -160,7 +160,7 @@ DATA: st.SearchStrategy[dict[str, Any] | None] = _fresh(
 )
 
 #: Payloads a caller holds on to after passing them (never None): see
-#: :mod:`dsm_sim.conformance.lifecycle`.
+#: :mod:`dsm_sim.conformance.execute.lifecycle`.
 OBJECTS: st.SearchStrategy[dict[str, Any]] = _fresh(st.one_of(_SMALL, _EMPTY, _DOMAIN))
 
 #: For rules where the payload is beside the point (a race, a retry): cheap to draw.

@@ -19,26 +19,41 @@ from __future__ import annotations
 
 import contextlib
 
-from dsm_sim.conformance.loop import LoopDriver
+from dsm_sim.conformance.execute.bookkeeping import RunStats
+from dsm_sim.conformance.execute.loop import LoopDriver
+from dsm_sim.conformance.report import Gap
 from dsm_sim.model import Outcome
 from reference_engine.handler import StateHandler
 from reference_engine.instances import peer_of
 
-__all__ = ["HandlerInstances"]
+__all__ = ["HandlerInstances", "out_of_process"]
 
 #: The worker whose calls go to the instance the factory built.
 OWNER = 1
 
 
+def out_of_process(handler: object) -> bool:
+    """Does ``handler`` run its calls in another process (the protocol client)?
+
+    Its await points are the other process's own: the kit cannot choose an
+    interleaving there, only start calls together and let the store decide.
+    """
+    return getattr(handler, "out_of_process", False) is True
+
+
 class HandlerInstances:
     """The factory's instance, and peers opened on first use."""
 
-    def __init__(self, owner: StateHandler, driver: LoopDriver) -> None:
+    def __init__(
+        self, owner: StateHandler, driver: LoopDriver, stats: RunStats | None = None
+    ) -> None:
         self.owner = owner
         self.driver = driver
+        self.stats = stats
         self.peers: dict[int, StateHandler] = {}
-        #: False once the handler turned out to offer no peer (or one failed to open).
-        self.shared = True
+        #: False once the handler turned out to offer no peer (or one failed to open):
+        #: after a failure to open, no later test case of the run tries again.
+        self.shared = stats is None or not any(gap.name == "peers" for gap in stats.gaps)
 
     def of(self, worker: int) -> StateHandler:
         """The instance ``worker`` calls (``0``: the sweeps' worker)."""
@@ -56,12 +71,22 @@ class HandlerInstances:
             return self.owner
         try:
             self.driver.run(made.open())
-        except Exception:
+        except Exception as exc:
             # A peer that cannot open is no evidence about the handler's
-            # answers: verify through the one instance instead.
+            # answers: verify through the one instance instead, and say so:
+            # nothing then raced across instances, which is not a pass.
             with contextlib.suppress(Exception):
                 self.driver.run(made.close())
             self.shared = False
+            if self.stats is not None and not any(g.name == "peers" for g in self.stats.gaps):
+                self.stats.gaps.append(
+                    Gap(
+                        "peers",
+                        "races across instances (one instance per worker on the same store)",
+                        f"a peer instance failed to open ({type(exc).__name__}: {exc}); every "
+                        "worker raced through the one instance the factory built",
+                    )
+                )
             return self.owner
         self.peers[worker] = made
         return made

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from dsm_sim.conformance.execute.scheduler import ControlledLoop, Interleaving, Schedule
 from dsm_sim.model import Outcome
 from reference_engine.errors import ConfigurationError, DsmError
 
@@ -138,7 +139,7 @@ class LoopDriver:
     """One event loop for one test case."""
 
     def __init__(self, timeout: float | object | None = _Limit) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = ControlledLoop()
         #: Seconds one call may take (None: unbounded); by default the :func:`call_timeout`.
         self.timeout: float | None = (
             _Limit.seconds if timeout is _Limit else validate_call_timeout(timeout)
@@ -182,6 +183,54 @@ class LoopDriver:
             return list(await asyncio.gather(*(one(call) for call in calls)))
 
         return self.loop.run_until_complete(together())
+
+    def interleave(
+        self,
+        calls: Sequence[Callable[[], Awaitable[Any]]],
+        schedule: Schedule = (),
+        *,
+        controlled: bool = True,
+    ) -> tuple[list[Outcome], Interleaving]:
+        """Run calls concurrently in the interleaving ``schedule`` chooses; every outcome kept.
+
+        Uncontrolled (a handler in another process, whose await points are its
+        own), the calls start together and interleave as the store has them.
+        """
+
+        def bounded(call: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+            return lambda: self._bounded(call())
+
+        if controlled:
+            results, happened = self.loop.run_until_complete(
+                self.loop.interleave([bounded(call) for call in calls], schedule)
+            )
+        else:
+            log: list[tuple[str, int]] = []
+
+            async def logged(index: int, call: Callable[[], Awaitable[Any]]) -> Any:
+                log.append(("start", index))
+                try:
+                    return await self._bounded(call())
+                finally:
+                    log.append(("end", index))
+
+            async def together() -> list[Any]:
+                return list(
+                    await asyncio.gather(
+                        *(logged(i, call) for i, call in enumerate(calls)), return_exceptions=True
+                    )
+                )
+
+            results = self.loop.run_until_complete(together())
+            happened = Interleaving((), tuple(log))
+        outcomes = [
+            Outcome(error=result) if isinstance(result, BaseException) else Outcome(value=result)
+            for result in results
+        ]
+        for outcome in outcomes:
+            if outcome.error is not None and not isinstance(outcome.error, Exception):
+                raise outcome.error  # a KeyboardInterrupt or SystemExit is not an outcome
+        return outcomes, happened
 
     def close(self) -> list[str]:
         """Cancel what is still pending, close the loop; return the leaked tasks' names."""

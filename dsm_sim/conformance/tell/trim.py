@@ -1,0 +1,156 @@
+"""Delete the steps a failing program does not need, after Hypothesis has shrunk it.
+
+Hypothesis shrinks within a time budget (:mod:`dsm_sim.conformance.tell.shrink_budget`);
+on a busy machine the budget runs out while the program still carries steps
+that change nothing, and the story a handler author reads is padded with
+them (fifty sweeps that expire nothing around the three steps that matter).
+This pass finishes the job deterministically: it replays the program with
+chunks of steps left out, then single steps, and keeps a deletion when the
+shorter program still breaks the *same* property.
+
+Programs are data (:mod:`dsm_sim.conformance.tell.program`): a replay builds
+the machine, runs each step with a fresh copy of its arguments (a handler
+may change a payload it was given in place) and tears down in ``finally``,
+exactly what the printed program does when pasted.
+
+The pass is bounded by a number of replays (and by a ``stop`` test the caller
+may pass, for a time limit), so the same program gives the same result on any
+machine that is not stopped early.  A racy handler may fail a candidate once
+by luck: the program finally reported is replayed once more, and is reported
+only if that replay breaks the property again; otherwise the original stands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dsm_sim.conformance.execute.machine import ConformanceMachine
+from dsm_sim.conformance.properties import PropertyViolation
+from dsm_sim.conformance.tell.program import Program
+
+__all__ = ["MAX_REPLAYS", "Trimmed", "UnbuildableMachine", "replay", "trim"]
+
+#: Replays one reduction may spend, the final confirmation included.
+MAX_REPLAYS = 150
+
+
+@dataclass(frozen=True, slots=True)
+class Trimmed:
+    """A shorter program that breaks the same property, and the violation its replay raised."""
+
+    program: Program
+    violation: PropertyViolation
+    replays: int
+
+
+def replay(
+    machine: type[ConformanceMachine], program: Program, *, unbuildable: bool = False
+) -> PropertyViolation | None:
+    """Run the program as pasted; the violation it raised, or None when it raised none.
+
+    With ``unbuildable`` a machine that cannot be built (the factory raised,
+    ``open`` failed) raises :class:`UnbuildableMachine` instead of counting
+    as no violation.
+    """
+    return _replay(machine, program, unbuildable=unbuildable)[0]
+
+
+class UnbuildableMachine(Exception):
+    """The handler could not be built or opened for a replay."""
+
+
+def _replay(
+    machine: type[ConformanceMachine], program: Program, *, unbuildable: bool = False
+) -> tuple[PropertyViolation | None, int]:
+    """The violation a replay raised, and how many steps (after ``setup``) it ran.
+
+    Anything else a replay raises (a step that no longer makes sense without
+    an earlier one, a handler crashing) is no violation: the candidate fails
+    to reproduce.  Steps after the one that raised never ran, so a shorter
+    candidate can drop them.
+    """
+    ran = 0
+    try:
+        state = machine()
+    except Exception as exc:
+        if unbuildable:
+            raise UnbuildableMachine(str(exc)) from exc
+        return None, ran
+    try:
+        try:
+            program.setup.run_on(state)
+            for call in program.body:
+                ran += 1
+                call.run_on(state)
+        finally:
+            state.teardown()
+    except PropertyViolation as violation:
+        return violation, ran
+    except Exception:
+        return None, ran
+    return None, ran
+
+
+def trim(
+    machine: type[ConformanceMachine],
+    program: Program,
+    prop: str,
+    *,
+    max_replays: int = MAX_REPLAYS,
+    stop: Callable[[], bool] | None = None,
+) -> Trimmed | None:
+    """Delete steps while the program still breaks ``prop``; None when none could go.
+
+    Chunks of half the steps are tried first, then quarters, down to single
+    steps, each from the first step on; the single-step pass repeats until it
+    deletes nothing.  A candidate that fails before its last step also loses
+    the steps that never ran.  No candidate is replayed twice.  The result is
+    replayed once more before it is returned (a racy handler may have failed
+    a candidate by luck) and must break ``prop`` again; when it does not, or
+    nothing could go, the original program is replayed last instead, so the
+    last handler built is always one that ran the program reported.
+    """
+    replays = 0
+    tried: set[tuple[int, ...]] = set()
+    # Steps are named by their index in the original program, so candidates compare exactly.
+    current = list(range(len(program.body)))
+
+    def exhausted() -> bool:
+        # One replay is kept for the final confirmation.
+        return replays >= max_replays - 1 or (stop is not None and stop())
+
+    def still_fails(kept: list[int]) -> list[int] | None:
+        nonlocal replays
+        if tuple(kept) in tried or exhausted():
+            return None
+        tried.add(tuple(kept))
+        replays += 1
+        violation, ran = _replay(machine, program.with_body([program.body[i] for i in kept]))
+        if violation is None or violation.property != prop:
+            return None
+        return kept[:ran]
+
+    size = max(1, len(current) // 2)
+    while current and not exhausted():
+        deleted = False
+        start = 0
+        while start < len(current) and not exhausted():
+            kept = still_fails(current[:start] + current[start + size :])
+            if kept is not None:
+                current, deleted = kept, True
+            else:
+                start += size
+        if size > 1:
+            size = max(1, size // 2)
+        elif not deleted:
+            break
+    if len(current) < len(program.body):
+        reduced = program.with_body([program.body[i] for i in current])
+        violation = replay(machine, reduced)
+        replays += 1
+        if violation is not None and violation.property == prop:
+            return Trimmed(reduced, violation, replays)
+    if replays:
+        replay(machine, program)
+    return None
