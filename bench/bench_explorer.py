@@ -30,7 +30,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
-from reference_engine import cli
+from dsm_sim import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "tests" / "browser" / "explorer-faults.toml"

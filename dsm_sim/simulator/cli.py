@@ -47,17 +47,14 @@ from dsm_sim.simulator.bridge import (
 )
 from dsm_sim.simulator.parallel import MAX_JOBS, RunOutcome, run_plan
 from dsm_sim.simulator.run import DEFAULT_HANDLER, RunResult
+from dsm_sim.simulator.targets import EXEC_PREFIX, EXEC_TCP_PREFIX, resolve_handler
 from reference_engine.clock import ManualClock
 from reference_engine.errors import ConfigurationError, DsmError
-from reference_engine.handler import HandlerFactory
-from reference_engine.registry import build_handler, load_factory
+from reference_engine.registry import build_handler
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["configure", "main", "resolve_handler"]
 
-BROKEN_PREFIX = "broken:"
-EXEC_PREFIX = "exec:"
-EXEC_TCP_PREFIX = "exec-tcp:"
 #: The most seeds one ``--seeds`` may ask for (a scenario's own ``seeds`` has the same bound).
 MAX_SEEDS = 1000
 #: Real seconds a whole ``dsm run`` may take by default: a backstop, past any catalogue run
@@ -152,29 +149,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "finished runs keep their reports, and the command exits 2 (1 if a run failed) "
         "naming the scenario and seed it stopped",
     )
-
-
-def resolve_handler(spec: str) -> HandlerFactory:
-    """``module:factory`` through the registry loader, ``broken:NAME`` from the catalogue,
-    or ``exec:COMMAND`` / ``exec-tcp:HOST:PORT`` for a handler out of process."""
-    if spec.startswith(EXEC_PREFIX):
-        from dsm_sim.protocol.client import exec_factory
-
-        return exec_factory(spec[len(EXEC_PREFIX) :])
-    if spec.startswith(EXEC_TCP_PREFIX):
-        from dsm_sim.protocol.client import tcp_factory
-
-        return tcp_factory(spec[len(EXEC_TCP_PREFIX) :])
-    if spec.startswith(BROKEN_PREFIX):
-        from dsm_sim.broken import CATALOGUE
-
-        name = spec[len(BROKEN_PREFIX) :]
-        if name not in CATALOGUE:
-            raise ConfigurationError(
-                f"unknown broken handler {name!r}; the catalogue has: {', '.join(sorted(CATALOGUE))}"
-            )
-        return CATALOGUE[name].factory
-    return load_factory(spec)
 
 
 def _unique(scenarios: list[Scenario]) -> list[Scenario]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from reference_engine import cli
+from dsm_sim import cli
 
 pytestmark = pytest.mark.browser
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 from handler_servers import dsm_serve_command, serving
 
+from dsm_sim.cli import main
 from dsm_sim.conformance.runner import verify
 from dsm_sim.protocol.client import exec_factory, parse_address, tcp_factory
 from dsm_sim.protocol.replay import read_replay, replay
@@ -37,7 +38,6 @@ from dsm_sim.protocol.schema import problem
 from dsm_sim.scenario import load_scenarios
 from dsm_sim.simulator.clock import DEFAULT_EPOCH
 from dsm_sim.simulator.run import run_scenario
-from reference_engine.cli import main
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import ConfigurationError
 from reference_engine.status import IdempotencyStatus
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NODE_HANDLER = ROOT / "handlers" / "node" / "memory.js"
 SERVED = "reference_engine.handlers.memory:in_memory_handler"
 INSTANCE_LOCKED = "dsm_sim.broken.instances:RemoteInstanceLockedAcquire"
-SERVE = [sys.executable, "-m", "reference_engine.cli", "serve"]
+SERVE = [sys.executable, "-m", "dsm_sim.cli", "serve"]
 CTX = StateHandlerContext(
     scope_id=4,
     scope_code="Element",

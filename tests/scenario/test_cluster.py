@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from run_outputs import files_under
 
+from dsm_sim.cli import main as dsm
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.distributed import ClusterUnavailableError, run_plan_on_cluster
 from dsm_sim.simulator.parallel import run_plan
-from reference_engine.cli import main as dsm
 
 try:
     import distributed  # noqa: F401

@@ -14,9 +14,9 @@ import crashing_handler
 import pytest
 from run_outputs import files_under
 
+from dsm_sim.cli import main as dsm
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.parallel import UnpicklableFactoryError, run_plan
-from reference_engine.cli import main as dsm
 from reference_engine.handlers.memory import in_memory_handler
 
 pytestmark = pytest.mark.scenario

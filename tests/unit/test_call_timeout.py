@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dsm_sim.cli import main as dsm_main
 from dsm_sim.conformance.loop import (
     DEFAULT_CALL_TIMEOUT_S,
     CallTimeoutError,
@@ -22,7 +23,6 @@ from dsm_sim.conformance.loop import (
 )
 from dsm_sim.conformance.runner import ResultStatus, verify
 from dsm_sim.simulator.bridge import CALL_TIMEOUT_ENV
-from reference_engine.cli import main as dsm_main
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import ConfigurationError

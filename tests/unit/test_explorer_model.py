@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from dsm_sim import cli
 from dsm_sim.history import History, Op, OpName, Outcome, RecordView
 from dsm_sim.reports.explorer import explorer_view
-from dsm_sim.reports.explorer.diagram import INITIAL, resolve_edge, state_diagram
+from dsm_sim.reports.explorer.diagram import INITIAL, state_diagram
 from dsm_sim.reports.explorer.model import explorer_data
-from reference_engine import cli
-from reference_engine.diagram import EXPIRED_LOCK
+from dsm_sim.reports.explorer.transitions import resolve_edge
+from dsm_sim.teaching.diagram import EXPIRED_LOCK
 from reference_engine.status import TRANSITIONS, IdempotencyStatus
 
 pytestmark = pytest.mark.unit

@@ -1,7 +1,7 @@
 """The state diagram the explorer highlights, drawn from ``dsm diagram``'s own output.
 
 The edges and their labels are parsed from
-:func:`reference_engine.diagram.labelled_state_diagram`, which is generated
+:func:`dsm_sim.teaching.diagram.labelled_state_diagram`, which is generated
 from the one transition table, so the page can never show a transition the
 table does not have (or miss one it has).  Only the placement of the nodes
 is decided here; a status added to the table without a place is still drawn,
@@ -14,9 +14,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from reference_engine.diagram import EXPIRED_LOCK, labelled_state_diagram
+from dsm_sim.teaching.diagram import EXPIRED_LOCK, labelled_state_diagram
 
-__all__ = ["INITIAL", "Diagram", "DiagramEdge", "DiagramNode", "resolve_edge", "state_diagram"]
+__all__ = ["INITIAL", "Diagram", "DiagramEdge", "DiagramNode", "state_diagram"]
 
 #: Mermaid's name for "no record yet".
 INITIAL = "[*]"
@@ -135,20 +135,3 @@ def state_diagram() -> Diagram:
         nodes[name] = DiagramNode(name, titles.get(name, label), x, y)
     edges = tuple(DiagramEdge(s, t, label, *_geometry(nodes[s], nodes[t])) for s, t, label in pairs)
     return Diagram(tuple(nodes.values()), edges)
-
-
-def resolve_edge(diagram: Diagram, source: str, target: str, *, upsert: bool = False) -> str:
-    """The diagram path a record change took, as ``A>B`` (or ``A>B>C`` through Processing).
-
-    A holder whose lock lapsed still writes with its token, so a write from
-    the expired-lock node is drawn from Processing; an upsert on a missing or
-    failed record (``upsert``) goes through Processing in one write.  A change no path
-    explains is returned as is, and the page shows it as not in the table.
-    """
-    if diagram.has(source, target):
-        return f"{source}>{target}"
-    if source == EXPIRED_LOCK and diagram.has("Processing", target):
-        return f"Processing>{target}"
-    if upsert and diagram.has(source, "Processing") and diagram.has("Processing", target):
-        return f"{source}>Processing>{target}"
-    return f"{source}>{target}"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsm_sim.history import EventKind, History, Op, OpName, Outcome, RecordView
-from dsm_sim.reports.explorer.diagram import INITIAL, Diagram, resolve_edge, state_diagram
-from reference_engine.diagram import EXPIRED_LOCK
+from dsm_sim.reports.explorer.diagram import Diagram, state_diagram
+from dsm_sim.reports.explorer.transitions import ChangePath, change_path, node_of
 
 __all__ = [
     "FAULT_KINDS",
@@ -119,21 +119,6 @@ def lane_order(history: History) -> list[str]:
         (n for n in names if n.startswith("w") and n[1:].isdigit()), key=lambda n: int(n[1:])
     )
     return workers + sorted(names - set(workers))
-
-
-def node_of(record: RecordView | None, store_now: float | None) -> str:
-    """The diagram node a record stands at: a lapsed, unswept Processing lock is its own node."""
-    if record is None:
-        return INITIAL
-    label = record.status.capitalize()
-    if (
-        record.status == "processing"
-        and record.locked_until is not None
-        and store_now is not None
-        and record.locked_until < store_now
-    ):
-        return EXPIRED_LOCK
-    return label
 
 
 class _Strings:
@@ -258,23 +243,21 @@ def explorer_data(
             step_store[i] = last
 
     # --- changes: the record each call or sweep left behind ------------------------------------
-    changes: list[list[Any]] = []
+    changes: list[tuple[float, int, int, ChangePath, RecordView | None]] = []
     current: dict[str, RecordView | None] = {}
     for op in sorted(ops, key=lambda o: o.complete if o.complete is not None else o.invoke):
         at = op.complete if op.complete is not None else op.invoke
         now = op.store_time if op.store_time is not None else store_at(at)
         if op.probed and op.key in key_index:
-            if op.after != op.before or (op.op.is_write and op.ok):
-                source = node_of(op.before, now)
-                target = node_of(op.after, now)
-                edge = resolve_edge(diagram, source, target, upsert=op.op is OpName.UPSERT)
-                changes.append([at, key_index[op.key], op.index, s(edge), op.after])
+            if op.after != op.before:
+                path = change_path(diagram, op, op.before, op.after, now)
+                changes.append((at, key_index[op.key], op.index, path, op.after))
             current[op.key] = op.after
         elif op.op in _SWEEP_TARGET and op.maybe:
             for key in op.keys:
                 before = current.get(key)
-                if key not in key_index or before is None:
-                    continue
+                if key not in key_index or before is None or before.status == _SWEEP_TARGET[op.op]:
+                    continue  # nothing of this key's record for the sweep to change
                 after = RecordView(
                     key=before.key,
                     status=_SWEEP_TARGET[op.op],
@@ -286,8 +269,8 @@ def explorer_data(
                     data=before.data,
                     utc=before.utc,
                 )
-                edge = resolve_edge(diagram, node_of(before, now), node_of(after, now))
-                changes.append([at, key_index[key], op.index, s(edge), after])
+                path = change_path(diagram, op, before, after, now)
+                changes.append((at, key_index[key], op.index, path, after))
                 current[key] = after
     changes.sort(key=lambda c: c[0])
 
@@ -322,7 +305,8 @@ def explorer_data(
             "t": [round(c[0], 6) for c in changes],
             "key": [c[1] for c in changes],
             "op": [c[2] for c in changes],
-            "edge": [c[3] for c in changes],
+            "edge": [s(c[3].edge) for c in changes],
+            "forbidden": [c[3].forbidden for c in changes],
             "record": [_record(c[4], s) for c in changes],
         },
         "violations": [

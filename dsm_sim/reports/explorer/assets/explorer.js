@@ -25,6 +25,7 @@
     });
   }
   function fmt(t) { return t === null || t === undefined ? "-" : (+t).toFixed(3); }
+  function when(t) { return fmt(t) + "s"; }
   function upper(a, x) { var lo = 0, hi = a.length; while (lo < hi) { var m = (lo + hi) >> 1; if (a[m] <= x) { lo = m + 1; } else { hi = m; } } return lo; }
   function lower(a, x) { var lo = 0, hi = a.length; while (lo < hi) { var m = (lo + hi) >> 1; if (a[m] < x) { lo = m + 1; } else { hi = m; } } return lo; }
 
@@ -133,16 +134,25 @@
     root.dataset.key = key < 0 ? "" : D.keys[key];
     root.dataset.state = node;
     if (c2 < 0) { edgeText.textContent = "No transition yet."; root.dataset.edge = ""; return; }
-    var hops = str(C.edge[c2]).split(">"), known = true;
+    // Python decided which changes the table forbids (model.py); the page only draws them.
+    var hops = str(C.edge[c2]).split(">"), forbidden = !!C.forbidden[c2];
     for (i = 0; i + 1 < hops.length; i++) {
       var p = document.getElementById("dg-e-" + domName(hops[i]) + "-" + domName(hops[i + 1]));
-      if (p && edges[hops[i] + ">" + hops[i + 1]]) { p.classList.add("last"); } else { known = false; }
+      if (p && edges[hops[i] + ">" + hops[i + 1]]) { p.classList.add("last"); }
     }
     root.dataset.edge = str(C.edge[c2]);
-    edgeText.className = known ? "ex-edge" : "ex-edge forbidden";
-    edgeText.textContent = "Last transition: " + hops.join(" \u2192 ") + " by op #" + C.op[c2] +
-      " at " + fmt(C.t[c2]) + "s" + (known ? "" : " \u2014 NOT in the transition table");
+    edgeText.className = forbidden ? "ex-edge forbidden" : "ex-edge";
+    var by = " by op #" + C.op[c2] + " at " + when(C.t[c2]);
+    var end = hops[hops.length - 1], text;
+    if (hops.length < 2) {
+      text = "Last change: the " + label(end) + " record rewritten, status unchanged," + by;
+    } else {
+      text = "Last transition: " + hops.map(label).join(" \u2192 ") + by;
+      if (end !== node) { text += " (kept as history; the item is " + label(node) + " again)"; }
+    }
+    edgeText.textContent = text + (forbidden ? " \u2014 NOT in the transition table" : "");
   }
+  function label(n) { return n === "[*]" ? "no record" : n; }
 
   // --- lanes: only the window of instants around the cursor is drawn ------------------------
   // One column per instant, not per second: calls of 40 ms between charges of seconds

@@ -25,9 +25,9 @@ import jinja2
 from dsm_sim.history import Event, EventKind, History, Op, OpName, Outcome, RecordView, key_of
 from dsm_sim.reports.explorer.model import Chapter
 from dsm_sim.reports.explorer.page import explorer_view
+from dsm_sim.teaching.demo import DEMO_START, DemoOutcome, run_demo
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
-from reference_engine.demo import DEMO_START, DemoOutcome, run_demo
 from reference_engine.handler import HandlerFactory, StateHandler
 from reference_engine.record import StateRecord, encode_data
 
