@@ -153,7 +153,7 @@ def test_the_scrubbed_instant_shows_the_records_and_state_of_the_json(
     forbidden = next(
         v
         for inv in report["invariants"]
-        if inv["name"] == "only_allowed_transitions"
+        if inv["name"] == "allowed_transitions_only"
         for v in inv["violations"]
     )
     bad = next(o for o in ops if o["index"] == forbidden["ops"][0])

@@ -102,7 +102,7 @@ def test_node_handler_without_fencing_fails_the_scenario(
     code = main(["run", str(SLOW_WORKER), "--seed", "1", "--handler", spec])
     out = capsys.readouterr().out
     assert code == 1, out
-    assert "fencing_rejects_stale_writes" in out
+    assert "stale_write_rejected" in out
     assert "stale write accepted" in out
     assert f"--handler '{spec}'" in out  # the replay line pastes into a shell
 
