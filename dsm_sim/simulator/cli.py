@@ -95,7 +95,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="run only this seed (replay)",
     )
     parser.add_argument(
-        "--report", type=Path, metavar="DIR", help="write HTML and JSON reports here"
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write each run's HTML and JSON reports here, and index.html: every run, its "
+        "verdict and a link to its page",
     )
     parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
     parser.add_argument(
@@ -195,11 +199,12 @@ def _progress(
 
                 yield scenario, seed, advance
         return
-    total = len(plan)
+    scenarios = len({scenario.path for scenario, _ in plan})
+    print(f"{len(plan)} runs of {scenarios} scenario{'s' if scenarios != 1 else ''}:", file=out)
 
     def line(result: RunResult) -> None:
         verdict = "PASS" if result.passed else "FAIL"
-        print(f"{result.scenario.name} seed {result.seed} ({total} runs): {verdict}", file=out)
+        print(f"{result.scenario.name} seed {result.seed}: {verdict}", file=out)
 
     for scenario, seed in plan:
         yield scenario, seed, line
@@ -340,6 +345,8 @@ def main(args: argparse.Namespace) -> int:
                 print(f"  {invariant.name}: {violation.message}", file=out)
         replay = result.replay + (" --clock system" if system else "")
         print(f"  replay: {replay}", file=out)
+    if args.report is not None and not unwritten:
+        unwritten.extend(_write_index(results, stopped + hung + crashed, args.report))
     if args.junit is not None:
         from dsm_sim.reports.junit import write_junit
 
@@ -356,7 +363,7 @@ def main(args: argparse.Namespace) -> int:
         + (f"; {len(stopped)} stopped by a protocol error" if stopped else "")
         + (f"; {len(hung)} stopped by a hung handler call" if hung else "")
         + (f"; {len(crashed)} crashed in their worker process" if crashed else "")
-        + (f"; reports in {args.report}" if args.report is not None else ""),
+        + (f"; reports in {args.report / 'index.html'}" if args.report is not None else ""),
         file=out,
     )
     for error in unwritten:
@@ -409,6 +416,21 @@ def _out_of_time(max_wall: float, when: str, finished: int, planned: int) -> Wal
 
 def _reason(exc: OSError) -> str:
     return f"{exc.strerror or type(exc).__name__} ({type(exc).__name__})"
+
+
+def _write_index(
+    results: list[RunResult], stopped: list[str], directory: Path
+) -> list[ReportWriteError]:
+    """Write the ``index.html`` of the runs' reports; a failure is returned, as for a report."""
+    from dsm_sim.reports.index import INDEX, write_index
+
+    try:
+        write_index(results, directory, stopped)
+    except OSError as exc:
+        return [
+            ReportWriteError(option="--report", path=str(directory / INDEX), reason=_reason(exc))
+        ]
+    return []
 
 
 def _write_reports(result: RunResult, directory: Path) -> list[ReportWriteError]:

@@ -84,7 +84,9 @@ def test_the_demo_prints_the_same_walk_through_with_html(
     plain = capsys.readouterr().out
     page = tmp_path / "walk.html"
     assert cli.main(["demo", "invoice", "--handler", handler, "--html", str(page)]) == 0
-    assert capsys.readouterr().out == plain
+    printed = capsys.readouterr()
+    assert printed.out == plain, "the narration is the same with --html"
+    assert printed.err == f"dsm demo: explorer page written to {page}\n"
     text = page.read_text(encoding="utf-8")
     raw = text.split('<script type="application/json" id="dsm-explorer-data">', 1)[1]
     data = json.loads(raw.split("</script>", 1)[0])
