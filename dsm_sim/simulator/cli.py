@@ -13,7 +13,8 @@ Examples::
 ``--handler`` takes ``package.module:factory``, ``broken:NAME`` (an entry of
 the catalogue of broken handlers), ``exec:COMMAND`` (a handler in another
 process, in any language, over the protocol of ``docs/protocol.md``; one
-process per run, sent the simulated clock as each request's ``now``) or
+process per run, sent the simulated clock as each request's ``now``;
+``--exec COMMAND`` says the same, as for ``dsm verify``) or
 ``exec-tcp:HOST:PORT`` (a handler that is a server; ``--exec-tcp HOST:PORT``
 says the same).  ``--semantics`` judges by a library's declared semantics, as
 ``dsm verify --semantics`` does (default: the profile the factory declares,
@@ -76,10 +77,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"handler factory, or broken:NAME from the catalogue (default {DEFAULT_HANDLER})",
     )
     parser.add_argument(
+        "--exec",
+        dest="exec_command",
+        metavar="COMMAND",
+        default=None,
+        help="run against a handler in another process, in any language, over the handler "
+        "protocol (docs/protocol.md), e.g. --exec 'node handlers/node/memory.js'; the same "
+        "as --handler 'exec:COMMAND'",
+    )
+    parser.add_argument(
         "--exec-tcp",
         metavar="HOST:PORT",
         default=None,
-        help="run against the handler server at this address (--handler exec-tcp:HOST:PORT)",
+        help="run against the handler server at this address; the same as "
+        "--handler exec-tcp:HOST:PORT",
     )
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument(
@@ -107,7 +118,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         choices=[m.value for m in ClockMode],
         default=ClockMode.INJECTED.value,
         help="'system' pins the wall clock to the store clock with freezegun, for handlers "
-        "that read the wall clock (datetime.now) instead of the clock they are given",
+        "that read the wall clock (datetime.now) instead of the clock they are given "
+        "(default: injected, the clock they are given)",
     )
     parser.add_argument(
         "--jobs",
@@ -139,8 +151,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=positive_seconds(3600.0),
         default=None,
         metavar="SECONDS",
-        help="how long one real handler call may take, in real time, before the run is "
-        f"stopped as hung (default: ${CALL_TIMEOUT_ENV}, else {DEFAULT_CALL_TIMEOUT_S:g})",
+        help="how long one in-process handler call (open and close included) may take before "
+        f"it is reported as hung, which stops its run (default: ${CALL_TIMEOUT_ENV}, else "
+        f"{DEFAULT_CALL_TIMEOUT_S:g}; --exec handlers use $DSM_EXEC_TIMEOUT)",
     )
     parser.add_argument(
         "--max-wall",
@@ -210,13 +223,28 @@ def _progress(
         yield scenario, seed, line
 
 
+def _prefixed(prefix: str, value: str | None) -> str | None:
+    """``--exec CMD`` is ``--handler exec:CMD``, ``--exec-tcp ADDRESS`` ``--handler exec-tcp:...``."""
+    return None if value is None else f"{prefix}{value}"
+
+
 def main(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    if getattr(args, "exec_tcp", None) is not None:
-        if args.handler != DEFAULT_HANDLER:
-            print("dsm run: give --handler or --exec-tcp, not both", file=err)
-            return 2
-        args.handler = f"{EXEC_TCP_PREFIX}{args.exec_tcp}"
+    given = [
+        (option, spec)
+        for option, spec in (
+            ("--handler", args.handler if args.handler != DEFAULT_HANDLER else None),
+            ("--exec", _prefixed(EXEC_PREFIX, getattr(args, "exec_command", None))),
+            ("--exec-tcp", _prefixed(EXEC_TCP_PREFIX, getattr(args, "exec_tcp", None))),
+        )
+        if spec is not None
+    ]
+    if len(given) > 1:
+        named = " and ".join(option for option, _ in given)
+        print(f"dsm run: give one of --handler, --exec and --exec-tcp, not {named}", file=err)
+        return 2
+    if given:
+        args.handler = given[0][1]
     if getattr(args, "call_timeout", None) is not None:
         # Through the environment, so the worker processes of --jobs bound their calls too.
         os.environ[CALL_TIMEOUT_ENV] = repr(args.call_timeout)

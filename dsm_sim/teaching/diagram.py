@@ -134,7 +134,11 @@ def transition_table_markdown() -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--format", choices=("mermaid", "table"), default="mermaid", help="output format"
+        "--format",
+        choices=("mermaid", "table"),
+        default="mermaid",
+        help="mermaid: the labelled state diagram; table: the transition table in Markdown "
+        "(default: mermaid)",
     )
 
 

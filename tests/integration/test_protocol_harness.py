@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -147,6 +148,18 @@ def test_a_silent_handler_in_the_simulator_is_a_named_timeout(
         "HandlerTimeoutError: the handler process did not answer request 2 (get"
     ) in out
     assert "0/0 runs kept every invariant; 1 stopped by a protocol error" in out
+
+
+def test_dsm_run_takes_exec_as_dsm_verify_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """``dsm run --exec CMD`` is ``dsm run --handler exec:CMD``: same runs, same replay line."""
+    command = shlex.join([*SERVE, SERVED])
+    target = [str(SLOW_WORKER), "--seed", "1"]
+    assert main(["run", *target, "--handler", f"exec:{command}"]) == 0
+    long_form = capsys.readouterr().out
+    assert main(["run", *target, "--exec", command]) == 0
+    assert capsys.readouterr().out == long_form
+    assert main(["run", *target, "--exec", command, "--handler", "broken:no_fencing"]) == 2
+    assert "not --handler and --exec" in capsys.readouterr().err
 
 
 # --- --exec-tcp ------------------------------------------------------------------------------
