@@ -24,6 +24,7 @@ from typing import Any
 from dsm_sim.history import EventKind, History, Op, OpName, Outcome, RecordView
 from dsm_sim.reports.explorer.diagram import Diagram, state_diagram
 from dsm_sim.reports.explorer.transitions import ChangePath, change_path, node_of
+from dsm_sim.reports.instants import axis
 
 __all__ = [
     "FAULT_KINDS",
@@ -230,12 +231,13 @@ def explorer_data(
             step_op[i] = step_op[i - 1]
     step_store = [store_at(t) for t in instants]
     if store_clock:
+        # The recorder's reading holds from the call's invocation to its completion.
         known = {
-            step_of[round(o.complete if o.complete is not None else o.invoke, 6)]: store_clock[
-                o.index
-            ]
+            step_of[round(t, 6)]: store_clock[o.index]
             for o in ops
             if o.index in store_clock
+            for t in (o.invoke, o.complete)
+            if t is not None
         }
         last = step_store[0]
         for i in range(len(step_store)):
@@ -277,9 +279,15 @@ def explorer_data(
     # --- events ---------------------------------------------------------------------------------
     events = sorted(history.events, key=lambda e: (e.time, e.index))
     kinds = [k.value for k in EventKind]
+    end = max([instants[-1], 1e-6])
     return {
         "title": title,
-        "end": max([instants[-1], 1e-6]),
+        "end": end,
+        # The run's clock: every instant is written as epoch + seconds, to the millisecond
+        # unless every store-clock reading of the page is a whole second (the demo's clock).
+        "epoch": history.epoch.isoformat(),
+        "digits": 0 if all(float(t).is_integer() for t in step_store) else 3,
+        "axis": [list(tick) for tick in axis(history.epoch, end).ticks],
         "instants": [round(t, 6) for t in instants],
         "step_op": step_op,
         "step_store": [round(t, 6) for t in step_store],
