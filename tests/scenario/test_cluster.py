@@ -62,7 +62,7 @@ def test_a_local_cluster_gives_byte_identical_stdout_reports_and_exit_code(
     assert "FAIL slow-worker seed" in serial_out
     assert cluster_code == serial_code
     assert cluster_out == serial_out
-    assert sorted(cluster_files) == sorted(serial_files) and len(serial_files) == 9
+    assert sorted(cluster_files) == sorted(serial_files) and len(serial_files) == 10
     for name, content in serial_files.items():
         assert cluster_files[name] == content, f"{name} differs between serial and the cluster"
 

@@ -61,7 +61,7 @@ def test_two_jobs_give_byte_identical_stdout_reports_and_exit_code(
     assert parallel_code == serial_code
     assert parallel_out == serial_out
     assert sorted(parallel_files) == sorted(serial_files)
-    assert len(serial_files) == 9  # 4 runs x (HTML + JSON) + JUnit
+    assert len(serial_files) == 10  # 4 runs x (HTML + JSON) + the index + JUnit
     for name, content in serial_files.items():
         assert parallel_files[name] == content, f"{name} differs between --jobs 1 and --jobs 2"
 
