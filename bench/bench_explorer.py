@@ -30,7 +30,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
-from reference_engine import cli
+from dsm_sim import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "tests" / "browser" / "explorer-faults.toml"
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         scenario = large_scenario(directory, args.items, args.lines)
         with contextlib.redirect_stdout(io.StringIO()):
             cli.main(["run", str(scenario), "--seed", str(args.seed), "--report", str(directory)])
-        (html,) = directory.glob("*.html")
+        (html,) = (page for page in directory.glob("*.html") if page.name != "index.html")
         (report,) = directory.glob("*.json")
         history = json.loads(report.read_text(encoding="utf-8"))["history"]
         options = Options()

@@ -89,7 +89,7 @@ def _transports(node: str, workdir: Path) -> dict[str, Callable[[Any], Any]]:
     java = _java_command(workdir)
     if java is not None:
         transports["java MemoryHandler"] = exec_factory(java)
-    serve = [sys.executable, "-m", "reference_engine.cli", "serve", MEMORY]
+    serve = [sys.executable, "-m", "dsm_sim.cli", "serve", MEMORY]
     transports["dsm serve in_memory_handler"] = exec_factory(serve)
     return transports
 

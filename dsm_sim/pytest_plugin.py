@@ -3,11 +3,24 @@
 It adds the conformance kit's options and the fixtures its suite needs.
 ``dsm_handler_factory`` comes from ``--dsm-handler`` when given; otherwise a
 project overrides the fixture; with neither, the error names both ways.
+
+``pytest --pyargs dsm_sim.conformance --dsm-handler=mymod:factory`` behaves
+as ``dsm verify mymod:factory`` does: ``mymod`` is imported from the folder
+pytest was run from (the ``pytest`` script, unlike ``python -m pytest``, does
+not put it on the import path), and Hypothesis keeps its files in the same
+cache directory (``--dsm-cache-dir``, else ``$DSM_CACHE_DIR``, else
+``$XDG_CACHE_HOME/dsm`` or ``~/.cache/dsm``), never in that folder.  Only a
+session that runs the kit (a ``--dsm-*`` handler option or ``--dsm-cache-dir``
+given) moves Hypothesis' files: the plugin is loaded into every pytest session
+of an environment that has dsm installed, and a project's own Hypothesis tests
+keep theirs where the project put them.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,6 +96,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "test case draws its own)",
     )
     group.addoption(
+        "--dsm-cache-dir",
+        action="store",
+        default=None,
+        metavar="DIR",
+        help="where Hypothesis keeps its files during a conformance run (default: "
+        "$DSM_CACHE_DIR, else $XDG_CACHE_HOME/dsm or ~/.cache/dsm); never the folder "
+        "pytest runs in",
+    )
+    group.addoption(
         "--dsm-call-timeout",
         action="store",
         default=None,
@@ -92,8 +114,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: The options that say this session runs the conformance kit.
+_KIT_OPTIONS = ("--dsm-handler", "--dsm-exec", "--dsm-exec-tcp", "--dsm-cache-dir")
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Apply ``--dsm-call-timeout`` to every conformance run of the session."""
+    """Keep Hypothesis' files out of the working folder, and apply ``--dsm-call-timeout``.
+
+    The cache directory is set here, before any test case runs, because
+    Hypothesis creates its folder on first use and never moves it afterwards.
+    """
+    if any(config.getoption(name, default=None) for name in _KIT_OPTIONS):
+        from dsm_sim.conformance.cache import cache_dir, use_cache_dir
+
+        use_cache_dir(cache_dir(config.getoption("--dsm-cache-dir", default=None)))
     raw = config.getoption("--dsm-call-timeout", default=None)
     if raw is None:
         return
@@ -167,14 +201,22 @@ def dsm_handler_factory(request: pytest.FixtureRequest) -> Any:
         command=option("--dsm-exec"),
         address=option("--dsm-exec-tcp"),
         timeout=option("--dsm-exec-timeout"),
+        folder=request.config.invocation_params.dir,
     )
 
 
 def factory_from_options(
-    *, handler: object, command: object, address: object, timeout: object
+    *,
+    handler: object,
+    command: object,
+    address: object,
+    timeout: object,
+    folder: Path | None = None,
 ) -> Any:
     """The factory the plugin's options name (a ``pytest.fail`` that says why when they cannot).
 
+    ``folder`` (the one pytest was run from) is searched first for the
+    module of ``--dsm-handler``, as ``dsm verify`` searches the current one.
     Separate from the fixture so the rules for the options can be checked
     without starting a pytest run per combination.
     """
@@ -208,6 +250,8 @@ def factory_from_options(
     from reference_engine.errors import ConfigurationError
     from reference_engine.registry import load_factory
 
+    if folder is not None and str(folder) not in sys.path and "" not in sys.path:
+        sys.path.insert(0, str(folder))
     try:
         return load_factory(str(handler))
     except ConfigurationError as exc:

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dsm_sim.conformance.judge.semantics import DSM, Retention, SemanticsProfile, truncate
+from dsm_sim.conformance.properties import get_property
 from dsm_sim.history import History, Op, OpName, Outcome
 
 __all__ = [
@@ -32,7 +33,9 @@ __all__ = [
     "fmt",
     "leases_for",
     "lock_end",
+    "one_per_property",
     "order",
+    "property_result",
     "result_of",
     "retention_sweeps",
     "sweeps_resetting",
@@ -289,6 +292,37 @@ def result_of(
     """An :class:`InvariantResult` that passed iff there are no violations."""
     found = tuple(violations)
     return InvariantResult(name, description, not found, found, tuple(notes))
+
+
+def property_result(
+    name: str, violations: Iterable[Violation], notes: Iterable[str] = ()
+) -> InvariantResult:
+    """A result under a conformance kit property, described in the kit's own words.
+
+    Where the checker judges what the kit judges, it reports under the kit's
+    name, so a report has one name, and one meaning, per property.
+    """
+    return result_of(name, get_property(name).summary, violations, notes)
+
+
+def one_per_property(results: Iterable[InvariantResult]) -> list[InvariantResult]:
+    """One result per name, in the order names first appear: two judges of one property
+    (a history check and the call-by-call model judge) make one verdict, failed if
+    either found a violation, with both judges' violations and notes."""
+    merged: dict[str, InvariantResult] = {}
+    for result in results:
+        seen = merged.get(result.name)
+        if seen is None:
+            merged[result.name] = result
+            continue
+        merged[result.name] = InvariantResult(
+            seen.name,
+            seen.description,
+            seen.passed and result.passed,
+            seen.violations + result.violations,
+            seen.notes + result.notes,
+        )
+    return list(merged.values())
 
 
 def waived_result(result: InvariantResult, reason: str) -> InvariantResult:

@@ -36,7 +36,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dsm_sim.checker.leases import InvariantResult, Violation, fmt, result_of
+from dsm_sim.checker.leases import InvariantResult, Violation, fmt, property_result
 from dsm_sim.checker.profiled import (
     Past,
     at_resolution,
@@ -59,31 +59,28 @@ __all__ = ["JUDGED", "model_agreement"]
 
 S = IdempotencyStatus
 
-#: The properties this judge reports, in report order (the conformance kit's names).
-JUDGED: tuple[tuple[str, str], ...] = (
-    ("at_most_one_live_lock", "no acquire succeeds while another lock is live"),
-    ("acquire_agrees_with_model", "try_acquire_lock grants, refuses and numbers as the spec says"),
-    ("exists_agrees_with_model", "exists is True only for Processed and Skipped"),
-    ("stale_write_rejected", "a swept or taken-over holder's write raises StaleLockError"),
-    ("spent_token_rejected", "a token whose lock already ended never moves a completed record"),
-    ("errors_agree_with_model", "every refused call raises the error the spec names"),
-    ("allowed_transitions_only", "every status change is in the transition table"),
-    ("completion_releases_lock", "set, release_lock_as_failed and upsert end the lock"),
-    ("lock_duration_honoured", "locked_until is the acquire instant + the node's lock duration"),
-    ("data_round_trip", "the data read back is the data written"),
-    ("upsert_keeps_history", "upsert over Processed inserts a new record, superseding the old"),
-    ("timestamps_in_utc", "every stored instant is aware UTC from the store clock"),
-    ("record_agrees_with_model", "status, token, retention and audit fields match the spec"),
-    ("sweep_only_expired", "the lock sweep touches only Processing with locked_until < now"),
-    ("sweep_resets_expired", "the lock sweep resets every expired lock to Failed"),
-    (
-        "retention_sweep_agrees_with_model",
-        "the retention sweep expires exactly the records past retain_until",
-    ),
-    ("tenant_isolation", "no tenant sees or blocks another tenant's records"),
-    ("scope_isolation", "no scope sees or blocks another scope's records"),
-    ("entity_isolation", "no entity (node) or item entity key sees or blocks another's records"),
-    ("distinct_keys_distinct_records", "distinct keys never share a record"),
+#: The conformance kit properties this judge reports, in report order.
+JUDGED: tuple[str, ...] = (
+    "at_most_one_live_lock",
+    "acquire_agrees_with_model",
+    "exists_agrees_with_model",
+    "stale_write_rejected",
+    "spent_token_rejected",
+    "errors_agree_with_model",
+    "allowed_transitions_only",
+    "completion_releases_lock",
+    "lock_duration_honoured",
+    "data_round_trip",
+    "upsert_keeps_history",
+    "timestamps_in_utc",
+    "record_agrees_with_model",
+    "sweep_only_expired",
+    "sweep_resets_expired",
+    "retention_sweep_agrees_with_model",
+    "tenant_isolation",
+    "scope_isolation",
+    "entity_isolation",
+    "key_identity",
 )
 
 #: Instants are recorded to the microsecond; two readings this close are equal.
@@ -127,10 +124,10 @@ def model_agreement(history: History, semantics: SemanticsProfile = DSM) -> list
             findings.extend(_judge_sweep(op))
     findings.extend(_between_calls(history, semantics, past))
     results = []
-    for name, description in JUDGED:
+    for name in JUDGED:
         mine = [f for f in findings if f.prop == name]
         violations = [Violation(f.message, "", (f.op,)) for f in mine]
-        results.append(result_of(name, description, violations))
+        results.append(property_result(name, violations))
     return results
 
 
@@ -627,7 +624,7 @@ def _isolation(history: History, info: KeyInfo, other: str) -> str:
             return "scope_isolation"
         if theirs.entity != info.entity or theirs.item_entity_key != info.item_entity_key:
             return "entity_isolation"
-        return "distinct_keys_distinct_records"
+        return "key_identity"
     # A key no caller used: compare it with ours from the left, component by component.
     prefixes = (
         ("tenant_isolation", f"{info.tenant}/"),
@@ -637,7 +634,7 @@ def _isolation(history: History, info: KeyInfo, other: str) -> str:
     for prop, prefix in prefixes:
         if not other.startswith(prefix):
             return prop
-    return "distinct_keys_distinct_records"
+    return "key_identity"
 
 
 def _context(info: KeyInfo, op: Op) -> StateHandlerContext:

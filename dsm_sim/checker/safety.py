@@ -1,4 +1,8 @@
-"""Safety invariants about locks and effects: one live lock, fencing, one charge, careful sweeps."""
+"""Safety invariants about locks and effects: one live lock, fencing, one charge, careful sweeps.
+
+Each check that judges a conformance kit property is named, and reports,
+after it (:func:`~dsm_sim.checker.leases.property_result`).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from dsm_sim.checker.leases import (
     fmt,
     leases_for,
     order,
+    property_result,
     result_of,
     sweeps_resetting,
     ttl_gap,
@@ -23,18 +28,19 @@ from dsm_sim.conformance.judge.semantics import DSM, SemanticsProfile
 from dsm_sim.history import Event, EventKind, History, OpName
 
 __all__ = [
+    "at_most_one_live_lock",
     "duplicate_effects",
     "effect_ledger",
-    "fencing_rejects_stale_writes",
+    "errors_agree_with_model",
     "no_duplicate_side_effect",
-    "single_live_lock",
-    "sweep_spares_live_locks",
+    "stale_write_rejected",
+    "sweep_only_expired",
 ]
 
-# --- single live lock ------------------------------------------------------------------------
+# --- one live lock ---------------------------------------------------------------------------
 
 
-def single_live_lock(history: History, semantics: SemanticsProfile = DSM) -> InvariantResult:
+def at_most_one_live_lock(history: History, semantics: SemanticsProfile = DSM) -> InvariantResult:
     """At most one live lock per key: no acquisition while another lease is surely live.
 
     Whether a lease is still live is decided by ``semantics``' lock rule.
@@ -64,7 +70,7 @@ def single_live_lock(history: History, semantics: SemanticsProfile = DSM) -> Inv
                 if held.ended_before(later.acquire):
                     continue
                 if any(timeline.between(held.acquire, s, later.acquire) for s in sweeps):
-                    continue  # a sweep ended it; sweep_spares_live_locks judges that
+                    continue  # a sweep ended it; sweep_only_expired judges that
                 violations.append(
                     Violation(
                         f"key {key}: two live locks -- token {later.token} acquired by "
@@ -76,15 +82,13 @@ def single_live_lock(history: History, semantics: SemanticsProfile = DSM) -> Inv
                         (held.acquire.index, later.acquire.index),
                     )
                 )
-    return result_of("single_live_lock", "at most one live lock per key", violations)
+    return property_result("at_most_one_live_lock", violations)
 
 
 # --- fencing ---------------------------------------------------------------------------------
 
 
-def fencing_rejects_stale_writes(
-    history: History, semantics: SemanticsProfile = DSM
-) -> InvariantResult:
+def stale_write_rejected(history: History, semantics: SemanticsProfile = DSM) -> InvariantResult:
     """A write under token t must be refused once another token was acquired or t was swept.
 
     On a wall-clock history the takeover or sweep must provably fall between
@@ -139,12 +143,7 @@ def fencing_rejects_stale_writes(
                     f"key {key}: fencing rejected {write.op.value} op #{write.index} of "
                     f"{write.process} under token {write.token} after {why}"
                 )
-    return result_of(
-        "fencing_rejects_stale_writes",
-        "a write under a swept or taken-over token is rejected (StaleLockError)",
-        violations,
-        notes,
-    )
+    return property_result("stale_write_rejected", violations, notes)
 
 
 # --- side effects ----------------------------------------------------------------------------
@@ -259,7 +258,7 @@ def _lease_end_reason(history: History, earlier: Lease, later: Lease) -> str | N
         None,
     )
     if sweep is not None:
-        # Whether that sweep was entitled to is sweep_spares_live_locks' question.
+        # Whether that sweep was entitled to is sweep_only_expired's question.
         return f"was reset by the sweep (op #{sweep.index})"
     return None
 
@@ -343,8 +342,8 @@ def _stale_fate(history: History, lease: Lease) -> str:
 # --- sweeps ----------------------------------------------------------------------------------
 
 
-def sweep_spares_live_locks(history: History, semantics: SemanticsProfile = DSM) -> InvariantResult:
-    """The sweep resets only expired locks; a holder is never fenced off while its lease lives."""
+def sweep_only_expired(history: History, semantics: SemanticsProfile = DSM) -> InvariantResult:
+    """The sweep resets only expired locks: never a lease that is still live."""
     violations = []
     timeline = Ordering.of(history)
     for key in history.item_keys():
@@ -365,9 +364,24 @@ def sweep_spares_live_locks(history: History, semantics: SemanticsProfile = DSM)
                         (held.acquire.index, sweep.index),
                     )
                 )
+    return property_result("sweep_only_expired", violations)
+
+
+def errors_agree_with_model(history: History, semantics: SemanticsProfile = DSM) -> InvariantResult:
+    """A holder is never fenced off (StaleLockError) while its lease lives and nobody took it.
+
+    The spec accepts that write, so refusing it is an error the spec does not
+    name: the lock was reset or lost while live.  This is the part of the
+    kit's property a history shows without reading records; the model judge
+    (:mod:`dsm_sim.checker.model_judge`) judges every other refusal.
+    """
+    violations = []
+    timeline = Ordering.of(history)
+    for key in history.item_keys():
+        leases = leases_for(history, key, semantics)
         for lease in leases:
             violations.extend(_fenced_while_live(history, lease, leases, timeline))
-    return result_of("sweep_spares_live_locks", "the sweep never resets a live lock", violations)
+    return property_result("errors_agree_with_model", violations)
 
 
 def _fenced_while_live(
@@ -388,7 +402,7 @@ def _fenced_while_live(
         if any(prev.maybe for prev in mine[:i]):
             continue  # its own earlier write may have ended the lease
         if any(timeline.between(lease.acquire, o.acquire, write) for o in leases):
-            continue  # taken over; single_live_lock judges that
+            continue  # taken over; at_most_one_live_lock judges that
         if any(
             timeline.between(lease.acquire, sweep, write)
             for sweep in sweeps_resetting(history, lease.key)

@@ -25,6 +25,7 @@ from dsm_sim.checker.leases import (
     fmt,
     lock_end,
     order,
+    property_result,
     result_of,
     retention_sweeps,
     sweeps_resetting,
@@ -38,9 +39,9 @@ from dsm_sim.history import History, Op, OpName, Outcome
 from reference_engine.status import COMPLETED, IdempotencyStatus, is_allowed
 
 __all__ = [
-    "exists_agrees_with_writes",
+    "allowed_transitions_only",
+    "exists_agrees_with_model",
     "no_record_lost",
-    "only_allowed_transitions",
     "terminal_within_deadline",
 ]
 
@@ -99,7 +100,7 @@ class _Replayed:
     vanish: float = math.inf
 
 
-def only_allowed_transitions(
+def allowed_transitions_only(
     history: History, semantics: SemanticsProfile = DSM
 ) -> InvariantResult:
     """Replay each key's definite writes and check every step against the transition table.
@@ -141,12 +142,7 @@ def only_allowed_transitions(
         kept, said = settle(key, found, Search(steps, _Replayed(), step))
         violations.extend(kept)
         notes.extend(said)
-    return result_of(
-        "only_allowed_transitions",
-        "every status change is in the transition table",
-        violations,
-        notes,
-    )
+    return property_result("allowed_transitions_only", violations, notes)
 
 
 def _transition_step(
@@ -233,7 +229,7 @@ class _Seen:
     vanish: float = math.inf
 
 
-def exists_agrees_with_writes(
+def exists_agrees_with_model(
     history: History, semantics: SemanticsProfile = DSM
 ) -> InvariantResult:
     """``exists`` answers True exactly when the key's last definite status is Processed/Skipped.
@@ -280,12 +276,7 @@ def exists_agrees_with_writes(
         kept, said = settle(key, found, search)
         violations.extend(kept)
         notes.extend(said)
-    return result_of(
-        "exists_agrees_with_writes",
-        "exists answers True exactly for Processed or Skipped items",
-        violations,
-        notes,
-    )
+    return property_result("exists_agrees_with_model", violations, notes)
 
 
 def _overlap(a: Op, b: Op) -> bool:

@@ -16,6 +16,7 @@ import jinja2
 
 from dsm_sim.history import EventKind, History, Op, Outcome
 from dsm_sim.reports.explorer import TraceViolation, explorer_view
+from dsm_sim.reports.instants import axis, wall
 from dsm_sim.reports.json_report import report_name
 from dsm_sim.simulator.run import RunResult
 
@@ -50,11 +51,16 @@ class Shape:
 
 @dataclass(frozen=True, slots=True)
 class Lanes:
+    """The run's swim lanes; ``x = left + t * scale`` places the instant ``t`` (the page's
+    time axis, which the explorer's cursor moves along)."""
+
     names: tuple[str, ...]
     shapes: tuple[Shape, ...]
     width: float
     height: float
     ticks: tuple[tuple[float, str], ...]
+    left: float
+    scale: float
 
 
 def _op_css(op: Op, flagged: set[int]) -> str:
@@ -78,7 +84,8 @@ def _lane_order(history: History) -> list[str]:
 
 
 def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]) -> Lanes:
-    """Shapes for one lane per process; times scaled to the page width."""
+    """Shapes for one lane per process; times scaled to the page width, labelled as the
+    run's clock showed them (:mod:`dsm_sim.reports.instants`)."""
     names = _lane_order(history)
     row = {name: i for i, name in enumerate(names)}
     end = max(
@@ -94,13 +101,16 @@ def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]
     def y(lane: str) -> float:
         return _TOP + row[lane] * _LANE
 
+    def at(t: float) -> str:
+        return wall(history.epoch, t)
+
     shapes: list[Shape] = []
     for op in history.ops:
         start, stop = op.invoke, op.complete if op.complete is not None else op.invoke
         title = (
             f"#{op.index} {op.process} {op.op.value} {op.key} token={op.token} "
             f"{op.outcome.value if op.outcome else ''} result={op.result} "
-            f"{op.error or ''} t={start:.3f}-{stop:.3f}s"
+            f"{op.error or ''} {at(start)}-{at(stop)}"
         )
         shapes.append(
             Shape(
@@ -116,7 +126,9 @@ def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]
     height = _TOP + len(names) * _LANE
     for ev in history.events:
         flagged = " flagged" if ev.index in flagged_events else ""
-        title = f"event #{ev.index} {ev.kind.value} {ev.key} token={ev.token} {ev.detail} t={ev.time:.3f}s"
+        title = (
+            f"event #{ev.index} {ev.kind.value} {ev.key} token={ev.token} {ev.detail} {at(ev.time)}"
+        )
         if ev.kind is EventKind.SIDE_EFFECT:
             begin = ev.time - (ev.value or 0.0)
             shapes.append(
@@ -144,9 +156,8 @@ def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]
             shapes.append(
                 Shape("mark", x(ev.time), y(ev.process) + _LANE / 2, 0, 0, "pause", title)
             )
-    step = max(1.0, round(end / 10))
-    ticks = tuple((x(t * step), f"{t * step:g}s") for t in range(int(end // step) + 1))
-    return Lanes(tuple(names), tuple(shapes), _LEFT + _WIDTH + 20, height + 24, ticks)
+    ticks = tuple((x(t), label) for t, label in axis(history.epoch, end).ticks)
+    return Lanes(tuple(names), tuple(shapes), _LEFT + _WIDTH + 20, height + 24, ticks, _LEFT, scale)
 
 
 def _environment() -> jinja2.Environment:

@@ -13,7 +13,8 @@ Examples::
 ``--handler`` takes ``package.module:factory``, ``broken:NAME`` (an entry of
 the catalogue of broken handlers), ``exec:COMMAND`` (a handler in another
 process, in any language, over the protocol of ``docs/protocol.md``; one
-process per run, sent the simulated clock as each request's ``now``) or
+process per run, sent the simulated clock as each request's ``now``;
+``--exec COMMAND`` says the same, as for ``dsm verify``) or
 ``exec-tcp:HOST:PORT`` (a handler that is a server; ``--exec-tcp HOST:PORT``
 says the same).  ``--semantics`` judges by a library's declared semantics, as
 ``dsm verify --semantics`` does (default: the profile the factory declares,
@@ -47,17 +48,14 @@ from dsm_sim.simulator.bridge import (
 )
 from dsm_sim.simulator.parallel import MAX_JOBS, RunOutcome, run_plan
 from dsm_sim.simulator.run import DEFAULT_HANDLER, RunResult
+from dsm_sim.simulator.targets import EXEC_PREFIX, EXEC_TCP_PREFIX, resolve_handler
 from reference_engine.clock import ManualClock
 from reference_engine.errors import ConfigurationError, DsmError
-from reference_engine.handler import HandlerFactory
-from reference_engine.registry import build_handler, load_factory
+from reference_engine.registry import build_handler
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["configure", "main", "resolve_handler"]
 
-BROKEN_PREFIX = "broken:"
-EXEC_PREFIX = "exec:"
-EXEC_TCP_PREFIX = "exec-tcp:"
 #: The most seeds one ``--seeds`` may ask for (a scenario's own ``seeds`` has the same bound).
 MAX_SEEDS = 1000
 #: Real seconds a whole ``dsm run`` may take by default: a backstop, past any catalogue run
@@ -79,10 +77,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"handler factory, or broken:NAME from the catalogue (default {DEFAULT_HANDLER})",
     )
     parser.add_argument(
+        "--exec",
+        dest="exec_command",
+        metavar="COMMAND",
+        default=None,
+        help="run against a handler in another process, in any language, over the handler "
+        "protocol (docs/protocol.md), e.g. --exec 'node handlers/node/memory.js'; the same "
+        "as --handler 'exec:COMMAND'",
+    )
+    parser.add_argument(
         "--exec-tcp",
         metavar="HOST:PORT",
         default=None,
-        help="run against the handler server at this address (--handler exec-tcp:HOST:PORT)",
+        help="run against the handler server at this address; the same as "
+        "--handler exec-tcp:HOST:PORT",
     )
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument(
@@ -98,7 +106,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="run only this seed (replay)",
     )
     parser.add_argument(
-        "--report", type=Path, metavar="DIR", help="write HTML and JSON reports here"
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write each run's HTML and JSON reports here, and index.html: every run, its "
+        "verdict and a link to its page",
     )
     parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
     parser.add_argument(
@@ -106,7 +118,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         choices=[m.value for m in ClockMode],
         default=ClockMode.INJECTED.value,
         help="'system' pins the wall clock to the store clock with freezegun, for handlers "
-        "that read the wall clock (datetime.now) instead of the clock they are given",
+        "that read the wall clock (datetime.now) instead of the clock they are given "
+        "(default: injected, the clock they are given)",
     )
     parser.add_argument(
         "--jobs",
@@ -138,8 +151,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=positive_seconds(3600.0),
         default=None,
         metavar="SECONDS",
-        help="how long one real handler call may take, in real time, before the run is "
-        f"stopped as hung (default: ${CALL_TIMEOUT_ENV}, else {DEFAULT_CALL_TIMEOUT_S:g})",
+        help="how long one in-process handler call (open and close included) may take before "
+        f"it is reported as hung, which stops its run (default: ${CALL_TIMEOUT_ENV}, else "
+        f"{DEFAULT_CALL_TIMEOUT_S:g}; --exec handlers use $DSM_EXEC_TIMEOUT)",
     )
     parser.add_argument(
         "--max-wall",
@@ -152,29 +166,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "finished runs keep their reports, and the command exits 2 (1 if a run failed) "
         "naming the scenario and seed it stopped",
     )
-
-
-def resolve_handler(spec: str) -> HandlerFactory:
-    """``module:factory`` through the registry loader, ``broken:NAME`` from the catalogue,
-    or ``exec:COMMAND`` / ``exec-tcp:HOST:PORT`` for a handler out of process."""
-    if spec.startswith(EXEC_PREFIX):
-        from dsm_sim.protocol.client import exec_factory
-
-        return exec_factory(spec[len(EXEC_PREFIX) :])
-    if spec.startswith(EXEC_TCP_PREFIX):
-        from dsm_sim.protocol.client import tcp_factory
-
-        return tcp_factory(spec[len(EXEC_TCP_PREFIX) :])
-    if spec.startswith(BROKEN_PREFIX):
-        from dsm_sim.broken import CATALOGUE
-
-        name = spec[len(BROKEN_PREFIX) :]
-        if name not in CATALOGUE:
-            raise ConfigurationError(
-                f"unknown broken handler {name!r}; the catalogue has: {', '.join(sorted(CATALOGUE))}"
-            )
-        return CATALOGUE[name].factory
-    return load_factory(spec)
 
 
 def _unique(scenarios: list[Scenario]) -> list[Scenario]:
@@ -221,23 +212,39 @@ def _progress(
 
                 yield scenario, seed, advance
         return
-    total = len(plan)
+    scenarios = len({scenario.path for scenario, _ in plan})
+    print(f"{len(plan)} runs of {scenarios} scenario{'s' if scenarios != 1 else ''}:", file=out)
 
     def line(result: RunResult) -> None:
         verdict = "PASS" if result.passed else "FAIL"
-        print(f"{result.scenario.name} seed {result.seed} ({total} runs): {verdict}", file=out)
+        print(f"{result.scenario.name} seed {result.seed}: {verdict}", file=out)
 
     for scenario, seed in plan:
         yield scenario, seed, line
 
 
+def _prefixed(prefix: str, value: str | None) -> str | None:
+    """``--exec CMD`` is ``--handler exec:CMD``, ``--exec-tcp ADDRESS`` ``--handler exec-tcp:...``."""
+    return None if value is None else f"{prefix}{value}"
+
+
 def main(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    if getattr(args, "exec_tcp", None) is not None:
-        if args.handler != DEFAULT_HANDLER:
-            print("dsm run: give --handler or --exec-tcp, not both", file=err)
-            return 2
-        args.handler = f"{EXEC_TCP_PREFIX}{args.exec_tcp}"
+    given = [
+        (option, spec)
+        for option, spec in (
+            ("--handler", args.handler if args.handler != DEFAULT_HANDLER else None),
+            ("--exec", _prefixed(EXEC_PREFIX, getattr(args, "exec_command", None))),
+            ("--exec-tcp", _prefixed(EXEC_TCP_PREFIX, getattr(args, "exec_tcp", None))),
+        )
+        if spec is not None
+    ]
+    if len(given) > 1:
+        named = " and ".join(option for option, _ in given)
+        print(f"dsm run: give one of --handler, --exec and --exec-tcp, not {named}", file=err)
+        return 2
+    if given:
+        args.handler = given[0][1]
     if getattr(args, "call_timeout", None) is not None:
         # Through the environment, so the worker processes of --jobs bound their calls too.
         os.environ[CALL_TIMEOUT_ENV] = repr(args.call_timeout)
@@ -366,6 +373,8 @@ def main(args: argparse.Namespace) -> int:
                 print(f"  {invariant.name}: {violation.message}", file=out)
         replay = result.replay + (" --clock system" if system else "")
         print(f"  replay: {replay}", file=out)
+    if args.report is not None and not unwritten:
+        unwritten.extend(_write_index(results, stopped + hung + crashed, args.report))
     if args.junit is not None:
         from dsm_sim.reports.junit import write_junit
 
@@ -382,7 +391,7 @@ def main(args: argparse.Namespace) -> int:
         + (f"; {len(stopped)} stopped by a protocol error" if stopped else "")
         + (f"; {len(hung)} stopped by a hung handler call" if hung else "")
         + (f"; {len(crashed)} crashed in their worker process" if crashed else "")
-        + (f"; reports in {args.report}" if args.report is not None else ""),
+        + (f"; reports in {args.report / 'index.html'}" if args.report is not None else ""),
         file=out,
     )
     for error in unwritten:
@@ -435,6 +444,21 @@ def _out_of_time(max_wall: float, when: str, finished: int, planned: int) -> Wal
 
 def _reason(exc: OSError) -> str:
     return f"{exc.strerror or type(exc).__name__} ({type(exc).__name__})"
+
+
+def _write_index(
+    results: list[RunResult], stopped: list[str], directory: Path
+) -> list[ReportWriteError]:
+    """Write the ``index.html`` of the runs' reports; a failure is returned, as for a report."""
+    from dsm_sim.reports.index import INDEX, write_index
+
+    try:
+        write_index(results, directory, stopped)
+    except OSError as exc:
+        return [
+            ReportWriteError(option="--report", path=str(directory / INDEX), reason=_reason(exc))
+        ]
+    return []
 
 
 def _write_reports(result: RunResult, directory: Path) -> list[ReportWriteError]:

@@ -40,6 +40,7 @@ from dsm_sim.conformance.judge.semantics import SemanticsProfile
 from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.bridge import wall_deadline
 from dsm_sim.simulator.run import RunResult, run_scenario
+from dsm_sim.simulator.targets import resolve_handler
 from reference_engine.errors import ConfigurationError, DsmError
 from reference_engine.handler import HandlerFactory
 
@@ -154,8 +155,6 @@ def _factory(handler: str | bytes) -> HandlerFactory:
                     "<pickled factory>", f"{type(exc).__name__}: {exc}"
                 ) from None
         else:
-            from dsm_sim.simulator.cli import resolve_handler
-
             _FACTORIES[handler] = resolve_handler(handler)
     return _FACTORIES[handler]
 

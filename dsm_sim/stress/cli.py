@@ -67,38 +67,60 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--processes",
         type=bounded_int(1, MAX_PROCESSES),
         default=8,
+        metavar="N",
         help=f"OS processes, 1-{MAX_PROCESSES} (default 8)",
     )
     parser.add_argument(
         "--workers",
         type=bounded_int(1, MAX_WORKERS),
         default=4,
-        help=f"asyncio workers per process, 1-{MAX_WORKERS}",
+        metavar="N",
+        help=f"asyncio workers per process, 1-{MAX_WORKERS} (default 4)",
     )
     parser.add_argument(
-        "--keys", type=bounded_int(1, MAX_KEYS), default=200, help="distinct item keys"
+        "--keys",
+        type=bounded_int(1, MAX_KEYS),
+        default=200,
+        metavar="N",
+        help=f"distinct item keys, 1-{MAX_KEYS} (default 200)",
     )
     parser.add_argument(
         "--duplicates",
         type=bounded_int(1, MAX_DUPLICATES),
         default=3,
-        help="deliveries per key",
+        metavar="N",
+        help=f"deliveries per key, 1-{MAX_DUPLICATES} (default 3)",
     )
     parser.add_argument(
-        "--fail-rate", type=rate, default=0.05, help="share of side effects that raise, [0, 1)"
+        "--fail-rate",
+        type=rate,
+        default=0.05,
+        metavar="RATE",
+        help="share of side effects that raise, [0, 1) (default 0.05)",
     )
     parser.add_argument(
         "--lock-duration",
         type=positive_seconds(MAX_LOCK_S),
         default=1800.0,
-        help=f"lock duration in seconds, above 0 and at most {MAX_LOCK_S:g}",
+        metavar="SECONDS",
+        help=f"lock duration in seconds, above 0 and at most {MAX_LOCK_S:g} (default 1800, "
+        "i.e. 30 minutes; 5 with --broker)",
     )
-    parser.add_argument("--seed", type=bounded_int(-(2**63), 2**63 - 1), default=0)
+    parser.add_argument(
+        "--seed",
+        type=bounded_int(-(2**63), 2**63 - 1),
+        default=0,
+        metavar="N",
+        help="seed of the run's random choices: which side effects raise and, with --broker, "
+        "the extra publishes and the kills; the same seed makes the same choices, while the "
+        "interleaving of the processes stays the operating system's (default 0)",
+    )
     parser.add_argument(
         "--timeout",
         type=positive_seconds(MAX_TIMEOUT_S),
         default=600.0,
-        help=f"seconds before giving up, above 0 and at most {MAX_TIMEOUT_S:g}",
+        metavar="SECONDS",
+        help=f"seconds before giving up, above 0 and at most {MAX_TIMEOUT_S:g} (default 600)",
     )
     parser.add_argument(
         "--json",

@@ -9,7 +9,9 @@ as a record or a state that disagrees with the history.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import io
+import itertools
 import json
 import re
 from collections.abc import Mapping
@@ -18,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from reference_engine import cli
+from dsm_sim import cli
+from dsm_sim.reports.instants import wall
 
 pytestmark = pytest.mark.browser
 
@@ -40,7 +43,7 @@ def run_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
             ["run", str(SCENARIO), "--seed", str(SEED), "--handler", BROKEN, "--report", str(out)]
         )
     assert code == 1, "the broken handler must be caught, or there is no violation to follow"
-    (html,) = out.glob("*.html")
+    (html,) = (page for page in out.glob("*.html") if page.name != "index.html")
     (report,) = out.glob("*.json")
     return html, json.loads(report.read_text(encoding="utf-8"))
 
@@ -153,7 +156,7 @@ def test_the_scrubbed_instant_shows_the_records_and_state_of_the_json(
     forbidden = next(
         v
         for inv in report["invariants"]
-        if inv["name"] == "only_allowed_transitions"
+        if inv["name"] == "allowed_transitions_only"
         for v in inv["violations"]
     )
     bad = next(o for o in ops if o["index"] == forbidden["ops"][0])
@@ -333,9 +336,10 @@ def test_faults_are_marked_listed_and_jump_to_their_instant(
         + [("store_error", round(o["complete"], 6)) for o in store_errors]
     )
     assert sorted((k, round(t, 6)) for k, t in listed) == want
-    marks = page.execute_script(
-        "return document.querySelectorAll('#ex-overview line.fault').length"
-    )
+    # One time axis on the page: the run's swim lanes, with every fault marked on it.
+    assert page.find_element("id", "timeline").is_displayed()
+    assert not page.find_element("id", "ex-overview").is_displayed()
+    marks = page.execute_script("return document.querySelectorAll('#timeline line.fault').length")
     assert marks == len(want)
     jump = next(e for e in events if e["kind"] == "clock_jump")
     page.execute_script(
@@ -343,7 +347,19 @@ def test_faults_are_marked_listed_and_jump_to_their_instant(
     )
     assert page.execute_script("return window.dsmExplorer.state().t") == pytest.approx(jump["time"])
     shown = page.find_element("id", "ex-time").text
-    assert f"store clock {jump['time'] + jump['value']:.3f}" in shown
+    epoch = dt.datetime.fromisoformat(history["epoch"])
+    assert f": {wall(epoch, jump['time'])}" in shown
+    assert f"(store clock {wall(epoch, jump['time'] + jump['value'])})" in shown
+    # The cursor stands on the axis at that instant, inside the window the lanes show.
+    cursor = page.execute_script(
+        "var c = document.getElementById('ex-ov-cursor'), b = document.querySelector('#timeline .ex-window');"
+        "return [+c.getAttribute('x1'), +b.getAttribute('x'), +b.getAttribute('width'),"
+        " +document.getElementById('timeline').dataset.left,"
+        " +document.getElementById('timeline').dataset.scale];"
+    )
+    x, band_x, band_w, left, scale = cursor
+    assert x == pytest.approx(left + jump["time"] * scale, abs=0.1)
+    assert band_x <= x <= band_x + band_w
 
 
 def test_without_javascript_the_static_report_remains(
@@ -409,6 +425,7 @@ def test_the_demo_page_agrees_with_the_terminal_walk_through(
     scrub.send_keys(Keys.HOME)
     last = int(scrub.get_attribute("max"))
     seen: dict[str, dict[str, tuple[str, str]]] = {}
+    clocks: dict[str, set[str]] = {}
     for _ in range(last + 1):
         title = page.find_element("css selector", "#ex-narration h3").text
         seen[title] = {
@@ -416,7 +433,23 @@ def test_the_demo_page_agrees_with_the_terminal_walk_through(
             for key, (status, token) in shown_records(page).items()
             if status != "no record"
         }
+        # The instant is the demo's clock, as the narration says it; no step is marked.
+        clocks.setdefault(title, set()).add(page.find_element("id", "ex-time").text.split(": ")[1])
+        assert "NOT in the transition table" not in page.find_element("id", "ex-dg-edge").text
         scrub.send_keys(Keys.ARROW_RIGHT)
+    for title, shown in clocks.items():
+        step = printed.split(title, 1)[1].split("\nStep ", 1)[0]
+        narrated = set(re.findall(r"\[clock (\d\d:\d\d:\d\d)\]", step))
+        assert shown <= narrated | {"09:00:00"}, (title, shown, narrated)
+    # Its one time axis: the explorer's own, labelled with the page's evenly spaced ticks.
+    assert page.find_element("id", "ex-overview").is_displayed()
+    labels = page.execute_script(
+        "return Array.from(document.querySelectorAll('#ex-overview text.tick'))"
+        ".map(function (t) { return [+t.getAttribute('x'), t.textContent]; });"
+    )
+    assert [label for _, label in labels][:3] == ["09:00:00", "09:05:00", "09:10:00"]
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(labels)]
+    assert max(gaps) - min(gaps) < 0.2
     compared = [title for title in tables if title in seen]
     assert len(compared) >= 5, (list(tables), list(seen))
     for title in compared:

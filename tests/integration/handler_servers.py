@@ -25,7 +25,7 @@ _ANNOUNCED = re.compile(r"listening on (127\.0\.0\.1:\d+)")
 
 def dsm_serve_command(factory: str) -> list[str]:
     """``dsm serve --tcp`` of ``factory`` on a free loopback port."""
-    return [sys.executable, "-m", "reference_engine.cli", "serve", "--tcp", "127.0.0.1:0", factory]
+    return [sys.executable, "-m", "dsm_sim.cli", "serve", "--tcp", "127.0.0.1:0", factory]
 
 
 @contextlib.contextmanager

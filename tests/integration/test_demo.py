@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from reference_engine import cli, demo
+from dsm_sim import cli
+from dsm_sim.teaching import demo
+from dsm_sim.teaching.demo_render import abbreviate, flatten_data, render_table
 from reference_engine.clock import Clock
-from reference_engine.demo_render import abbreviate, flatten_data, render_table
 from reference_engine.handlers.sql.engine import create_engine_for, drop_pg_schema
 from reference_engine.handlers.sql.factory import sql_handler
 from reference_engine.handlers.sql.handler import SqlStateHandler

@@ -384,7 +384,7 @@ def test_a_process_started_ahead_never_misses_a_change_of_environment(
 
 
 def test_verify_refuses_a_command_that_does_not_start(capsys: pytest.CaptureFixture[str]) -> None:
-    from reference_engine.cli import main
+    from dsm_sim.cli import main
 
     code = main(["verify", "--exec", "/nonexistent/handler-binary", "--profile", "dev"])
     assert code == 2
@@ -394,7 +394,7 @@ def test_verify_refuses_a_command_that_does_not_start(capsys: pytest.CaptureFixt
 def test_verify_quotes_a_dying_process_with_its_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from reference_engine.cli import main
+    from dsm_sim.cli import main
 
     script = tmp_path / "fake_handler.py"
     script.write_text(FAKE, encoding="utf-8")
@@ -417,7 +417,7 @@ def test_memory_handler_served_over_the_protocol_passes_the_kit() -> None:
     # The whole dev budget runs against one "dsm serve --tcp" process (same server
     # code, no process start per test case) in test_protocol_harness.py; here the
     # stdin/stdout transport of "dsm serve" gets a few test cases of its own.
-    command = [sys.executable, "-m", "reference_engine.cli", "serve"]
+    command = [sys.executable, "-m", "dsm_sim.cli", "serve"]
     command.append("reference_engine.handlers.memory:in_memory_handler")
     report = verify(exec_factory(command), profile="dev", seed=0, max_examples=4)
     _assert_passed(report)
@@ -426,7 +426,7 @@ def test_memory_handler_served_over_the_protocol_passes_the_kit() -> None:
 
 def test_node_handler_passes_the_kit(capsys: pytest.CaptureFixture[str]) -> None:
     node = _need("node")
-    from reference_engine.cli import main
+    from dsm_sim.cli import main
 
     code = main(["verify", "--exec", f"{node} {NODE_HANDLER}", "--profile", "dev", "--seed", "0"])
     out = capsys.readouterr().out

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -30,6 +31,7 @@ from pathlib import Path
 import pytest
 from handler_servers import dsm_serve_command, serving
 
+from dsm_sim.cli import main
 from dsm_sim.conformance.runner import verify
 from dsm_sim.protocol.client import exec_factory, parse_address, tcp_factory
 from dsm_sim.protocol.replay import read_replay, replay
@@ -37,7 +39,6 @@ from dsm_sim.protocol.schema import problem
 from dsm_sim.scenario import load_scenarios
 from dsm_sim.simulator.clock import DEFAULT_EPOCH
 from dsm_sim.simulator.run import run_scenario
-from reference_engine.cli import main
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import ConfigurationError
 from reference_engine.status import IdempotencyStatus
@@ -48,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NODE_HANDLER = ROOT / "handlers" / "node" / "memory.js"
 SERVED = "reference_engine.handlers.memory:in_memory_handler"
 INSTANCE_LOCKED = "dsm_sim.broken.instances:RemoteInstanceLockedAcquire"
-SERVE = [sys.executable, "-m", "reference_engine.cli", "serve"]
+SERVE = [sys.executable, "-m", "dsm_sim.cli", "serve"]
 CTX = StateHandlerContext(
     scope_id=4,
     scope_code="Element",
@@ -102,7 +103,7 @@ def test_node_handler_without_fencing_fails_the_scenario(
     code = main(["run", str(SLOW_WORKER), "--seed", "1", "--handler", spec])
     out = capsys.readouterr().out
     assert code == 1, out
-    assert "fencing_rejects_stale_writes" in out
+    assert "stale_write_rejected" in out
     assert "stale write accepted" in out
     assert f"--handler '{spec}'" in out  # the replay line pastes into a shell
 
@@ -147,6 +148,18 @@ def test_a_silent_handler_in_the_simulator_is_a_named_timeout(
         "HandlerTimeoutError: the handler process did not answer request 2 (get"
     ) in out
     assert "0/0 runs kept every invariant; 1 stopped by a protocol error" in out
+
+
+def test_dsm_run_takes_exec_as_dsm_verify_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """``dsm run --exec CMD`` is ``dsm run --handler exec:CMD``: same runs, same replay line."""
+    command = shlex.join([*SERVE, SERVED])
+    target = [str(SLOW_WORKER), "--seed", "1"]
+    assert main(["run", *target, "--handler", f"exec:{command}"]) == 0
+    long_form = capsys.readouterr().out
+    assert main(["run", *target, "--exec", command]) == 0
+    assert capsys.readouterr().out == long_form
+    assert main(["run", *target, "--exec", command, "--handler", "broken:no_fencing"]) == 2
+    assert "not --handler and --exec" in capsys.readouterr().err
 
 
 # --- --exec-tcp ------------------------------------------------------------------------------

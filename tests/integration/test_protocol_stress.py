@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from dsm_sim.cli import main
 from dsm_sim.protocol.errors import SharedStoreRequiredError
 from dsm_sim.stress import StressReport, StressSettings, run_stress
 from dsm_sim.stress.factories import ExecStressFactory
-from reference_engine.cli import main
 from reference_engine.errors import ConfigurationError
 
 pytestmark = pytest.mark.integration
 
-SERVE = shlex.join([sys.executable, "-m", "reference_engine.cli", "serve"])
+SERVE = shlex.join([sys.executable, "-m", "dsm_sim.cli", "serve"])
 SHARED_SQL = f"exec:{SERVE} --shared-store dsm_sim.stress.factories:stress_sql_handler"
 SHARED_BROKEN = (
     f"exec:{SERVE} --shared-store dsm_sim.stress.factories:stress_check_then_insert_handler"

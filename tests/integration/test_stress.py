@@ -131,7 +131,7 @@ def test_check_then_insert_acquire_is_caught_on_postgres(postgres_url: str) -> N
     # Durable evidence and the checker agree: a key was charged twice.
     assert report.duplicate_keys
     assert not verdicts["no_duplicate_side_effect"]
-    assert not verdicts["single_live_lock"]
+    assert not verdicts["at_most_one_live_lock"]
 
 
 @pytest.mark.mariadb
@@ -248,7 +248,7 @@ def _verdicts(history: History) -> dict[str, InvariantResult]:
 
 def test_a_stale_write_proven_by_the_wall_clock_stays_a_violation() -> None:
     # The release starts after token 2 was handed out: provably stale, and accepted.
-    result = _verdicts(_fencing_history((4.5, 5.0)))["fencing_rejects_stale_writes"]
+    result = _verdicts(_fencing_history((4.5, 5.0)))["stale_write_rejected"]
     assert not result.passed
     assert "stale write accepted" in result.violations[0].message
 
@@ -258,7 +258,7 @@ def test_a_write_concurrent_with_the_takeover_is_not_proven_stale() -> None:
     # and in that order every write is allowed.
     results = _verdicts(_fencing_history((2.0, 5.0)))
     assert [name for name, r in results.items() if not r.passed] == []
-    notes = results["only_allowed_transitions"].notes
+    notes = results["allowed_transitions_only"].notes
     assert any("explains every observation" in note for note in notes)
 
 

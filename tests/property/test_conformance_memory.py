@@ -121,7 +121,7 @@ def test_cli_bad_factory_path_is_a_usage_error(
 
 
 def test_dsm_console_script_dispatches_verify() -> None:
-    from reference_engine.cli import main
+    from dsm_sim.cli import main
 
     assert main(["verify", MEMORY, "--profile", "dev", "--seed", "1"]) == 0
 

@@ -122,7 +122,7 @@ def _launcher(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     script = bin_dir / "dsm.py"
-    script.write_text("from reference_engine.cli import main\nraise SystemExit(main())\n")
+    script.write_text("from dsm_sim.cli import main\nraise SystemExit(main())\n")
     return script
 
 

@@ -117,24 +117,25 @@ def test_clean_history_keeps_every_invariant() -> None:
     assert [r.name for r in results if not r.passed] == []
     assert {r.name for r in results} >= {
         "no_duplicate_side_effect",
-        "single_live_lock",
-        "fencing_rejects_stale_writes",
-        "only_allowed_transitions",
-        "exists_agrees_with_writes",
-        "sweep_spares_live_locks",
+        "at_most_one_live_lock",
+        "stale_write_rejected",
+        "allowed_transitions_only",
+        "exists_agrees_with_model",
+        "sweep_only_expired",
+        "errors_agree_with_model",
         "terminal_within_deadline",
         "no_record_lost",
     }
 
 
-# --- single live lock ------------------------------------------------------------------------
+# --- one live lock ---------------------------------------------------------------------------
 
 
 def test_second_acquire_during_live_lock_is_a_violation() -> None:
     b = Builder()
     first = b.acquire("w1", 0.0, 1)
     second = b.acquire("w2", 10.0, 2)
-    result = checker.single_live_lock(b.history())
+    result = checker.at_most_one_live_lock(b.history())
     assert not result.passed
     assert result.violations[0].ops == (first, second)
     assert "two live locks" in result.violations[0].message
@@ -144,7 +145,7 @@ def test_acquire_after_expiry_is_allowed() -> None:
     b = Builder()
     b.acquire("w1", 0.0, 1)
     b.acquire("w2", LOCK + 0.5, 2)
-    assert checker.single_live_lock(b.history()).passed
+    assert checker.at_most_one_live_lock(b.history()).passed
 
 
 def test_acquire_after_holder_released_is_allowed() -> None:
@@ -152,14 +153,14 @@ def test_acquire_after_holder_released_is_allowed() -> None:
     b.acquire("w1", 0.0, 1)
     b.op("w1", OpName.RELEASE_LOCK_AS_FAILED, 5.0, token=1)
     b.acquire("w2", 10.0, 2)
-    assert checker.single_live_lock(b.history()).passed
+    assert checker.at_most_one_live_lock(b.history()).passed
 
 
 def test_reused_token_is_a_violation() -> None:
     b = Builder()
     b.acquire("w1", 0.0, 1)
     b.acquire("w2", LOCK + 5, 1)
-    result = checker.single_live_lock(b.history())
+    result = checker.at_most_one_live_lock(b.history())
     assert not result.passed
     assert "handed out twice" in result.violations[0].message
 
@@ -171,7 +172,7 @@ def test_backwards_clock_makes_a_takeover_a_violation() -> None:
     # Complete later on the timeline, but the store clock reads earlier.
     index = b.rec.invoke("w2", OpName.TRY_ACQUIRE_LOCK, K, 119.0, execution="w2-x1")
     b.rec.complete(index, Outcome.OK, 120.0, result=2, store_time=50.0, token=2)
-    assert not checker.single_live_lock(b.history()).passed
+    assert not checker.at_most_one_live_lock(b.history()).passed
 
 
 def test_wall_clock_overlap_is_only_flagged_when_certain() -> None:
@@ -181,14 +182,14 @@ def test_wall_clock_overlap_is_only_flagged_when_certain() -> None:
     uncertain.rec.complete(i, Outcome.OK, 1.0, result=1, token=1)
     j = uncertain.rec.invoke("w2", OpName.TRY_ACQUIRE_LOCK, K, 0.5, execution="b")
     uncertain.rec.complete(j, Outcome.OK, LOCK + 2.0, result=2, token=2)
-    assert checker.single_live_lock(uncertain.history()).passed
+    assert checker.at_most_one_live_lock(uncertain.history()).passed
 
     certain = Builder()
     i = certain.rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, 0.0, execution="a")
     certain.rec.complete(i, Outcome.OK, 1.0, result=1, token=1)
     j = certain.rec.invoke("w2", OpName.TRY_ACQUIRE_LOCK, K, 2.0, execution="b")
     certain.rec.complete(j, Outcome.OK, 3.0, result=2, token=2)
-    assert not checker.single_live_lock(certain.history()).passed
+    assert not checker.at_most_one_live_lock(certain.history()).passed
 
 
 # --- side effects ----------------------------------------------------------------------------
@@ -293,7 +294,7 @@ def test_stale_write_accepted_after_sweep_is_a_violation() -> None:
     acquire = b.acquire("w1", 0.0, 1)
     sweep = b.sweep(70.0)
     write = b.done("w1", 80.0, 1)
-    result = checker.fencing_rejects_stale_writes(b.history())
+    result = checker.stale_write_rejected(b.history())
     assert not result.passed
     assert result.violations[0].ops == (acquire, sweep, write)
 
@@ -303,7 +304,7 @@ def test_stale_write_rejected_after_takeover_is_noted() -> None:
     b.acquire("w1", 0.0, 1)
     b.acquire("w2", 70.0, 2)
     b.done("w1", 80.0, 1, outcome=Outcome.FAIL, error="StaleLockError")
-    result = checker.fencing_rejects_stale_writes(b.history())
+    result = checker.stale_write_rejected(b.history())
     assert result.passed
     assert "fencing rejected" in result.notes[0]
 
@@ -313,7 +314,7 @@ def test_own_write_after_expiry_without_sweep_is_accepted() -> None:
     b = Builder()
     b.acquire("w1", 0.0, 1)
     b.done("w1", LOCK + 30, 1)
-    assert checker.fencing_rejects_stale_writes(b.history()).passed
+    assert checker.stale_write_rejected(b.history()).passed
 
 
 # --- transitions -----------------------------------------------------------------------------
@@ -322,7 +323,7 @@ def test_own_write_after_expiry_without_sweep_is_accepted() -> None:
 def test_acquire_over_processed_is_a_forbidden_transition() -> None:
     b = _happy()
     late = b.acquire("w3", 200.0, 2)
-    result = checker.only_allowed_transitions(b.history())
+    result = checker.allowed_transitions_only(b.history())
     assert not result.passed
     assert result.violations[0].ops == (late,)
     assert "Processed -> Processing" in result.violations[0].message
@@ -334,7 +335,7 @@ def test_retry_of_failed_item_is_allowed() -> None:
     b.op("w1", OpName.RELEASE_LOCK_AS_FAILED, 1.0, token=1)
     b.acquire("w2", 2.0, 2)
     b.done("w2", 3.0, 2)
-    assert checker.only_allowed_transitions(b.history()).passed
+    assert checker.allowed_transitions_only(b.history()).passed
 
 
 def test_unknown_outcome_suspends_the_transition_check() -> None:
@@ -342,7 +343,7 @@ def test_unknown_outcome_suspends_the_transition_check() -> None:
     b.acquire("w1", 0.0, 1)
     b.done("w1", 1.0, 1, outcome=Outcome.INFO, error="StoreError")
     b.op("w1", OpName.RELEASE_LOCK_AS_FAILED, 2.0, token=1)
-    assert checker.only_allowed_transitions(b.history()).passed
+    assert checker.allowed_transitions_only(b.history()).passed
 
 
 # --- reads -----------------------------------------------------------------------------------
@@ -351,7 +352,7 @@ def test_unknown_outcome_suspends_the_transition_check() -> None:
 def test_exists_true_for_unwritten_key_is_a_violation() -> None:
     b = Builder()
     read = b.op("w1", OpName.EXISTS, 1.0, result=True)
-    result = checker.exists_agrees_with_writes(b.history())
+    result = checker.exists_agrees_with_model(b.history())
     assert not result.passed
     assert result.violations[0].ops == (read,)
 
@@ -360,14 +361,14 @@ def test_exists_true_while_processing_is_a_violation() -> None:
     b = Builder()
     b.acquire("w1", 0.0, 1)
     b.op("w2", OpName.EXISTS, 1.0, result=True)
-    assert not checker.exists_agrees_with_writes(b.history()).passed
+    assert not checker.exists_agrees_with_model(b.history()).passed
 
 
 def test_exists_after_expired_lock_reads_as_not_done() -> None:
     b = Builder()
     b.acquire("w1", 0.0, 1)
     b.op("w2", OpName.EXISTS, LOCK + 5, result=False)
-    assert checker.exists_agrees_with_writes(b.history()).passed
+    assert checker.exists_agrees_with_model(b.history()).passed
 
 
 # --- sweeps ----------------------------------------------------------------------------------
@@ -377,7 +378,7 @@ def test_sweep_resetting_a_live_lock_is_a_violation() -> None:
     b = Builder()
     acquire = b.acquire("w1", 0.0, 1)
     sweep = b.sweep(30.0)
-    result = checker.sweep_spares_live_locks(b.history())
+    result = checker.sweep_only_expired(b.history())
     assert not result.passed
     assert result.violations[0].ops == (acquire, sweep)
 
@@ -386,7 +387,7 @@ def test_sweep_of_an_expired_lock_is_fine() -> None:
     b = Builder()
     b.acquire("w1", 0.0, 1)
     b.sweep(LOCK + 1)
-    assert checker.sweep_spares_live_locks(b.history()).passed
+    assert checker.sweep_only_expired(b.history()).passed
 
 
 def test_holder_fenced_off_while_live_is_a_violation() -> None:
@@ -394,7 +395,7 @@ def test_holder_fenced_off_while_live_is_a_violation() -> None:
     b = Builder()
     b.acquire("w1", 0.0, 1)
     write = b.done("w1", 10.0, 1, outcome=Outcome.FAIL, error="StaleLockError")
-    result = checker.sweep_spares_live_locks(b.history())
+    result = checker.errors_agree_with_model(b.history())
     assert not result.passed
     assert write in result.violations[0].ops
 
@@ -405,7 +406,8 @@ def test_fenced_after_recorded_sweep_and_backwards_clock_is_not_a_lost_lock() ->
     b.sweep(120.0)
     index = b.rec.invoke("w1", OpName.SET, K, 146.0, token=1, status="processed", execution="w1-x1")
     b.rec.complete(index, Outcome.FAIL, 146.1, error="StaleLockError", store_time=109.0)
-    assert checker.sweep_spares_live_locks(b.history()).passed
+    assert checker.errors_agree_with_model(b.history()).passed
+    assert checker.sweep_only_expired(b.history()).passed
 
 
 # --- liveness --------------------------------------------------------------------------------
@@ -544,9 +546,9 @@ def _release_races_takeover(release: tuple[float, float], *, store: bool = False
 
 
 ORDER_DEPENDENT = (
-    "fencing_rejects_stale_writes",
-    "only_allowed_transitions",
-    "exists_agrees_with_writes",
+    "stale_write_rejected",
+    "allowed_transitions_only",
+    "exists_agrees_with_model",
 )
 
 
@@ -556,7 +558,7 @@ def test_overlapping_writes_stamped_out_of_completion_order_are_no_violation() -
     assert checker.is_wall_clock(wall)
     results = {r.name: r for r in checker.check_history(wall)}
     assert [name for name, r in results.items() if not r.passed] == []
-    transitions = results["only_allowed_transitions"]
+    transitions = results["allowed_transitions_only"]
     assert any("explains every observation" in note for note in transitions.notes)
 
     # The same calls stamped at completion (the simulator's reading) break all three.
@@ -570,11 +572,11 @@ def test_stale_write_after_a_provably_earlier_takeover_is_a_violation() -> None:
     """Token 2 was handed out before the release with token 1 was even invoked."""
     b = _release_races_takeover((4.5, 6.0))
     results = {r.name: r for r in checker.check_history(b.history())}
-    fencing = results["fencing_rejects_stale_writes"]
+    fencing = results["stale_write_rejected"]
     assert not fencing.passed
     assert "stale write accepted" in fencing.violations[0].message
     assert fencing.violations[0].ops == (0, 2, 1)
-    transitions = results["only_allowed_transitions"]
+    transitions = results["allowed_transitions_only"]
     assert not transitions.passed
     assert "no order of the overlapping calls explains it" in transitions.violations[0].message
 
@@ -586,7 +588,7 @@ def test_too_many_overlapping_writes_give_a_note_not_a_violation(
     b = _release_races_takeover((2.0, 30.0))
     for n in range(upserts):
         _window(b, f"u{n}", OpName.UPSERT, 2.5, 29.0)
-    result = checker.only_allowed_transitions(b.history())
+    result = checker.allowed_transitions_only(b.history())
     assert result.passed
     flagged = [note for note in result.notes if note.startswith(checker.UNPROVEN)]
     assert bool(flagged) is unproven
@@ -741,10 +743,10 @@ def _tie_at_the_store(*, store_order: bool) -> History:
 
 
 def test_calls_at_one_instant_are_judged_in_the_order_the_store_ran_them() -> None:
-    assert checker.only_allowed_transitions(_tie_at_the_store(store_order=True)).passed
+    assert checker.allowed_transitions_only(_tie_at_the_store(store_order=True)).passed
     # Without the store's order the tie falls back to invocation order, which
     # replays the upsert before the sweep and misreads the later sweep.
-    result = checker.only_allowed_transitions(_tie_at_the_store(store_order=False))
+    result = checker.allowed_transitions_only(_tie_at_the_store(store_order=False))
     assert not result.passed
     assert "Expired -> Expired" in result.violations[0].message
 
@@ -753,4 +755,4 @@ def test_the_store_order_survives_the_json_history() -> None:
     history = _tie_at_the_store(store_order=True)
     again = History.from_json(history.to_json())
     assert [op.seq for op in again.ops] == [op.seq for op in history.ops]
-    assert checker.only_allowed_transitions(again).passed
+    assert checker.allowed_transitions_only(again).passed

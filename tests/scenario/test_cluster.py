@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from run_outputs import files_under
 
+from dsm_sim.cli import main as dsm
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.distributed import ClusterUnavailableError, run_plan_on_cluster
 from dsm_sim.simulator.parallel import run_plan
-from reference_engine.cli import main as dsm
 
 try:
     import distributed  # noqa: F401
@@ -62,7 +62,7 @@ def test_a_local_cluster_gives_byte_identical_stdout_reports_and_exit_code(
     assert "FAIL slow-worker seed" in serial_out
     assert cluster_code == serial_code
     assert cluster_out == serial_out
-    assert sorted(cluster_files) == sorted(serial_files) and len(serial_files) == 9
+    assert sorted(cluster_files) == sorted(serial_files) and len(serial_files) == 10
     for name, content in serial_files.items():
         assert cluster_files[name] == content, f"{name} differs between serial and the cluster"
 

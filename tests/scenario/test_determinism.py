@@ -99,7 +99,7 @@ def test_failing_run_prints_seed_and_replay_command(
     assert "FAIL slow-worker seed 2" in out
     assert "replay: dsm run " in out and "--seed 2 --handler broken:no_fencing" in out
     xml = junit.read_text(encoding="utf-8")
-    assert "<failure" in xml and "fencing_rejects_stale_writes" in xml
+    assert "<failure" in xml and "stale_write_rejected" in xml
 
 
 def test_unknown_handler_is_a_usage_error(

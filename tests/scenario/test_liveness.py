@@ -17,10 +17,10 @@ import pytest
 
 from dsm_sim import checker
 from dsm_sim.checker.liveness import REASONS_META
+from dsm_sim.cli import main as dsm
 from dsm_sim.history import EventKind, History, HistoryRecorder, OpName, Outcome
 from dsm_sim.scenario import ScenarioError, load_scenario, parse_scenario
 from dsm_sim.simulator.run import run_scenario
-from reference_engine.cli import main as dsm
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import StoreError

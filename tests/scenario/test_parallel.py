@@ -14,9 +14,9 @@ import crashing_handler
 import pytest
 from run_outputs import files_under
 
+from dsm_sim.cli import main as dsm
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.parallel import UnpicklableFactoryError, run_plan
-from reference_engine.cli import main as dsm
 from reference_engine.handlers.memory import in_memory_handler
 
 pytestmark = pytest.mark.scenario
@@ -56,12 +56,12 @@ def test_two_jobs_give_byte_identical_stdout_reports_and_exit_code(
     parallel_files = files_under(tmp_path / "out")
 
     assert serial_code == 1, "the broken handler must fail slow-worker, or nothing is compared"
-    assert "duplicate-storm seed 1 (4 runs): PASS" in serial_out
+    assert "duplicate-storm seed 1: PASS" in serial_out
     assert "FAIL slow-worker seed" in serial_out
     assert parallel_code == serial_code
     assert parallel_out == serial_out
     assert sorted(parallel_files) == sorted(serial_files)
-    assert len(serial_files) == 9  # 4 runs x (HTML + JSON) + JUnit
+    assert len(serial_files) == 10  # 4 runs x (HTML + JSON) + the index + JUnit
     for name, content in serial_files.items():
         assert parallel_files[name] == content, f"{name} differs between --jobs 1 and --jobs 2"
 
@@ -102,7 +102,7 @@ def test_a_worker_process_that_dies_is_reported_for_its_runs_and_the_rest_comple
         assert (
             f"FAIL dies seed {seed}: the worker process running it died (killed by SIGSEGV)" in out
         )
-        assert f"lives seed {seed} (4 runs): PASS" in out
+        assert f"lives seed {seed}: PASS" in out
     assert f"dsm run {dying} --seed 1" in out, "the crash must say how to replay it"
     assert out.rstrip().endswith("2/2 runs kept every invariant; 2 crashed in their worker process")
 

@@ -40,10 +40,10 @@ REACH: dict[str, tuple[HandlerFactory, str, frozenset[str]]] = {
         "correction-upserts",
         frozenset({"upsert_keeps_history"}),
     ),
-    "distinct_keys_distinct_records": (
+    "key_identity": (
         lb.StripsAndLowercasesKeys,
         "tenants-and-keys",
-        frozenset({"distinct_keys_distinct_records"}),
+        frozenset({"key_identity"}),
     ),
     "tenant_isolation": (
         lb.KeysWithoutTenant,
@@ -68,7 +68,7 @@ REACH: dict[str, tuple[HandlerFactory, str, frozenset[str]]] = {
     "at_most_one_live_lock": (
         lb.InclusiveExpiry,
         "time-grid",
-        frozenset({"at_most_one_live_lock", "single_live_lock"}),
+        frozenset({"at_most_one_live_lock"}),
     ),
     "record_agrees_with_model": (
         lb.RetentionFromFirstWrite,
@@ -83,7 +83,7 @@ REACH: dict[str, tuple[HandlerFactory, str, frozenset[str]]] = {
     "exists_agrees_with_model": (
         lb.ExistsTrueForExpiredLock,
         "short-locks",
-        frozenset({"exists_agrees_with_model", "exists_agrees_with_writes"}),
+        frozenset({"exists_agrees_with_model"}),
     ),
 }
 

@@ -150,7 +150,7 @@ def test_slow_worker_shows_fencing_at_work() -> None:
     result = run_scenario(_scenario(SCENARIOS / "slow-worker.toml"), 2)
     assert result.passed
     effects = next(r for r in result.results if r.name == "no_duplicate_side_effect")
-    fencing = next(r for r in result.results if r.name == "fencing_rejects_stale_writes")
+    fencing = next(r for r in result.results if r.name == "stale_write_rejected")
     assert any("fencing rejected the stale set" in note for note in effects.notes)
     assert fencing.notes
 

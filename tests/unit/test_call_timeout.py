@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dsm_sim.cli import main as dsm_main
 from dsm_sim.conformance.execute.loop import (
     DEFAULT_CALL_TIMEOUT_S,
     CallTimeoutError,
@@ -22,7 +23,6 @@ from dsm_sim.conformance.execute.loop import (
 )
 from dsm_sim.conformance.runner import ResultStatus, verify
 from dsm_sim.simulator.bridge import CALL_TIMEOUT_ENV
-from reference_engine.cli import main as dsm_main
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import ConfigurationError
@@ -195,14 +195,14 @@ def test_a_bad_call_timeout_is_a_configuration_error(bad: object) -> None:
 
 
 class _Options:
-    """The one option ``pytest_configure`` reads, as a pytest config would answer it."""
+    """``--dsm-call-timeout`` as a pytest config would answer it; no other option given."""
 
     def __init__(self, value: str | None) -> None:
         self.value = value
 
     def getoption(self, name: str, default: object = None) -> object:
-        assert name == "--dsm-call-timeout"
-        return self.value
+        assert name.startswith("--dsm-"), name
+        return self.value if name == "--dsm-call-timeout" else default
 
 
 def test_the_pytest_option_sets_the_default_of_every_run() -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from dsm_sim import cli
 from dsm_sim.stress.settings import StressSettings
 from dsm_sim.stress.verdict import exit_code
-from reference_engine import cli
 from reference_engine.errors import StoreError
 
 pytestmark = pytest.mark.unit
@@ -169,12 +169,12 @@ def test_a_missing_method_is_named(capsys: pytest.CaptureFixture[str], here: Pat
 def test_an_unnamed_exception_is_a_bug_with_its_traceback(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reference_engine.diagram
+    import dsm_sim.teaching.diagram
 
     def crash(args: object) -> int:
         raise RuntimeError("unexpected")
 
-    monkeypatch.setattr(reference_engine.diagram, "main", crash)
+    monkeypatch.setattr(dsm_sim.teaching.diagram, "main", crash)
     code, out, err = dsm(capsys, "diagram")
     assert (code, out) == (cli.EXIT_BUG, "")
     assert "Traceback" in err and "RuntimeError: unexpected" in err
@@ -184,24 +184,24 @@ def test_an_unnamed_exception_is_a_bug_with_its_traceback(
 def test_a_named_error_escaping_a_command_is_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reference_engine.diagram
+    import dsm_sim.teaching.diagram
 
     def refuse(args: object) -> int:
         raise StoreError("the store went away")
 
-    monkeypatch.setattr(reference_engine.diagram, "main", refuse)
+    monkeypatch.setattr(dsm_sim.teaching.diagram, "main", refuse)
     assert dsm(capsys, "diagram") == (2, "", "dsm diagram: the store went away\n")
 
 
 def test_ctrl_c_exits_130_quietly(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reference_engine.diagram
+    import dsm_sim.teaching.diagram
 
     def interrupted(args: object) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(reference_engine.diagram, "main", interrupted)
+    monkeypatch.setattr(dsm_sim.teaching.diagram, "main", interrupted)
     assert dsm(capsys, "diagram") == (130, "", "")
 
 
@@ -386,7 +386,7 @@ def test_max_wall_stops_the_run_names_it_and_keeps_what_finished(
         "reports",
     )
     assert code == 2
-    assert "tiny seed 1 (2 runs): PASS" in out
+    assert "tiny seed 1: PASS" in out
     assert "1/1 runs kept every invariant" in out
     assert "dsm run: WallClockLimitError: --max-wall 3s of real time expired while running " in err
     assert "tiny seed 2; 1 of 2 runs finished" in err

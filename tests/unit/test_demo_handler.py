@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_engine import cli
+from dsm_sim import cli
 
 pytestmark = pytest.mark.unit
 

@@ -14,11 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from reference_engine import cli, diagram
-from reference_engine.clock import UTC
-from reference_engine.config import HandlerConfig
-from reference_engine.context import StateHandlerContext
-from reference_engine.diagram import (
+from dsm_sim import cli
+from dsm_sim.teaching import diagram
+from dsm_sim.teaching.diagram import (
     EXPIRED_LOCK,
     EXPIRED_LOCK_ONLY,
     OPERATIONS,
@@ -28,6 +26,9 @@ from reference_engine.diagram import (
     labelled_state_diagram,
     transition_table_markdown,
 )
+from reference_engine.clock import UTC
+from reference_engine.config import HandlerConfig
+from reference_engine.context import StateHandlerContext
 from reference_engine.model import ReferenceModel, effective_status
 from reference_engine.status import TRANSITIONS, IdempotencyStatus
 
@@ -60,7 +61,7 @@ def edges() -> list[tuple[str, str, str]]:
 def test_every_transition_of_the_table_has_an_operation_and_no_other_pair_has_one() -> None:
     allowed = {(s, t) for s, targets in TRANSITIONS.items() for t in targets}
     unlabelled = sorted(f"{s.label} -> {t.label}" for s, t in allowed - set(OPERATIONS))
-    assert not unlabelled, f"label these transitions in reference_engine/diagram.py: {unlabelled}"
+    assert not unlabelled, f"label these transitions in dsm_sim/teaching/diagram.py: {unlabelled}"
     assert set(OPERATIONS) <= allowed, "an operation is labelled on a forbidden transition"
     assert all(OPERATIONS[pair] for pair in allowed)
 

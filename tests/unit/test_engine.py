@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from dsm_sim.teaching.demo import DEMO_WORKFLOW
 from reference_engine.clock import UTC, Clock, ManualClock
-from reference_engine.demo import DEMO_WORKFLOW
 from reference_engine.engine.definitions import Element
 from reference_engine.engine.executor import (
     BaseNodeExecutor,

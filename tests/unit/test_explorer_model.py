@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from dsm_sim import cli
 from dsm_sim.history import History, Op, OpName, Outcome, RecordView
 from dsm_sim.reports.explorer import explorer_view
-from dsm_sim.reports.explorer.diagram import INITIAL, resolve_edge, state_diagram
+from dsm_sim.reports.explorer.diagram import INITIAL, state_diagram
 from dsm_sim.reports.explorer.model import explorer_data
-from reference_engine import cli
-from reference_engine.diagram import EXPIRED_LOCK
+from dsm_sim.reports.explorer.transitions import resolve_edge
+from dsm_sim.teaching.diagram import EXPIRED_LOCK
 from reference_engine.status import TRANSITIONS, IdempotencyStatus
 
 pytestmark = pytest.mark.unit
@@ -83,7 +84,9 @@ def test_the_demo_prints_the_same_walk_through_with_html(
     plain = capsys.readouterr().out
     page = tmp_path / "walk.html"
     assert cli.main(["demo", "invoice", "--handler", handler, "--html", str(page)]) == 0
-    assert capsys.readouterr().out == plain
+    printed = capsys.readouterr()
+    assert printed.out == plain, "the narration is the same with --html"
+    assert printed.err == f"dsm demo: explorer page written to {page}\n"
     text = page.read_text(encoding="utf-8")
     raw = text.split('<script type="application/json" id="dsm-explorer-data">', 1)[1]
     data = json.loads(raw.split("</script>", 1)[0])

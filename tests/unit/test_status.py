@@ -79,7 +79,7 @@ def test_repr_is_valid_python() -> None:
 def test_semantics_doc_embeds_the_generated_diagram() -> None:
     doc = Path(__file__).resolve().parents[2] / "docs" / "semantics.md"
     # The doc shows what ``dsm diagram`` prints: the table's edges, labelled.
-    from reference_engine.diagram import labelled_state_diagram
+    from dsm_sim.teaching.diagram import labelled_state_diagram
 
     assert labelled_state_diagram() in doc.read_text(encoding="utf-8")
 

@@ -1,11 +1,20 @@
 """The state diagram the explorer highlights, drawn from ``dsm diagram``'s own output.
 
 The edges and their labels are parsed from
-:func:`reference_engine.diagram.labelled_state_diagram`, which is generated
+:func:`dsm_sim.teaching.diagram.labelled_state_diagram`, which is generated
 from the one transition table, so the page can never show a transition the
-table does not have (or miss one it has).  Only the placement of the nodes
-is decided here; a status added to the table without a place is still drawn,
-in a spare row, rather than dropped.
+table does not have (or miss one it has).  Only the placement is decided
+here, along the lifecycle, left to right: no record, Processing, Processed,
+Superseded, with the lapsed lock and Failed under Processing, where a lock
+ends early and a retry starts again.  Skipped and Expired can follow almost
+every state ("any -> Skipped", the retention sweep), so they are drawn as
+two bars, above and below the rest: each edge into them is a short straight
+line, and none of them crosses the lifecycle.  One crossing is left, where
+Failed goes up to Skipped past Processing -> Processed.  A status added to
+the table without a place is still drawn, in a spare row, rather than dropped.
+
+Every edge is a cubic Bezier (:attr:`DiagramEdge.curve`), so a test can
+count the crossings of the drawing it will show.
 """
 
 from __future__ import annotations
@@ -14,26 +23,32 @@ import math
 import re
 from dataclasses import dataclass
 
-from reference_engine.diagram import EXPIRED_LOCK, labelled_state_diagram
+from dsm_sim.teaching.diagram import EXPIRED_LOCK, labelled_state_diagram
 
-__all__ = ["INITIAL", "Diagram", "DiagramEdge", "DiagramNode", "resolve_edge", "state_diagram"]
+__all__ = ["INITIAL", "Diagram", "DiagramEdge", "DiagramNode", "Point", "state_diagram"]
 
 #: Mermaid's name for "no record yet".
 INITIAL = "[*]"
 _EDGE = re.compile(r"^\s*(\S+) --> (\S+)(?: : (.*))?$")
 _W, _H = 118.0, 34.0
+WIDTH = 800.0
+HEIGHT = 410.0
+_ROW_A, _ROW_B = 140.0, 255.0
+_SKIPPED, _EXPIRED = "Skipped", "Expired"
+#: Bars: (centre x, centre y, width, x of the label).
+_BARS = {_SKIPPED: (390.0, 40.0, 700.0, 590.0), _EXPIRED: (390.0, 380.0, 700.0, 590.0)}
 _PLACES = {
-    INITIAL: (70.0, 160.0),
-    "Processing": (250.0, 160.0),
-    EXPIRED_LOCK: (250.0, 320.0),
-    "Processed": (450.0, 60.0),
-    "Failed": (450.0, 320.0),
-    "Superseded": (650.0, 60.0),
-    "Skipped": (650.0, 190.0),
-    "Expired": (650.0, 320.0),
+    INITIAL: (90.0, _ROW_A),
+    "Processing": (260.0, _ROW_A),
+    "Processed": (520.0, _ROW_A),
+    "Superseded": (680.0, _ROW_A),
+    EXPIRED_LOCK: (170.0, _ROW_B),
+    "Failed": (390.0, _ROW_B),
 }
-WIDTH = 730.0
-HEIGHT = 370.0
+#: Where an edge into a bar leaves its node, when not from the node's centre line.
+_INTO_BAR_X = {("Failed", _SKIPPED): 405.0, ("Failed", _EXPIRED): 380.0}
+
+Point = tuple[float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +59,28 @@ class DiagramNode:
     y: float
     w: float = _W
     h: float = _H
+    #: Where the name is written (a bar's is off its centre, clear of the edges into it).
+    text_x: float | None = None
 
     @property
     def dom_id(self) -> str:
         return "dg-n-" + ("None" if self.name == INITIAL else self.name)
+
+    @property
+    def name_x(self) -> float:
+        return self.x if self.text_x is None else self.text_x
+
+    @property
+    def top(self) -> float:
+        return self.y - self.h / 2
+
+    @property
+    def bottom(self) -> float:
+        return self.y + self.h / 2
+
+    @property
+    def right(self) -> float:
+        return self.x + self.w / 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +88,17 @@ class DiagramEdge:
     source: str
     target: str
     label: str
-    path: str
-    label_x: float
-    label_y: float
+    #: The cubic Bezier drawn: start, two control points, end.
+    curve: tuple[Point, Point, Point, Point]
 
     @property
     def dom_id(self) -> str:
         return f"dg-e-{_id(self.source)}-{_id(self.target)}"
+
+    @property
+    def path(self) -> str:
+        (x0, y0), (x1, y1), (x2, y2), (x3, y3) = self.curve
+        return f"M{x0:.1f} {y0:.1f} C{x1:.1f} {y1:.1f} {x2:.1f} {y2:.1f} {x3:.1f} {y3:.1f}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,32 +116,69 @@ def _id(name: str) -> str:
     return "None" if name == INITIAL else name
 
 
-def _border(cx: float, cy: float, dx: float, dy: float) -> tuple[float, float]:
+def _border(node: DiagramNode, dx: float, dy: float) -> Point:
     """Where a ray from a node's centre leaves its box (so arrows end at the border)."""
     scale = min(
-        (_W / 2) / abs(dx) if dx else math.inf,
-        (_H / 2) / abs(dy) if dy else math.inf,
+        (node.w / 2) / abs(dx) if dx else math.inf,
+        (node.h / 2) / abs(dy) if dy else math.inf,
     )
-    return cx + dx * scale, cy + dy * scale
+    return node.x + dx * scale, node.y + dy * scale
 
 
-def _geometry(a: DiagramNode, b: DiagramNode) -> tuple[str, float, float]:
-    if a.name == b.name:
-        x, y = a.x + _W / 2 - 14, a.y - _H / 2
-        return (
-            f"M{x:.1f} {y:.1f} C{x + 10:.1f} {y - 34:.1f} {x + 40:.1f} {y - 14:.1f} "
-            f"{x + 14:.1f} {y + 4:.1f}",
-            x + 30,
-            y - 22,
-        )
+def _line(a: Point, b: Point) -> tuple[Point, Point, Point, Point]:
+    return (
+        a,
+        (a[0] + (b[0] - a[0]) / 3, a[1] + (b[1] - a[1]) / 3),
+        (
+            a[0] + 2 * (b[0] - a[0]) / 3,
+            a[1] + 2 * (b[1] - a[1]) / 3,
+        ),
+        b,
+    )
+
+
+def _bent(a: DiagramNode, b: DiagramNode) -> tuple[Point, Point, Point, Point]:
+    """A curve bent to its right, so A->B and B->A never overlap."""
     dx, dy = b.x - a.x, b.y - a.y
     length = math.hypot(dx, dy)
-    # Bend every edge to its right, so A->B and B->A never overlap.
-    nx, ny = -dy / length * 22, dx / length * 22
-    x1, y1 = _border(a.x, a.y, dx + nx, dy + ny)
-    x2, y2 = _border(b.x, b.y, -dx + nx, -dy + ny)
-    cx, cy = (x1 + x2) / 2 + nx, (y1 + y2) / 2 + ny
-    return f"M{x1:.1f} {y1:.1f} Q{cx:.1f} {cy:.1f} {x2:.1f} {y2:.1f}", cx, cy
+    nx, ny = -dy / length * 16, dx / length * 16
+    x1, y1 = _border(a, dx + nx, dy + ny)
+    x2, y2 = _border(b, -dx + nx, -dy + ny)
+    qx, qy = (x1 + x2) / 2 + nx, (y1 + y2) / 2 + ny
+    # The quadratic through (qx, qy) as a cubic.
+    return (
+        (x1, y1),
+        (x1 + 2 / 3 * (qx - x1), y1 + 2 / 3 * (qy - y1)),
+        (x2 + 2 / 3 * (qx - x2), y2 + 2 / 3 * (qy - y2)),
+        (x2, y2),
+    )
+
+
+def _curve(a: DiagramNode, b: DiagramNode, both_ways: bool) -> tuple[Point, Point, Point, Point]:
+    """The drawing of ``a -> b``: straight into a bar, around the outside between the bars,
+    bent when ``b -> a`` is drawn too, else straight."""
+    if a.name == b.name:  # a loop over the node's top, near its right end
+        x = a.right - 40
+        return (x, a.top), (x - 10, a.top - 22), (x + 30, a.top - 22), (x + 20, a.top)
+    if b.name in _BARS and a.name not in _BARS:
+        x = _INTO_BAR_X.get((a.name, b.name), a.x)
+        if b.y < a.y:
+            return _line((x, a.top), (x, b.bottom))
+        return _line((x, a.bottom), (x, b.top))
+    if (a.name, b.name) == (_SKIPPED, _EXPIRED):  # down the right side, inside
+        x = a.right - 8
+        return (x, a.bottom), (x + 22, a.bottom + 90), (x + 22, b.top - 90), (x, b.top)
+    if (a.name, b.name) == (_EXPIRED, _SKIPPED):  # up the right side, outside
+        x = a.right
+        return (x, a.y), (x + 50, a.y - 60), (x + 50, b.y + 60), (b.right, b.y)
+    if a.name == _EXPIRED:  # a retry: up the left, round the lapsed lock, into the node
+        start = (a.x - a.w / 2 + 20, a.top)
+        end = (b.x - b.w / 2 + 4, b.bottom)
+        return start, (start[0], start[1] - 136), (end[0] - 55, end[1] + 43), end
+    if both_ways:
+        return _bent(a, b)
+    dx, dy = b.x - a.x, b.y - a.y
+    return _line(_border(a, dx, dy), _border(b, -dx, -dy))
 
 
 def state_diagram() -> Diagram:
@@ -126,29 +200,20 @@ def state_diagram() -> Diagram:
     spare = 0
     nodes: dict[str, DiagramNode] = {}
     for name in names:
+        label = titles.get(name, "no record" if name == INITIAL else name)
+        if name in _BARS:
+            x, y, w, text_x = _BARS[name]
+            nodes[name] = DiagramNode(name, label, x, y, w, 28.0, text_x)
+            continue
         if name in _PLACES:
             x, y = _PLACES[name]
         else:
-            x, y = 70.0 + 150.0 * spare, HEIGHT - 20.0
+            x, y = 70.0 + 150.0 * spare, HEIGHT - 60.0
             spare += 1
-        label = "no record" if name == INITIAL else name
-        nodes[name] = DiagramNode(name, titles.get(name, label), x, y)
-    edges = tuple(DiagramEdge(s, t, label, *_geometry(nodes[s], nodes[t])) for s, t, label in pairs)
+        nodes[name] = DiagramNode(name, label, x, y)
+    drawn = {(s, t) for s, t, _ in pairs}
+    edges = tuple(
+        DiagramEdge(s, t, label, _curve(nodes[s], nodes[t], (t, s) in drawn))
+        for s, t, label in pairs
+    )
     return Diagram(tuple(nodes.values()), edges)
-
-
-def resolve_edge(diagram: Diagram, source: str, target: str, *, upsert: bool = False) -> str:
-    """The diagram path a record change took, as ``A>B`` (or ``A>B>C`` through Processing).
-
-    A holder whose lock lapsed still writes with its token, so a write from
-    the expired-lock node is drawn from Processing; an upsert on a missing or
-    failed record (``upsert``) goes through Processing in one write.  A change no path
-    explains is returned as is, and the page shows it as not in the table.
-    """
-    if diagram.has(source, target):
-        return f"{source}>{target}"
-    if source == EXPIRED_LOCK and diagram.has("Processing", target):
-        return f"Processing>{target}"
-    if upsert and diagram.has(source, "Processing") and diagram.has("Processing", target):
-        return f"{source}>Processing>{target}"
-    return f"{source}>{target}"

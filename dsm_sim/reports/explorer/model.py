@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsm_sim.history import EventKind, History, Op, OpName, Outcome, RecordView
-from dsm_sim.reports.explorer.diagram import INITIAL, Diagram, resolve_edge, state_diagram
-from reference_engine.diagram import EXPIRED_LOCK
+from dsm_sim.reports.explorer.diagram import Diagram, state_diagram
+from dsm_sim.reports.explorer.transitions import ChangePath, change_path, node_of
+from dsm_sim.reports.instants import axis
 
 __all__ = [
     "FAULT_KINDS",
@@ -119,21 +120,6 @@ def lane_order(history: History) -> list[str]:
         (n for n in names if n.startswith("w") and n[1:].isdigit()), key=lambda n: int(n[1:])
     )
     return workers + sorted(names - set(workers))
-
-
-def node_of(record: RecordView | None, store_now: float | None) -> str:
-    """The diagram node a record stands at: a lapsed, unswept Processing lock is its own node."""
-    if record is None:
-        return INITIAL
-    label = record.status.capitalize()
-    if (
-        record.status == "processing"
-        and record.locked_until is not None
-        and store_now is not None
-        and record.locked_until < store_now
-    ):
-        return EXPIRED_LOCK
-    return label
 
 
 class _Strings:
@@ -245,12 +231,13 @@ def explorer_data(
             step_op[i] = step_op[i - 1]
     step_store = [store_at(t) for t in instants]
     if store_clock:
+        # The recorder's reading holds from the call's invocation to its completion.
         known = {
-            step_of[round(o.complete if o.complete is not None else o.invoke, 6)]: store_clock[
-                o.index
-            ]
+            step_of[round(t, 6)]: store_clock[o.index]
             for o in ops
             if o.index in store_clock
+            for t in (o.invoke, o.complete)
+            if t is not None
         }
         last = step_store[0]
         for i in range(len(step_store)):
@@ -258,23 +245,21 @@ def explorer_data(
             step_store[i] = last
 
     # --- changes: the record each call or sweep left behind ------------------------------------
-    changes: list[list[Any]] = []
+    changes: list[tuple[float, int, int, ChangePath, RecordView | None]] = []
     current: dict[str, RecordView | None] = {}
     for op in sorted(ops, key=lambda o: o.complete if o.complete is not None else o.invoke):
         at = op.complete if op.complete is not None else op.invoke
         now = op.store_time if op.store_time is not None else store_at(at)
         if op.probed and op.key in key_index:
-            if op.after != op.before or (op.op.is_write and op.ok):
-                source = node_of(op.before, now)
-                target = node_of(op.after, now)
-                edge = resolve_edge(diagram, source, target, upsert=op.op is OpName.UPSERT)
-                changes.append([at, key_index[op.key], op.index, s(edge), op.after])
+            if op.after != op.before:
+                path = change_path(diagram, op, op.before, op.after, now)
+                changes.append((at, key_index[op.key], op.index, path, op.after))
             current[op.key] = op.after
         elif op.op in _SWEEP_TARGET and op.maybe:
             for key in op.keys:
                 before = current.get(key)
-                if key not in key_index or before is None:
-                    continue
+                if key not in key_index or before is None or before.status == _SWEEP_TARGET[op.op]:
+                    continue  # nothing of this key's record for the sweep to change
                 after = RecordView(
                     key=before.key,
                     status=_SWEEP_TARGET[op.op],
@@ -286,17 +271,23 @@ def explorer_data(
                     data=before.data,
                     utc=before.utc,
                 )
-                edge = resolve_edge(diagram, node_of(before, now), node_of(after, now))
-                changes.append([at, key_index[key], op.index, s(edge), after])
+                path = change_path(diagram, op, before, after, now)
+                changes.append((at, key_index[key], op.index, path, after))
                 current[key] = after
     changes.sort(key=lambda c: c[0])
 
     # --- events ---------------------------------------------------------------------------------
     events = sorted(history.events, key=lambda e: (e.time, e.index))
     kinds = [k.value for k in EventKind]
+    end = max([instants[-1], 1e-6])
     return {
         "title": title,
-        "end": max([instants[-1], 1e-6]),
+        "end": end,
+        # The run's clock: every instant is written as epoch + seconds, to the millisecond
+        # unless every store-clock reading of the page is a whole second (the demo's clock).
+        "epoch": history.epoch.isoformat(),
+        "digits": 0 if all(float(t).is_integer() for t in step_store) else 3,
+        "axis": [list(tick) for tick in axis(history.epoch, end).ticks],
         "instants": [round(t, 6) for t in instants],
         "step_op": step_op,
         "step_store": [round(t, 6) for t in step_store],
@@ -322,7 +313,8 @@ def explorer_data(
             "t": [round(c[0], 6) for c in changes],
             "key": [c[1] for c in changes],
             "op": [c[2] for c in changes],
-            "edge": [c[3] for c in changes],
+            "edge": [s(c[3].edge) for c in changes],
+            "forbidden": [c[3].forbidden for c in changes],
             "record": [_record(c[4], s) for c in changes],
         },
         "violations": [

@@ -8,6 +8,7 @@ reader without JavaScript still sees where the run was disturbed.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -24,13 +25,14 @@ from dsm_sim.reports.explorer.model import (
     explorer_data,
     fault_rows,
 )
+from dsm_sim.reports.instants import wall
 
 __all__ = ["ExplorerView", "explorer_view"]
 
 
 @dataclass(frozen=True, slots=True)
 class ExplorerView:
-    """The explorer as a template places it."""
+    """The explorer as a template places it; :meth:`at` writes an instant as the page does."""
 
     data_json: Markup
     script: Markup
@@ -38,6 +40,12 @@ class ExplorerView:
     diagram: Diagram
     faults: tuple[FaultRow, ...]
     data: dict[str, Any]
+    epoch: dt.datetime
+    digits: int
+
+    def at(self, seconds: float) -> str:
+        """``seconds`` since the run's epoch as the run's clock showed it (``09:36:00.250``)."""
+        return wall(self.epoch, seconds, self.digits)
 
 
 def _asset(name: str) -> str:
@@ -70,4 +78,6 @@ def explorer_view(
         diagram=diagram,
         faults=fault_rows(history),
         data=data,
+        epoch=history.epoch,
+        digits=int(data["digits"]),
     )

@@ -63,6 +63,7 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
         "--kills",
         type=bounded_int(0, 10_000),
         default=3,
+        metavar="N",
         help="worker processes SIGKILLed at a kill point, then replaced (default 3)",
     )
     group.add_argument(

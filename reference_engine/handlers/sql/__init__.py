@@ -5,6 +5,7 @@ All three through SQLAlchemy 2.
 See ``docs/sql-handler.md`` for the table, the statements and the guarantees.
 """
 
+from reference_engine.handlers.sql.ddl import create_schema
 from reference_engine.handlers.sql.engine import create_engine_for, normalize_url
 from reference_engine.handlers.sql.factory import (
     DEFAULT_DATABASE_URL,
@@ -20,7 +21,7 @@ from reference_engine.handlers.sql.factory import (
 )
 from reference_engine.handlers.sql.handler import SqlStateHandler
 from reference_engine.handlers.sql.repository import ProcessStateLogRepository
-from reference_engine.handlers.sql.schema import create_schema, process_state_logs
+from reference_engine.handlers.sql.schema import process_state_logs
 from reference_engine.handlers.sql.statements import StatementLog, count_statements
 
 __all__ = [

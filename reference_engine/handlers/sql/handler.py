@@ -32,13 +32,13 @@ from reference_engine.errors import (
     StoreLostError,
     UnsupportedStatusError,
 )
+from reference_engine.handlers.sql.ddl import create_schema
 from reference_engine.handlers.sql.engine import (
     create_engine_for,
     is_memory_url,
     statement_timeout_of,
 )
 from reference_engine.handlers.sql.repository import ProcessStateLogRepository
-from reference_engine.handlers.sql.schema import create_schema
 from reference_engine.model import SETTABLE
 from reference_engine.record import StateRecord, encode_data
 from reference_engine.status import IdempotencyStatus

@@ -7,7 +7,7 @@ possible: it is the ``ON CONFLICT`` target of every insert-or-update, and it
 lets the superseded history of a key live beside its one current row.
 MariaDB has no partial index; :mod:`.mariadb` builds the same rule from a
 generated column, and the indexes here that it cannot use are created on
-the other backends only.
+the other backends only.  :mod:`.ddl` creates the table.
 """
 
 from __future__ import annotations
@@ -28,17 +28,13 @@ from sqlalchemy import (
     Table,
     Text,
     false,
-    inspect,
 )
 from sqlalchemy.dialects.mysql import DATETIME as MARIADB_DATETIME
 from sqlalchemy.dialects.mysql import MEDIUMTEXT
-from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.types import DateTime, TypeDecorator, TypeEngine
 
 from reference_engine.clock import UTC, ensure_utc
 from reference_engine.context import MAX_KEY_LENGTH
-from reference_engine.handlers.sql.engine import lock_ddl
 from reference_engine.status import IdempotencyStatus
 
 __all__ = [
@@ -47,7 +43,6 @@ __all__ = [
     "SQLITE_TIMESTAMP_FORMAT",
     "TABLE_NAME",
     "UtcDateTime",
-    "create_schema",
     "indexes_for",
     "metadata",
     "process_state_logs",
@@ -293,53 +288,3 @@ def indexes_for(dialect_name: str) -> tuple[Index, ...]:
     if dialect_name == "mariadb":
         return (*_MARIADB_INDEXES, _RETENTION_INDEX)
     return (*_PORTABLE_INDEXES, _RETENTION_INDEX)
-
-
-def _complete(conn: Connection, extra_indexes: tuple[str, ...] = ()) -> bool:
-    """Whether the table and every index exist: the read-only check of every normal start."""
-    inspector = inspect(conn)
-    schema = conn.schema_for_object(process_state_logs)
-    if not inspector.has_table(TABLE_NAME, schema=schema):
-        return False
-    present = {index["name"] for index in inspector.get_indexes(TABLE_NAME, schema=schema)}
-    wanted = [index.name for index in indexes_for(conn.dialect.name)]
-    return all(name in present for name in (*wanted, *extra_indexes))
-
-
-def _create_missing(conn: Connection) -> None:
-    # create_all skips a table that exists together with its indexes, so an
-    # index lost to an interrupted start would stay missing; check each one.
-    metadata.create_all(conn, checkfirst=True)
-    for index in indexes_for(conn.dialect.name):
-        index.create(conn, checkfirst=True)
-
-
-async def create_schema(engine: AsyncEngine) -> None:
-    """Create the table and its indexes if missing; safe to run on every start.
-
-    When everything exists (every start but the first) this only reads, so
-    it never waits for a writer.  Otherwise the checks and the ``CREATE``
-    statements run in one transaction that concurrent starts queue on: an
-    advisory lock on PostgreSQL (where DDL is transactional), ``BEGIN
-    IMMEDIATE`` on SQLite (whose driver would otherwise commit each DDL
-    statement on its own, letting another process see the table before its
-    unique index and fail its first upsert).  MariaDB commits every DDL
-    statement by itself, so there the starts queue on a named lock instead
-    (:func:`.mariadb.create_mariadb_schema`).
-    """
-    if engine.dialect.name == "mariadb":
-        # Imported here: .mariadb builds its statements on this module's table.
-        from reference_engine.handlers.sql.mariadb import create_mariadb_schema
-
-        await create_mariadb_schema(engine, _complete, _create_missing)
-        return
-    async with engine.connect() as conn:
-        complete = await conn.run_sync(_complete)
-        await conn.rollback()
-    if complete:
-        return
-    async with engine.begin() as conn:
-        if conn.dialect.name == "sqlite":
-            await conn.exec_driver_sql("BEGIN IMMEDIATE")
-        await lock_ddl(conn)
-        await conn.run_sync(_create_missing)

@@ -24,7 +24,16 @@
       return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c];
     });
   }
-  function fmt(t) { return t === null || t === undefined ? "-" : (+t).toFixed(3); }
+  // Every instant is written as the run's clock showed it: epoch + seconds, to the millisecond
+  // (to the second on a page whose clock reads whole seconds), as dsm_sim/reports/instants.py
+  // writes the page's static tables; the date only when it is not the epoch's day.
+  var EPOCH_MS = Date.parse(D.epoch), EPOCH_DAY = new Date(EPOCH_MS).toISOString().slice(0, 10);
+  function wall(s) {
+    if (s === null || s === undefined) { return "-"; }
+    var iso = new Date(EPOCH_MS + Math.round(s * 1000)).toISOString();
+    var text = iso.slice(11, D.digits ? 23 : 19);
+    return iso.slice(0, 10) === EPOCH_DAY ? text : iso.slice(0, 10) + " " + text;
+  }
   function upper(a, x) { var lo = 0, hi = a.length; while (lo < hi) { var m = (lo + hi) >> 1; if (a[m] <= x) { lo = m + 1; } else { hi = m; } } return lo; }
   function lower(a, x) { var lo = 0, hi = a.length; while (lo < hi) { var m = (lo + hi) >> 1; if (a[m] < x) { lo = m + 1; } else { hi = m; } } return lo; }
 
@@ -66,7 +75,7 @@
   }
   function recordCells(rec) {
     if (!rec) { return ["no record", "-", "-", "-"]; }
-    return [str(rec[0]), rec[1], fmt(rec[2]), str(rec[3]) === null ? "-" : str(rec[3])];
+    return [str(rec[0]), rec[1], wall(rec[2]), str(rec[3]) === null ? "-" : str(rec[3])];
   }
 
   // --- records table: built once, cells rewritten only when an item's record changed --------
@@ -91,7 +100,7 @@
       r.cells[2].textContent = cells[1];
       r.cells[3].textContent = cells[2];
       r.cells[4].textContent = cells[3];
-      r.cells[5].textContent = c < 0 ? "" : "#" + C.op[c] + " at " + fmt(C.t[c]) + "s";
+      r.cells[5].textContent = c < 0 ? "" : "#" + C.op[c] + " at " + wall(C.t[c]);
       r.dataset.status = cells[0];
     }
     var sel = currentKey(t);
@@ -133,16 +142,25 @@
     root.dataset.key = key < 0 ? "" : D.keys[key];
     root.dataset.state = node;
     if (c2 < 0) { edgeText.textContent = "No transition yet."; root.dataset.edge = ""; return; }
-    var hops = str(C.edge[c2]).split(">"), known = true;
+    // Python decided which changes the table forbids (model.py); the page only draws them.
+    var hops = str(C.edge[c2]).split(">"), forbidden = !!C.forbidden[c2];
     for (i = 0; i + 1 < hops.length; i++) {
       var p = document.getElementById("dg-e-" + domName(hops[i]) + "-" + domName(hops[i + 1]));
-      if (p && edges[hops[i] + ">" + hops[i + 1]]) { p.classList.add("last"); } else { known = false; }
+      if (p && edges[hops[i] + ">" + hops[i + 1]]) { p.classList.add("last"); }
     }
     root.dataset.edge = str(C.edge[c2]);
-    edgeText.className = known ? "ex-edge" : "ex-edge forbidden";
-    edgeText.textContent = "Last transition: " + hops.join(" \u2192 ") + " by op #" + C.op[c2] +
-      " at " + fmt(C.t[c2]) + "s" + (known ? "" : " \u2014 NOT in the transition table");
+    edgeText.className = forbidden ? "ex-edge forbidden" : "ex-edge";
+    var by = " by op #" + C.op[c2] + " at " + wall(C.t[c2]);
+    var end = hops[hops.length - 1], text;
+    if (hops.length < 2) {
+      text = "Last change: the " + label(end) + " record rewritten, status unchanged," + by;
+    } else {
+      text = "Last transition: " + hops.map(label).join(" \u2192 ") + by;
+      if (end !== node) { text += " (kept as history; the item is " + label(node) + " again)"; }
+    }
+    edgeText.textContent = text + (forbidden ? " \u2014 NOT in the transition table" : "");
   }
+  function label(n) { return n === "[*]" ? "no record" : n; }
 
   // --- lanes: only the window of instants around the cursor is drawn ------------------------
   // One column per instant, not per second: calls of 40 ms between charges of seconds
@@ -156,8 +174,12 @@
   var evS = new Int32Array(evT.length);
   for (i = 0; i < evT.length; i++) { evS[i] = stepOfTime(evT[i]); }
   var windowSteps = Math.min(nSteps, 48);
+  function lanesSpan() {
+    var from = Math.max(0, Math.min(step - (windowSteps >> 1), nSteps - windowSteps));
+    return [from, Math.min(from + windowSteps, nSteps) - 1];
+  }
   function renderLanes() {
-    var from = Math.max(0, Math.min(step - (windowSteps >> 1), nSteps - windowSteps)), to = from + windowSteps;
+    var from = lanesSpan()[0], to = from + windowSteps;
     var col = (WIDTH - LEFT - 10) / windowSteps;
     function x(s) { return LEFT + (s - from) * col; }
     var out = [];
@@ -166,11 +188,11 @@
       out.push('<line class="lane" x1="0" x2="' + WIDTH + '" y1="' + (y + LANE) + '" y2="' + (y + LANE) + '"/>' +
         '<text x="4" y="' + (y + LANE / 2 + 4) + '">' + esc(name) + "</text>");
     });
-    for (i = 0; i < 5; i++) {
-      var ts = Math.min(nSteps - 1, from + Math.round((windowSteps - 1) * i / 4));
-      out.push('<text class="tick" x="' + (x(ts) + col / 2).toFixed(1) + '" y="12" text-anchor="middle">' +
-        (+instants[ts]).toFixed(3) + "s</text>");
-    }
+    // No time axis here: the columns are instants, not equal times.  The span they cover is
+    // said once, and shaded on the page's time axis.
+    out.push('<text class="span" x="' + LEFT + '" y="14">' + esc(wall(instants[from]) + " \u2013 " +
+      wall(instants[Math.min(to, nSteps) - 1]) + ": " + (Math.min(to, nSteps) - from) +
+      " instants, one column each") + "</text>");
     var first = lower(s0, from - maxSpan), drawn = 0;
     for (i = first; i < nOps && s0[i] < to && drawn < MAX_SHAPES; i++) {
       if (s1[i] < from) { continue; }
@@ -196,31 +218,77 @@
     lanesSvg.dataset.drawn = String(drawn);
   }
 
-  // --- overview: the whole run, faults marked, built once; the cursor moves -----------------
-  var overview = document.getElementById("ex-overview");
-  (function buildOverview() {
-    var out = ['<rect class="track" x="0" y="10" width="1000" height="14"/>'];
+  // --- the time axis: one per page --------------------------------------------------------
+  // A run report's swim lanes (#timeline) are the whole run on the run's clock: the cursor and
+  // the window the lanes below show are drawn on them.  A page without them (the demo) gets the
+  // explorer's own axis, labelled with the ticks the page data carries.
+  var timeline = document.getElementById("timeline"), overview = document.getElementById("ex-overview");
+  var SVG = overview.namespaceURI;
+  var axisSvg, axisX, axisT, axisTop, axisBottom;
+  if (timeline) {
+    var tlLeft = +timeline.dataset.left, tlScale = +timeline.dataset.scale;
+    axisSvg = timeline;
+    axisX = function (t) { return tlLeft + t * tlScale; };
+    axisT = function (x) { return (x - tlLeft) / tlScale; };
+    axisTop = 17; axisBottom = timeline.viewBox.baseVal.height - 24;
+    overview.style.display = "none";
+    D.faults.forEach(function (f) {  // every fault, store errors too, marked on the axis itself
+      var mark = document.createElementNS(SVG, "line"), fx = axisX(f[0]).toFixed(1), title = document.createElementNS(SVG, "title");
+      mark.setAttribute("class", "fault " + f[1]);
+      mark.setAttribute("x1", fx); mark.setAttribute("x2", fx);
+      mark.setAttribute("y1", "17"); mark.setAttribute("y2", "25");
+      title.textContent = f[1] + " at " + wall(f[0]) + " " + (str(f[2]) || "");
+      mark.appendChild(title);
+      timeline.appendChild(mark);
+    });
+  } else {
+    axisSvg = overview;
+    axisX = function (t) { return 40 + t / D.end * 920; };
+    axisT = function (x) { return (x - 40) / 920 * D.end; };
+    axisTop = 16; axisBottom = 44;
+    var out = ['<rect class="track" x="40" y="22" width="920" height="14"/>'];
+    D.axis.forEach(function (tick) {
+      var tx = axisX(tick[0]).toFixed(1);
+      out.push('<line class="tick" x1="' + tx + '" x2="' + tx + '" y1="18" y2="40"/><text class="tick" x="' + tx +
+        '" y="12" text-anchor="middle">' + esc(tick[1]) + "</text>");
+    });
     D.faults.forEach(function (f) {
-      var fx = (f[0] / D.end * 990 + 5).toFixed(1);
+      var fx = axisX(f[0]).toFixed(1);
       out.push('<line class="fault ' + f[1] + '" x1="' + fx + '" x2="' + fx +
-        '" y1="4" y2="30"><title>' + esc(f[1] + " at " + fmt(f[0]) + "s " + (str(f[2]) || "")) + "</title></line>");
+        '" y1="18" y2="44"><title>' + esc(f[1] + " at " + wall(f[0]) + " " + (str(f[2]) || "")) + "</title></line>");
     });
-    out.push('<line id="ex-ov-cursor" class="cursor" x1="5" x2="5" y1="0" y2="34"/>');
     overview.innerHTML = out.join("");
-    overview.addEventListener("click", function (ev) {
-      var box = overview.getBoundingClientRect();
-      goto(stepOfTime((ev.clientX - box.left) / box.width * D.end));
-    });
-  })();
+  }
+  var band = document.createElementNS(SVG, "rect"), cursor = document.createElementNS(SVG, "line");
+  band.setAttribute("class", "ex-window");
+  band.setAttribute("y", String(axisTop));
+  band.setAttribute("height", String(axisBottom - axisTop));
+  cursor.setAttribute("class", "cursor");
+  cursor.setAttribute("id", "ex-ov-cursor");
+  cursor.setAttribute("y1", String(axisTop));
+  cursor.setAttribute("y2", String(axisBottom));
+  axisSvg.appendChild(band);
+  axisSvg.appendChild(cursor);
+  axisSvg.addEventListener("click", function (ev) {
+    var box = axisSvg.getBoundingClientRect(), width = axisSvg.viewBox.baseVal.width || box.width;
+    goto(stepOfTime(axisT((ev.clientX - box.left) * width / box.width)));
+  });
+  function renderAxis() {
+    var x = axisX(instants[step]).toFixed(1);
+    cursor.setAttribute("x1", x); cursor.setAttribute("x2", x);
+    var span = lanesSpan(), x0 = axisX(instants[span[0]]), x1 = axisX(instants[span[1]]);
+    band.setAttribute("x", (x0 - 1).toFixed(1));
+    band.setAttribute("width", Math.max(2, x1 - x0 + 2).toFixed(1));
+  }
 
   // --- operation detail -------------------------------------------------------------------
   var detail = document.getElementById("ex-detail");
   function recordTable(rec) {
     if (!rec) { return "<em>no record</em>"; }
     return "<table><tr><th>status</th><td>" + esc(str(rec[0])) + "</td></tr><tr><th>token (attempt)</th><td>" +
-      esc(rec[1]) + "</td></tr><tr><th>locked_until</th><td>" + fmt(rec[2]) + "</td></tr><tr><th>data</th><td class=\"mono\">" +
-      esc(str(rec[3])) + "</td></tr><tr><th>created / updated</th><td>" + fmt(rec[4]) + " / " + fmt(rec[5]) +
-      "</td></tr><tr><th>retain_until</th><td>" + fmt(rec[6]) + "</td></tr></table>";
+      esc(rec[1]) + "</td></tr><tr><th>locked_until</th><td>" + wall(rec[2]) + "</td></tr><tr><th>data</th><td class=\"mono\">" +
+      esc(str(rec[3])) + "</td></tr><tr><th>created / updated</th><td>" + wall(rec[4]) + " / " + wall(rec[5]) +
+      "</td></tr><tr><th>retain_until</th><td>" + wall(rec[6]) + "</td></tr></table>";
   }
   function openOp(idx, focus) {
     var r = row[idx];
@@ -236,11 +304,11 @@
       "<tr><th>target status</th><td>" + esc(str(d[1])) + "</td></tr>" +
       "<tr><th>data</th><td class=\"mono\">" + esc(str(d[5])) + "</td></tr>" +
       "<tr><th>execution</th><td>" + esc(str(d[6])) + "</td></tr>" +
-      "<tr><th>invoked</th><td>" + fmt(O.t0[r]) + "s</td></tr></table></div>" +
+      "<tr><th>invoked</th><td>" + wall(O.t0[r]) + "</td></tr></table></div>" +
       '<div><h4>Response</h4><table><tr><th>outcome</th><td id="ex-op-outcome">' + esc(outcome) + "</td></tr>" +
       "<tr><th>result</th><td>" + esc(d[3]) + "</td></tr>" +
       '<tr><th>error</th><td id="ex-op-error">' + esc(str(d[2])) + "</td></tr>" +
-      "<tr><th>completed</th><td>" + fmt(O.t1[r]) + "s (store clock " + fmt(d[4]) + ")</td></tr>" +
+      "<tr><th>completed</th><td>" + wall(O.t1[r]) + (d[4] !== null && wall(d[4]) !== wall(O.t1[r]) ? " (store clock " + wall(d[4]) + ")" : "") + "</td></tr>" +
       (d[7].length ? "<tr><th>keys changed</th><td class=\"mono\">" + d[7].map(function (s) { return esc(str(s)); }).join("<br>") + "</td></tr>" : "") +
       "</table></div>" +
       (d[8] ? '<div id="ex-op-before"><h4>Record before</h4>' + recordTable(d[9]) + '</div><div id="ex-op-after"><h4>Record after</h4>' + recordTable(d[10]) + "</div>"
@@ -273,18 +341,17 @@
     render();
   }
   function render() {
-    var t = instants[step];
-    document.getElementById("ex-time").textContent = "instant " + (step + 1) + " of " + nSteps + ": t = " +
-      fmt(t) + " s (store clock " + fmt(storeNow()) + " s)";
+    var t = instants[step], shown = wall(t), store = wall(storeNow());
+    document.getElementById("ex-time").textContent = "instant " + (step + 1) + " of " + nSteps + ": " +
+      shown + (store !== shown ? " (store clock " + store + ")" : "");
     root.dataset.step = String(step);
-    scrub.setAttribute("aria-valuetext", "t = " + fmt(t) + " s");
+    scrub.setAttribute("aria-valuetext", shown);
     root.dataset.t = String(t);
     renderRecords(t);
     renderDiagram(t);
     renderLanes();
     renderNarration();
-    var ov = document.getElementById("ex-ov-cursor"), ox = (t / D.end * 990 + 5).toFixed(1);
-    ov.setAttribute("x1", ox); ov.setAttribute("x2", ox);
+    renderAxis();
   }
   scrub.addEventListener("input", function () { goto(+scrub.value); });
   scrub.addEventListener("keydown", function (ev) {
@@ -376,7 +443,7 @@
     } else {
       text = "event " + D.event_kinds[E.kind[s.ev]] + " " + (str(E.detail[s.ev]) || "") + " token=" + E.token[s.ev];
     }
-    document.getElementById("ex-trace-step").textContent = "t=" + fmt(s.t) + "s " + text;
+    document.getElementById("ex-trace-step").textContent = wall(s.t) + " " + text;
   }
   function traceMove(d) {
     if (!trace) { return; }

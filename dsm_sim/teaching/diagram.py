@@ -100,7 +100,12 @@ def labelled_state_diagram() -> str:
     Raises ``KeyError`` for a transition without an entry in :data:`OPERATIONS`,
     so a status added to the table cannot be drawn unexplained.
     """
-    lines = ["stateDiagram-v2", f'    state "{_EXPIRED_LOCK_TITLE}" as {EXPIRED_LOCK}']
+    # Left to right, as the lifecycle reads: the statuses come in the table's order.
+    lines = [
+        "stateDiagram-v2",
+        "    direction LR",
+        f'    state "{_EXPIRED_LOCK_TITLE}" as {EXPIRED_LOCK}',
+    ]
     for source in IdempotencyStatus:
         for target in _ordered(TRANSITIONS[source]):
             operations = OPERATIONS[(source, target)]
@@ -134,7 +139,11 @@ def transition_table_markdown() -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--format", choices=("mermaid", "table"), default="mermaid", help="output format"
+        "--format",
+        choices=("mermaid", "table"),
+        default="mermaid",
+        help="mermaid: the labelled state diagram; table: the transition table in Markdown "
+        "(default: mermaid)",
     )
 
 

@@ -44,14 +44,14 @@ BUG_NOTE = (
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
-        "reference_engine.demo",
+        "dsm_sim.teaching.demo_command",
         "narrated walk-through of the lifecycle on a fresh SQLite file or your own handler",
     ),
     "verify": ("dsm_sim.conformance.cli", "run the conformance kit against a handler factory"),
     "run": ("dsm_sim.simulator.cli", "run chaos scenarios in the SimPy simulator"),
     "stress": ("dsm_sim.stress.cli", "multi-process stress run against a real database"),
     "diagram": (
-        "reference_engine.diagram",
+        "dsm_sim.teaching.diagram",
         "print the state diagram generated from the transition table",
     ),
     "serve": (

@@ -18,7 +18,6 @@ makes it a smoke test of a handler as much as a tutorial.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import datetime as dt
@@ -34,11 +33,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import delete, select
 
-from reference_engine.catchup import CatchupWorkerService
-from reference_engine.clock import UTC, Clock, ManualClock
-from reference_engine.config import DataStateMachineConfig
-from reference_engine.context import StateHandlerContext
-from reference_engine.demo_render import (
+from dsm_sim.teaching.demo_render import (
     LogRow,
     Narrator,
     config_lines,
@@ -48,10 +43,14 @@ from reference_engine.demo_render import (
     indent,
     render_rows,
 )
+from reference_engine.catchup import CatchupWorkerService
+from reference_engine.clock import UTC, Clock, ManualClock
+from reference_engine.config import DataStateMachineConfig
+from reference_engine.context import StateHandlerContext
 from reference_engine.engine.definitions import ExecutionThread
 from reference_engine.engine.executor import Message, NodeExecutionResult, NodeOutcome
 from reference_engine.engine.workflow import EventLog, NodeAborted, NodeTypeRegistry, WorkflowEngine
-from reference_engine.errors import ConfigurationError, DsmError, StaleLockError
+from reference_engine.errors import ConfigurationError, StaleLockError
 from reference_engine.handler import HandlerFactory, StateHandler
 from reference_engine.handlers.sql.engine import normalize_url
 from reference_engine.handlers.sql.factory import sql_handler
@@ -68,9 +67,7 @@ __all__ = [
     "DEMO_TENANT",
     "DEMO_WORKFLOW",
     "DemoOutcome",
-    "configure",
     "demo_workflow",
-    "main",
     "run_demo",
 ]
 
@@ -631,71 +628,3 @@ def _outcome(narrator: Narrator, charges: Mapping[str, int]) -> DemoOutcome:
 def _display_url(url: str | None, schema: str | None) -> str:
     rendered = normalize_url(url or "").render_as_string(hide_password=True)
     return rendered + (f" (schema {schema})" if schema else "")
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "scenario", choices=SCENARIOS, nargs="?", default="invoice", help="walk-through to run"
-    )
-    parser.add_argument(
-        "--db",
-        metavar="URL",
-        default=None,
-        help="database URL (sqlite+aiosqlite:///file.db or postgresql+asyncpg://...); "
-        "default: a fresh SQLite file in a temporary directory. The demo's tenant rows "
-        "are cleared before the run",
-    )
-    parser.add_argument(
-        "--schema",
-        default=None,
-        help="PostgreSQL schema for the table (created if missing)",
-    )
-    parser.add_argument(
-        "--keep",
-        action="store_true",
-        help="keep the database (and the demo's rows) after the run",
-    )
-    parser.add_argument(
-        "--handler",
-        metavar="MODULE:FACTORY",
-        default=None,
-        help="run on your own handler instead: a factory taking (clock) and returning a "
-        "handler over an empty store, as dsm verify takes it; MODULE is imported from the "
-        "current directory first. Not combined with --db, --schema or --keep",
-    )
-    parser.add_argument(
-        "--html",
-        metavar="FILE",
-        type=Path,
-        default=None,
-        help="also write the walk-through as a self-contained explorer page (time scrubber, "
-        "records, state diagram, every handler call) to FILE",
-    )
-
-
-def main(args: argparse.Namespace) -> int:
-    """Exit 0 when every narrated claim held, 1 when the store contradicted one, 2 on bad input."""
-    handler: str | None = getattr(args, "handler", None)
-    html: Path | None = getattr(args, "html", None)
-    try:
-        if html is not None:
-            from dsm_sim.reports.explorer.demo_page import record_demo, write_demo_html
-
-            tape, outcome = asyncio.run(
-                record_demo(args.db, schema=args.schema, keep=args.keep, handler=handler)
-            )
-            write_demo_html(html, tape, outcome)
-        else:
-            outcome = asyncio.run(
-                run_demo(args.db, schema=args.schema, keep=args.keep, handler=handler)
-            )
-    except DsmError as exc:
-        hint = ""
-        if handler is not None and "cannot import" in str(exc):
-            hint = (
-                "; run dsm from the folder that holds the module (or its package), "
-                "or add that folder to PYTHONPATH"
-            )
-        print(f"dsm demo: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
-        return 2
-    return 0 if outcome.ok else 1

@@ -5,9 +5,11 @@ its claims exactly as without ``--html``.  This module only listens: it taps
 the handler the demo built (each call is recorded with the record read back
 through the handler's own ``get`` right before and after it, on the demo's
 manual clock) and the narration lines (each ``Step N.`` heading starts a
-chapter covering the calls that follow).  The page's timeline is the order of
-the calls, one instant each, because the demo makes several calls on the
-same clock reading; the clock itself is shown as the store clock.
+chapter covering the calls that follow).  The page's timeline is the demo's
+own clock, so the page says 09:36 where the narration does.  The demo makes
+several calls on one clock reading, and the scrubber steps through each: the
+calls at one reading are placed a millisecond apart, which the page, writing
+the demo's whole-second clock to the second, does not show.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ import jinja2
 from dsm_sim.history import Event, EventKind, History, Op, OpName, Outcome, RecordView, key_of
 from dsm_sim.reports.explorer.model import Chapter
 from dsm_sim.reports.explorer.page import explorer_view
+from dsm_sim.teaching.demo import DEMO_START, DemoOutcome, run_demo
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
-from reference_engine.demo import DEMO_START, DemoOutcome, run_demo
 from reference_engine.handler import HandlerFactory, StateHandler
 from reference_engine.record import StateRecord, encode_data
 
@@ -48,6 +50,9 @@ _ITEM_CALLS = {
 }
 #: Data is shown, not digested, on the demo page; this keeps a cell readable.
 _DATA_WIDTH = 160
+#: Calls on one clock reading are this far apart on the timeline, each lasting _CALL.
+_APART = 0.001
+_CALL = 0.0006
 CATCHUP_LANE = "catchup"
 
 
@@ -70,6 +75,8 @@ class DemoTape:
         self.chapter_starts: list[tuple[int, int]] = [(0, 0)]  # (first op, first line)
         self._contexts: dict[str, StateHandlerContext] = {}
         self._clock: Clock | None = None
+        #: The clock reading of the last call, and how many calls were made on it.
+        self._reading: tuple[float, int] = (-1.0, 0)
 
     # --- listening ------------------------------------------------------------------------
     def write(self, line: str) -> None:
@@ -83,7 +90,7 @@ class DemoTape:
             self.events.append(
                 Event(
                     index=len(self.events),
-                    time=self._t(len(self.ops)) - 0.2,  # after the last call completed
+                    time=self._after_last_call(),
                     kind=EventKind.CRASH,
                     process=crashed.group(1),
                     detail="worker killed while the charge was in flight",
@@ -101,9 +108,17 @@ class DemoTape:
             setattr(handler, name, self._sweep(op, getattr(handler, name), get))
 
     # --- recording ------------------------------------------------------------------------
-    @staticmethod
-    def _t(index: int) -> float:
-        return float(index)
+    def _t(self, reading: float) -> float:
+        """The instant of the next call, made at clock ``reading``: after the calls before
+        it on the same reading."""
+        last, calls = self._reading
+        calls = calls + 1 if reading == last else 0
+        self._reading = (reading, calls)
+        return round(reading + calls * _APART, 6)
+
+    def _after_last_call(self) -> float:
+        last = self.ops[-1].complete if self.ops else None
+        return 0.0 if last is None else round(last + _CALL / 3, 6)
 
     def _now(self) -> float:
         assert self._clock is not None, "attach() comes before any call"
@@ -146,14 +161,15 @@ class DemoTape:
     ) -> None:
         index = len(self.ops)
         scalar = result if isinstance(result, bool | int | float | str) or result is None else None
+        invoke = self._t(self._now())
         self.ops.append(
             Op(
                 index=index,
                 process=process,
                 op=op,
                 key=key,
-                invoke=self._t(index),
-                complete=self._t(index) + 0.6,
+                invoke=invoke,
+                complete=round(invoke + _CALL, 6),
                 outcome=outcome,
                 result=scalar,
                 token=token,

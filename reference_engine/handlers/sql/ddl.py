@@ -1,0 +1,70 @@
+"""Creating the ``process_state_logs`` table on every start, safely on each backend.
+
+Apart from :mod:`.schema` (what the table is) because MariaDB creates it its
+own way (:func:`.mariadb.create_mariadb_schema`), and :mod:`.mariadb` builds
+its statements on the table: the table cannot know the backend that builds on it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import inspect
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from reference_engine.handlers.sql.engine import lock_ddl
+from reference_engine.handlers.sql.mariadb import create_mariadb_schema
+from reference_engine.handlers.sql.schema import (
+    TABLE_NAME,
+    indexes_for,
+    metadata,
+    process_state_logs,
+)
+
+__all__ = ["create_schema"]
+
+
+def _complete(conn: Connection, extra_indexes: tuple[str, ...] = ()) -> bool:
+    """Whether the table and every index exist: the read-only check of every normal start."""
+    inspector = inspect(conn)
+    schema = conn.schema_for_object(process_state_logs)
+    if not inspector.has_table(TABLE_NAME, schema=schema):
+        return False
+    present = {index["name"] for index in inspector.get_indexes(TABLE_NAME, schema=schema)}
+    wanted = [index.name for index in indexes_for(conn.dialect.name)]
+    return all(name in present for name in (*wanted, *extra_indexes))
+
+
+def _create_missing(conn: Connection) -> None:
+    # create_all skips a table that exists together with its indexes, so an
+    # index lost to an interrupted start would stay missing; check each one.
+    metadata.create_all(conn, checkfirst=True)
+    for index in indexes_for(conn.dialect.name):
+        index.create(conn, checkfirst=True)
+
+
+async def create_schema(engine: AsyncEngine) -> None:
+    """Create the table and its indexes if missing; safe to run on every start.
+
+    When everything exists (every start but the first) this only reads, so
+    it never waits for a writer.  Otherwise the checks and the ``CREATE``
+    statements run in one transaction that concurrent starts queue on: an
+    advisory lock on PostgreSQL (where DDL is transactional), ``BEGIN
+    IMMEDIATE`` on SQLite (whose driver would otherwise commit each DDL
+    statement on its own, letting another process see the table before its
+    unique index and fail its first upsert).  MariaDB commits every DDL
+    statement by itself, so there the starts queue on a named lock instead
+    (:func:`.mariadb.create_mariadb_schema`).
+    """
+    if engine.dialect.name == "mariadb":
+        await create_mariadb_schema(engine, _complete, _create_missing)
+        return
+    async with engine.connect() as conn:
+        complete = await conn.run_sync(_complete)
+        await conn.rollback()
+    if complete:
+        return
+    async with engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+        await lock_ddl(conn)
+        await conn.run_sync(_create_missing)

@@ -1,0 +1,95 @@
+"""``pytest --pyargs dsm_sim.conformance --dsm-handler=mymod:factory`` from the module's folder.
+
+This is the route docs/conformance.md gives a team with a handler in
+``mymod.py``, run as they would run it: the ``pytest`` script in their
+folder, which (unlike ``python -m pytest``) does not put that folder on the
+import path, so ``-P`` keeps ``python`` from doing it here.  The kit must
+import ``mymod`` from there, as ``dsm verify`` does, and leave the folder as
+it found it: Hypothesis' files go to the same cache directory as ``dsm
+verify``'s.  pytest's own cache and bytecode are switched off, so anything
+else in the folder afterwards was left by the kit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+HANDLER_MODULE = """\
+from reference_engine.handlers.memory import in_memory_handler
+
+
+def factory(clock):
+    return in_memory_handler(clock)
+"""
+
+
+def run_kit(folder: Path, cache: Path, handler: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "DSM_CACHE_DIR": str(cache),
+    }
+    env.pop("HYPOTHESIS_PROFILE", None)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-P",  # as the pytest script: the working folder is not on the import path
+            "-m",
+            "pytest",
+            "-c",
+            "pytest.ini",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:benchmark",
+            "--pyargs",
+            "dsm_sim.conformance",
+            f"--dsm-handler={handler}",
+            "--dsm-profile=dev",
+            "--dsm-seed=1",
+            "-q",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A team's folder: its handler module, and an empty pytest configuration of its own."""
+    here = tmp_path / "team"
+    here.mkdir()
+    (here / "mymod.py").write_text(HANDLER_MODULE, encoding="utf-8")
+    (here / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    return here
+
+
+def test_the_handler_module_is_imported_from_the_folder_pytest_runs_in(
+    folder: Path, tmp_path: Path
+) -> None:
+    result = run_kit(folder, tmp_path / "cache", "mymod:factory")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "22 passed" in result.stdout
+
+
+def test_hypothesis_keeps_its_files_in_the_cache_directory_not_the_folder(
+    folder: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    result = run_kit(folder, cache, "reference_engine.handlers.memory:in_memory_handler")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert sorted(p.name for p in folder.iterdir()) == ["mymod.py", "pytest.ini"]
+    assert (cache / "hypothesis").is_dir()
