@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.instances import out_of_process
@@ -42,11 +41,9 @@ from dsm_sim.conformance.properties import PropertyViolation
 from dsm_sim.conformance.report import Coverage, Gap
 from dsm_sim.conformance.tell.program import Call, Program
 from dsm_sim.conformance.tell.trim import replay
+from dsm_sim.conformance.verification import Verification
 from dsm_sim.model import WORLD_CONFIGS, ItemRef
 from reference_engine.scope import Scope
-
-if TYPE_CHECKING:
-    from dsm_sim.conformance.runner import _Verification
 
 __all__ = ["Cell", "MatrixBudget", "cells", "matrix_world", "run_matrix"]
 
@@ -128,7 +125,7 @@ class _Explorer:
     """Runs cells on one machine at a time, a fresh item per run, eight items per world."""
 
     machine: type[ConformanceMachine]
-    verification: _Verification
+    verification: Verification
     budget: MatrixBudget
     controlled: bool = True
     state: ConformanceMachine | None = None
@@ -244,7 +241,7 @@ def _alphabet(machine: type[ConformanceMachine]) -> tuple[RaceOp, ...]:
     return tuple(op for op in MATRIX_OPS if op is not RaceOp.BEGIN or hasattr(machine, "begin"))
 
 
-def run_matrix(verification: _Verification) -> None:
+def run_matrix(verification: Verification) -> None:
     """Run every applicable cell under the profile's budget, booking what breaks."""
     plan = verification.plan
     budget = BUDGETS.get(plan.profile, BUDGETS["ci"])

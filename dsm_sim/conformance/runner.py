@@ -29,49 +29,33 @@ again, so the other properties are left unsettled rather than paid for in hours.
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import random
-import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis import seed as hypothesis_seed
-from hypothesis.stateful import run_state_machine_as_test
 
 from dsm_sim import profiles
-from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
-from dsm_sim.conformance.execute.loop import (
-    call_timeout,
-    default_call_timeout,
-    timeouts_seen,
-    validate_call_timeout,
-)
-from dsm_sim.conformance.execute.machine import ConformanceMachine, build_machine
+from dsm_sim.conformance.execute.loop import default_call_timeout, validate_call_timeout
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
-from dsm_sim.conformance.probing import UnbuildableMachine, applicable, probe_findings
-from dsm_sim.conformance.properties import PROPERTIES, PROPERTY_NAMES, PropertyViolation
+from dsm_sim.conformance.properties import PROPERTY_NAMES
+from dsm_sim.conformance.racing import run_matrix
 from dsm_sim.conformance.report import (
     UTC_ZONE,
-    Coverage,
     Gap,
     PropertyResult,
     ResultStatus,
     VerificationReport,
 )
-from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION, find_violation, is_flaky
-from dsm_sim.conformance.tell.program import Program
-from dsm_sim.conformance.tell.shrink_budget import (
-    SETTLE_SECONDS,
-    SHORT_STORY,
-    SHRINK_SECONDS,
-    shrink_budget,
+from dsm_sim.conformance.tell.shrink_budget import SETTLE_SECONDS, SHRINK_SECONDS
+from dsm_sim.conformance.verification import (
+    CONFIRMATIONS,
+    TOP_UP_RUNS,
+    Plan,
+    Progress,
+    Verification,
+    trimmed,
 )
-from dsm_sim.conformance.tell.trim import replay, trim
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
@@ -88,13 +72,6 @@ __all__ = [
     "trimmed",
     "verify",
 ]
-
-#: Clean runs (each on a new seed) added, at most, while some property has not been exercised.
-TOP_UP_RUNS = 2
-#: Replays of a reported program: it must break its property in every one, or it is flaky.
-CONFIRMATIONS = 2
-#: Called with (test cases run so far, test cases the profile plans in all).
-Progress = Callable[[int, int], None]
 
 
 def factory_path(factory: HandlerFactory) -> str:
@@ -125,45 +102,6 @@ def profile_settings(profile: str) -> settings:
     )
 
 
-def _summary(name: str) -> str:
-    return next(p.summary for p in PROPERTIES if p.name == name)
-
-
-def _story_steps(story: str) -> int:
-    return sum(1 for line in story.splitlines() if line.strip()[:1].isdigit())
-
-
-def trimmed(
-    result: PropertyResult,
-    machine: type[ConformanceMachine],
-    seconds: float,
-    *,
-    render: Callable[[Program], str],
-) -> PropertyResult:
-    """The result with the steps its program does not need deleted, when any can go.
-
-    Shrinking stops at its time budget; :mod:`dsm_sim.conformance.tell.trim`
-    then replays the program without the steps the violation does not need,
-    within a number of replays and the same number of seconds.
-    """
-    program = result.program
-    if result.status is not ResultStatus.FAILED or program is None:
-        return result
-    if len(program.body) <= SHORT_STORY and _story_steps(result.story) <= SHORT_STORY:
-        return result
-    deadline = time.perf_counter() + seconds
-    found = trim(machine, program, result.name, stop=lambda: time.perf_counter() > deadline)
-    if found is None:
-        return result
-    return dataclasses.replace(
-        result,
-        message=found.violation.finding.message,
-        story=found.violation.story,
-        program=found.program,
-        reproduction=render(found.program),
-    )
-
-
 def _call_limit(factory: HandlerFactory, seconds: float | None) -> float | None:
     """The per-call bound: as given, else the default, else none for a handler out of process.
 
@@ -176,14 +114,6 @@ def _call_limit(factory: HandlerFactory, seconds: float | None) -> float | None:
     from dsm_sim.protocol.client import ExecFactory
 
     return None if isinstance(factory, ExecFactory) else default_call_timeout()
-
-
-def _hung(limit: float | None) -> str:
-    return (
-        f"the search stopped after a handler call hung (it did not return within the "
-        f"{limit:g}s call timeout): every later test case would wait it out again; fix the "
-        "hang (or raise --call-timeout if the handler is only slow) and run again"
-    )
 
 
 #: The gaps a user may waive by name (besides ``probe:<name>``).
@@ -202,346 +132,6 @@ def _waivers(names: Iterable[str]) -> dict[str, str]:
             )
         waived[name] = "waived by the user (--waive)"
     return waived
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """What one verification was asked to do, decided once."""
-
-    factory: HandlerFactory
-    path: str
-    profile: str
-    seed: int
-    mode: ClockMode
-    name: str
-    time_zone: str | None
-    semantics: SemanticsProfile
-    #: The ``--semantics`` a replay needs (None when the factory declares its own).
-    spec: str | None
-    limit: float | None
-    chosen: settings
-    seed_count: int
-    top_ups: int
-    shrink_seconds: float
-    settle_seconds: float
-    stop_on_first: bool
-    #: Properties waived by the semantics profile, with their reasons.
-    waived: Mapping[str, str]
-    #: Properties and gaps the user waived by name.
-    user_waived: Mapping[str, str]
-    on_violation: Callable[[PropertyResult], None] | None
-    progress: Progress | None
-
-    def machine(self, stats: RunStats) -> type[ConformanceMachine]:
-        kwargs: dict[str, Any] = {"clock_mode": self.mode, "stats": stats, "name": self.name}
-        if not self.semantics.strict:
-            kwargs["semantics"] = self.semantics
-        if self.time_zone is not None:
-            if "time_zone" not in inspect.signature(build_machine).parameters:
-                raise ConfigurationError(
-                    f"time zone {self.time_zone!r} requested, but this version of the kit's "
-                    "state machine cannot pin one; leave the time zone unset"
-                )
-            kwargs["time_zone"] = self.time_zone
-        return build_machine(self.factory, **kwargs)
-
-    def render(self, program: Program) -> str:
-        return program.render(self.path, machine_name=self.name, semantics=self.spec)
-
-    @property
-    def judged(self) -> int:
-        """Properties a violation can still be found for."""
-        return len(PROPERTIES) - len(self.waived)
-
-
-@dataclass(slots=True)
-class _Verification:
-    """What the stages of one verification have found and counted so far."""
-
-    plan: _Plan
-    found: dict[str, PropertyResult] = field(default_factory=dict)
-    checks: Counter[str] = field(default_factory=Counter)
-    stopped: Counter[str] = field(default_factory=Counter)
-    gaps: dict[str, Gap] = field(default_factory=dict)
-    test_cases: int = 0
-    steps: int = 0
-    runs: int = 0
-    seeds: list[int] = field(default_factory=list)
-    error: str | None = None
-    settled: bool = False
-    done: bool = False
-    probes: int = 0
-    probe_steps: int = 0
-    coverage: Coverage = field(default_factory=Coverage)
-    started: float = field(default_factory=time.perf_counter)
-    #: Calls that hit the bound while a finding was trimmed or replayed: no hang of the run.
-    hung_allowance: int = 0
-
-    # --- booking ---------------------------------------------------------------------------
-
-    def known(self) -> frozenset[str]:
-        """Properties that stop a test case quietly: found already, or waived."""
-        return (
-            frozenset(self.found)
-            | frozenset(self.plan.waived)
-            | frozenset(name for name in self.plan.user_waived if name in PROPERTY_NAMES)
-        )
-
-    def note_gaps(self, stats: RunStats) -> None:
-        for gap in stats.gaps:
-            self.gaps.setdefault(gap.name, gap)
-
-    def book(
-        self,
-        violation: PropertyViolation,
-        machine: type[ConformanceMachine],
-        *,
-        flaky: bool = False,
-        found_by: str | None = None,
-        run_seed: int | None = None,
-        examples: int | None = None,
-        found_as: str | None = None,
-    ) -> PropertyResult:
-        """Record a violation: trim its program, confirm it by replays, call ``on_violation``."""
-        plan = self.plan
-        prop = violation.property
-        program = violation.program
-        zone = getattr(violation, "time_zone", None)
-        result = PropertyResult(
-            name=prop,
-            summary=_summary(prop),
-            status=ResultStatus.FLAKY if flaky or program is None else ResultStatus.FAILED,
-            checks=self.checks[prop],
-            message=violation.finding.message,
-            story=violation.story,
-            reproduction="" if program is None else plan.render(program),
-            examples_to_failure=examples,
-            found_rank=len(self.found) + 1,
-            found_seed=plan.seed if run_seed is None else run_seed,
-            found_as=found_as or prop,
-            time_zone=zone if isinstance(zone, str) else None,
-            found_by=found_by,
-            program=program,
-        )
-        reducing = timeouts_seen()
-        with call_timeout(plan.limit):
-            if plan.mode is ClockMode.INJECTED and result.status is ResultStatus.FAILED:
-                result = trimmed(result, machine, plan.shrink_seconds, render=plan.render)
-            result = self._confirmed(result, machine)
-        self.hung_allowance += timeouts_seen() - reducing
-        if result.program is not None:
-            folded = result.program.folded()
-            if folded != result.program:
-                result = dataclasses.replace(
-                    result, program=folded, reproduction=plan.render(folded)
-                )
-        result = dataclasses.replace(
-            result, seconds_to_failure=round(time.perf_counter() - self.started, 3)
-        )
-        self.found[prop] = result
-        if plan.on_violation is not None:
-            plan.on_violation(result)
-        return result
-
-    def _confirmed(
-        self, result: PropertyResult, machine: type[ConformanceMachine]
-    ) -> PropertyResult:
-        """Replay the reported program: a program that does not fail every time is flaky."""
-        program = result.program
-        if program is None or result.status is not ResultStatus.FAILED:
-            return result
-        hits = 0
-        for _ in range(CONFIRMATIONS):
-            again = replay(machine, program)
-            hits += again is not None and again.property == result.name
-        if hits == CONFIRMATIONS:
-            return dataclasses.replace(result, confirmed=(hits, CONFIRMATIONS))
-        return dataclasses.replace(
-            result, status=ResultStatus.FLAKY, confirmed=(hits, CONFIRMATIONS)
-        )
-
-    def all_found(self) -> bool:
-        return len(self.found) >= self.plan.judged
-
-    # --- stages ------------------------------------------------------------------------------
-
-    def run_probes(self) -> None:
-        """The edge probes; their findings come first, and the search looks for the rest."""
-        plan = self.plan
-        stats = RunStats()
-        machine = plan.machine(stats)
-        applied = applicable(machine)
-        self.probes = len(applied)
-        self.probe_steps = sum(len(probe.calls) for probe in applied)
-        hung_before = timeouts_seen()
-        with call_timeout(plan.limit):
-            findings = probe_findings(machine, found=self.known)
-            while True:
-                try:
-                    finding = next(findings)
-                except StopIteration:
-                    break
-                except UnbuildableMachine:
-                    # A handler that cannot even be built or opened: the search reports how.
-                    self.probes = self.probe_steps = 0
-                    return
-                self.book(finding.violation, machine, found_by=finding.probe.name, examples=0)
-                if timeouts_seen() > hung_before + self.hung_allowance:
-                    self.error, self.done = _hung(plan.limit), True
-                    return
-                if plan.stop_on_first or self.all_found():
-                    self.done, self.settled = True, self.all_found()
-                    return
-        self.checks.update(stats.checks)
-        self.note_gaps(stats)
-        if timeouts_seen() > hung_before + self.hung_allowance:
-            self.error, self.done = _hung(plan.limit), True
-
-    def run_search(self) -> None:
-        """Hypothesis' search, run after run, until a run passes on every seed of the budget."""
-        plan = self.plan
-        planned = plan.chosen.max_examples * plan.seed_count
-        seed_index = 0
-        while not self.done:
-            self.runs += 1
-            run_seed = plan.seed + seed_index
-            if run_seed not in self.seeds:
-                self.seeds.append(run_seed)
-            before = self.test_cases
-            on_case = (
-                None
-                if plan.progress is None
-                else (lambda n, before=before: plan.progress(before + n, planned))  # type: ignore[misc]
-            )
-            stats = RunStats(self.known(), on_case)
-            machine = hypothesis_seed(run_seed)(plan.machine(stats))
-            violation: PropertyViolation | None = None
-            flaky = False
-            hung_before = timeouts_seen()
-            try:
-                with (
-                    call_timeout(plan.limit),
-                    shrink_budget(plan.shrink_seconds, plan.settle_seconds),
-                ):
-                    run_state_machine_as_test(machine, settings=plan.chosen)  # type: ignore[no-untyped-call,unused-ignore]
-            except Exception as exc:
-                violation = find_violation(exc)
-                flaky = is_flaky(exc)
-                if violation is None:
-                    self.error = (
-                        f"{FLAKY_EXPLANATION.split(',')[0]} and Hypothesis could not tell which "
-                        f"property broke ({type(exc).__name__}: {exc})"
-                        if flaky
-                        else f"the run stopped with {type(exc).__name__}: {exc}"
-                    )
-            self.test_cases += stats.test_cases
-            self.steps += stats.steps
-            self.stopped.update(stats.suppressed)
-            self.note_gaps(stats)
-            for key, count in stats.checks.items():
-                self.checks[key] = max(self.checks[key], count)
-            if violation is None:
-                if self.error is None and timeouts_seen() > hung_before:
-                    # Hung calls only in test cases already stopped at a known violation.
-                    self.error = _hung(plan.limit)
-                self.settled = self.error is None
-                if not self.settled:
-                    return
-                seed_index += 1
-                if seed_index < plan.seed_count:
-                    continue  # the next seed of the profile's budget
-                if seed_index < plan.seed_count + plan.top_ups and self._unexercised():
-                    # Whether a property is reached at all is up to chance (swarm
-                    # testing switches rules off per test case); a clean run that
-                    # missed some gets more test cases before any is called
-                    # "not exercised".  A violation found meanwhile counts as usual.
-                    continue
-                return
-            replayed = plan.machine(RunStats())
-            self.hung_allowance = 0
-            self.book(
-                violation,
-                replayed,
-                flaky=flaky,
-                run_seed=run_seed,
-                examples=stats.first_failure_case,
-                found_as=stats.first_failure_property,
-            )
-            if timeouts_seen() > hung_before + self.hung_allowance:
-                self.error = _hung(plan.limit)
-                return
-            if plan.stop_on_first or self.all_found():
-                self.settled = self.all_found()
-                return
-
-    def _unexercised(self) -> bool:
-        skip = self.found.keys() | self.plan.waived.keys() | self.plan.user_waived.keys()
-        return any(not self.checks[p.name] for p in PROPERTIES if p.name not in skip)
-
-    # --- the report --------------------------------------------------------------------------
-
-    def results(self) -> tuple[PropertyResult, ...]:
-        results: list[PropertyResult] = []
-        waived = {**self.plan.waived, **self.plan.user_waived}
-        for p in PROPERTIES:
-            if p.name in self.found:
-                failed = self.found[p.name]
-                results.append(dataclasses.replace(failed, stopped=self.stopped[p.name]))
-                continue
-            if p.name in waived:
-                results.append(
-                    PropertyResult(
-                        name=p.name,
-                        summary=p.summary,
-                        status=ResultStatus.WAIVED,
-                        checks=self.checks[p.name],
-                        message=waived[p.name],
-                        stopped=self.stopped[p.name],
-                    )
-                )
-                continue
-            status = (
-                ResultStatus.UNSETTLED
-                if not self.settled
-                else ResultStatus.PASSED
-                if self.checks[p.name]
-                else ResultStatus.NOT_EXERCISED
-            )
-            results.append(
-                PropertyResult(
-                    name=p.name,
-                    summary=p.summary,
-                    status=status,
-                    checks=self.checks[p.name],
-                    stopped=self.stopped[p.name],
-                )
-            )
-        return tuple(results)
-
-    def report(self, call_timeout_s: float | None) -> VerificationReport:
-        plan = self.plan
-        return VerificationReport(
-            factory=plan.path,
-            profile=plan.profile,
-            seed=plan.seed,
-            clock_mode=plan.mode,
-            results=self.results(),
-            test_cases=self.test_cases,
-            runs=self.runs,
-            seconds=round(time.perf_counter() - self.started, 3),
-            error=self.error,
-            time_zone=plan.time_zone,
-            seeds=tuple(self.seeds) or (plan.seed,),
-            steps=self.steps,
-            semantics=plan.semantics.name,
-            semantics_spec=plan.spec,
-            call_timeout=None if call_timeout_s is None else plan.limit,
-            probes=self.probes,
-            probe_steps=self.probe_steps,
-            gaps=tuple(self.gaps.values()),
-            waived=dict(plan.user_waived),
-            coverage=self.coverage,
-        )
 
 
 def verify(
@@ -603,7 +193,7 @@ def verify(
     seed_count = seeds if seeds is not None else default_seeds
     if seed_count < 1:
         raise ConfigurationError(f"seeds must be at least 1, got {seed_count}")
-    plan = _Plan(
+    plan = Plan(
         factory=factory,
         path=factory_path(factory),
         profile=profile,
@@ -626,12 +216,10 @@ def verify(
         on_violation=on_violation,
         progress=progress,
     )
-    verification = _Verification(plan)
+    verification = Verification(plan)
     if probes:
         verification.run_probes()
     if matrix and not verification.done:
-        from dsm_sim.conformance.racing import run_matrix
-
         run_matrix(verification)
     if not verification.done:
         verification.run_search()
