@@ -222,8 +222,8 @@ def replay_command(path: Path, factory: ExecFactory) -> str:
     """The ``dsm replay`` command for a replay file and the handler it was recorded against."""
     target = factory.target
     if isinstance(target, TcpAddress):
-        return f"dsm replay {shlex.quote(str(path))} --exec-tcp {target}"
-    return f"dsm replay {shlex.quote(str(path))} --exec {shlex.quote(factory.command)}"
+        return shlex.join(["dsm", "replay", str(path), "--exec-tcp", str(target)])
+    return shlex.join(["dsm", "replay", str(path), "--exec", factory.command])
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
