@@ -34,7 +34,8 @@ const {
   label,
   parseInstant,
   formatInstant,
-  after,
+  retainUntil,
+  lockedUntil,
   isLive,
   effectiveStatus,
   checkTransition,
@@ -101,10 +102,6 @@ function refuseLiveLock(ctx, record, now) {
   }
 }
 
-function retainUntil(ctx, now) {
-  return ctx.retention_us === null ? null : after(now, ctx.retention_us);
-}
-
 // Insert or update the current record; a data of null keeps the stored data,
 // an error_detail left undefined keeps the stored one.
 function write(store, ctx, now, record, change) {
@@ -136,6 +133,9 @@ function write(store, ctx, now, record, change) {
 }
 
 function acquire(store, ctx, now, record) {
+  // Both deadlines before anything is read or written, the lock's first (the model's order).
+  lockedUntil(ctx, now);
+  retainUntil(ctx, now);
   const source = effectiveStatus(record, now);
   if (!ACQUIRABLE.has(source)) return null;
   checkTransition(source, "processing", ctx);
@@ -143,7 +143,7 @@ function acquire(store, ctx, now, record) {
   write(store, ctx, now, record, {
     status: "processing",
     attempt: token,
-    locked_until: after(now, ctx.lock_duration_us),
+    locked_until: lockedUntil(ctx, now),
     error_detail: null,
   });
   return token;
@@ -172,7 +172,7 @@ const ops = {
           write(store, ctx, now, store.current.get(keyText(ctx)), {
             status: "processing",
             attempt: token,
-            locked_until: after(now, ctx.lock_duration_us),
+            locked_until: lockedUntil(ctx, now),
             error_detail: null,
           });
           resolve(token);
@@ -187,6 +187,7 @@ const ops = {
     const status = req.status;
     checkSettable(status);
     checkData(req.data_json);
+    retainUntil(ctx, now);
     const record = store.current.get(keyText(ctx));
     if (ctx.lock_token !== null) {
       if (writeLanded(record, ctx.lock_token, status, req.data_json, null)) return null;
@@ -222,6 +223,7 @@ const ops = {
         { item_key: ctx.item_key, operation: "release_lock_as_failed" },
       );
     }
+    retainUntil(ctx, now);
     const record = store.current.get(keyText(ctx));
     if (writeLanded(record, ctx.lock_token, "failed", null, req.error_detail)) return null;
     const held = requireHolder(ctx, record);
@@ -232,6 +234,7 @@ const ops = {
   upsert(req, now, store) {
     const ctx = req.context;
     checkData(req.data_json);
+    retainUntil(ctx, now);
     const key = keyText(ctx);
     const record = store.current.get(key);
     if (ctx.lock_token !== null) {

@@ -623,3 +623,108 @@ def test_the_fast_check_refuses_a_float_token_which_jsonschema_would_accept() ->
 
     found = problem("result_try_acquire_lock", 1.0, prefix="result")
     assert found is not None and "integer" in found.expected
+
+
+# --- the end of the calendar ----------------------------------------------------------------
+
+#: 15 minutes before the last instant a record can hold: a 30-minute lock and a 30-day
+#: retention both end past it.
+NEAR_THE_END = dt.datetime(9999, 12, 31, 23, 45, tzinfo=dt.UTC)
+
+
+def _calendar_end_calls() -> list[tuple[str, Any]]:
+    """(name, call on a handler) near year 9999: each must fail or land as the model's."""
+    from reference_engine.config import HandlerConfig
+
+    lock = dt.timedelta(minutes=30)
+    kept = dataclasses.replace(CTX, handler_config=HandlerConfig(lock, dt.timedelta(days=30)))
+    forever = dataclasses.replace(CTX, handler_config=HandlerConfig(lock, None))
+    s = IdempotencyStatus
+    return [
+        ("acquire", lambda h: h.try_acquire_lock(kept)),
+        ("set(Processed) after the refused acquire", lambda h: h.set(kept, s.PROCESSED, {"a": 1})),
+        ("set with a token", lambda h: h.set(kept.for_item("INV-1", lock_token=1), s.PROCESSED)),
+        ("set(Skipped)", lambda h: h.set(kept, s.SKIPPED)),
+        ("release without a token", lambda h: h.release_lock_as_failed(kept, "boom")),
+        (
+            "release with a token",
+            lambda h: h.release_lock_as_failed(kept.for_item("INV-1", lock_token=1), "boom"),
+        ),
+        ("upsert", lambda h: h.upsert(kept, {"a": 1})),
+        ("acquire, kept forever", lambda h: h.try_acquire_lock(forever)),
+        ("set(Processed), kept forever", lambda h: h.set(forever, s.PROCESSED, {"a": 1})),
+        ("set(Skipped), kept forever", lambda h: h.set(forever, s.SKIPPED)),
+    ]
+
+
+async def _calendar_end_outcomes(handler: Any) -> list[str]:
+    from reference_engine.errors import InstantOutOfRangeError
+
+    outcomes = []
+    for name, call in _calendar_end_calls():
+        try:
+            await call(handler)
+            outcomes.append(f"{name}: lands")
+        except InstantOutOfRangeError as exc:
+            outcomes.append(f"{name}: InstantOutOfRangeError({exc.option})")
+        except DsmError as exc:
+            outcomes.append(f"{name}: {type(exc).__name__}")
+    return outcomes
+
+
+def _model_outcomes() -> list[str]:
+    from reference_engine.handlers.memory import InMemoryStateHandler
+
+    return asyncio.run(_calendar_end_outcomes(InMemoryStateHandler(ManualClock(NEAR_THE_END))))
+
+
+def _protocol_outcomes(factory: ExecFactory) -> list[str]:
+    async def run() -> list[str]:
+        handler = factory(ManualClock(NEAR_THE_END))
+        await handler.open()
+        try:
+            return await _calendar_end_outcomes(handler)
+        finally:
+            await handler.close()
+
+    return asyncio.run(run())
+
+
+def test_the_model_refuses_every_write_past_year_9999_before_the_lock_check() -> None:
+    outcomes = _model_outcomes()
+    assert outcomes[:3] == [
+        "acquire: InstantOutOfRangeError(lockDuration)",
+        "set(Processed) after the refused acquire: InstantOutOfRangeError(retention)",
+        "set with a token: InstantOutOfRangeError(retention)",
+    ]
+    assert outcomes[-3:] == [
+        "acquire, kept forever: InstantOutOfRangeError(lockDuration)",
+        "set(Processed), kept forever: LockNotHeldError",
+        "set(Skipped), kept forever: lands",
+    ]
+
+
+@pytest.mark.parametrize("handler", ["dsm-serve", "node", "java"])
+def test_protocol_handlers_answer_instant_out_of_range_as_the_model(
+    handler: str, request: pytest.FixtureRequest
+) -> None:
+    if handler == "dsm-serve":
+        command = [sys.executable, "-m", "reference_engine.cli", "serve"]
+        command.append("reference_engine.handlers.memory:in_memory_handler")
+    elif handler == "node":
+        command = [_need("node"), str(NODE_HANDLER)]
+    else:
+        classes = request.getfixturevalue("java_classes")
+        command = [_need("java"), "-XX:TieredStopAtLevel=1", "-cp", str(classes), "MemoryHandler"]
+    assert _protocol_outcomes(exec_factory(command)) == _model_outcomes()
+
+
+def test_the_node_postgres_handler_answers_instant_out_of_range_as_the_model(
+    postgres_url: str,
+) -> None:
+    node = _need("node")
+    if not (ROOT / "handlers" / "node" / "node_modules" / "pg").is_dir():
+        pytest.skip("the pg package is not installed (npm ci in handlers/node)")
+    command = [node, str(ROOT / "handlers" / "node" / "postgres.js")]
+    factory = exec_factory(command, env={"DSM_NODE_PG_URL": postgres_url})
+    assert _protocol_outcomes(factory) == _model_outcomes()
