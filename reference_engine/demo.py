@@ -76,6 +76,8 @@ __all__ = [
 
 DEMO_START = dt.datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 DEMO_TENANT = "demo-tenant"
+#: The engine instance id of the walk-through (its store is emptied first, see run_demo).
+DEMO_INSTANCE = "demo"
 DEMO_APP = "billing-app"
 NODE_ID = "dispatch-invoice"
 HANDLER_KEY = "built-in"
@@ -270,6 +272,8 @@ class InvoiceDemo:
             self.handlers,
             clock,
             id_prefix="invoices",
+            # The walk-through starts on an emptied store, so fixed ids keep its story stable.
+            instance_id=DEMO_INSTANCE,
         )
         self.events = EventLog()
         self.engine.add_listener(self.events)
