@@ -725,7 +725,20 @@ class ExecHandler:
                     error_type=str(body.get("type", "")),
                 )
             raise wire.decode_error(body, pending.ctx)
-        return message["result"]
+        result = message["result"]
+        if pending.op == "get" and result is not None:
+            try:
+                return wire.decode_record(result)
+            except wire.WireValueError as exc:
+                raise MalformedResponseError(
+                    f"the answer to {pending.label} passes the protocol schema but cannot be "
+                    f"decoded at {exc.field}: {exc.problem}",
+                    request=pending.label,
+                    field=exc.field,
+                    expected="a real instant (YYYY-MM-DD within the calendar) and data_json "
+                    "that is JSON nested at most as deep as the reader follows",
+                ) from None
+        return result
 
     # --- requests ------------------------------------------------------------------------
 
@@ -833,8 +846,9 @@ class ExecHandler:
         return result
 
     async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
-        result = await self._call("get", {}, ctx)
-        return None if result is None else wire.decode_record(result)
+        # The answer was decoded (or refused as malformed) as it arrived.
+        result: StateRecord | None = await self._call("get", {}, ctx)
+        return result
 
     async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
         result: int | None = await self._call("try_acquire_lock", {}, ctx)

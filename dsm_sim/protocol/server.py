@@ -37,9 +37,11 @@ import contextvars
 import datetime as dt
 import json
 import os
+import re
+import stat
 import sys
 from collections.abc import Awaitable, Callable
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from dsm_sim.protocol import wire
 from dsm_sim.protocol.client import TcpAddress, parse_address
@@ -55,6 +57,8 @@ __all__ = ["RequestClock", "Server", "configure", "main", "serve", "serve_tcp"]
 #: The operations of the protocol, as the schema names them.
 _OPS = tuple(load_schema()["$defs"]["request"]["properties"]["op"]["enum"])
 _NOW: contextvars.ContextVar[dt.datetime] = contextvars.ContextVar("dsm_request_now")
+#: The id at the start of a line that is not JSON as a whole (``{"id": 7, ...``).
+_LEADING_ID = re.compile(rb'\s*\{\s*"id"\s*:\s*(\d{1,15})\s*[,}]')
 #: The longest request line read (a payload at the size limit, escaped, fits many times).
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
@@ -141,12 +145,23 @@ class Server:
         # One synchronous write per answer: concurrent tasks never interleave a line.
         self.send(wire.encode_line(message))
 
+    def refuse(self, request_id: int, why: str) -> None:
+        """Answer one request with ``bad_request``; the session goes on."""
+        self.write({"id": request_id, "error": {"kind": "bad_request", "message": why}})
+
     def receive(self, line: bytes) -> None:
         """Start answering one request line (as a task of its own)."""
         try:
             message = json.loads(line)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            sys.stderr.write(f"dsm serve: a request line is not JSON ({exc}); ignored\n")
+            why = "JSON nested too deep to read" if isinstance(exc, RecursionError) else str(exc)
+            # A line that starts like a request still gets its answer, so the client waits
+            # for nothing; without a readable id there is no one to answer.
+            leading = _LEADING_ID.match(line)
+            if leading is not None and int(leading.group(1)) >= 1:
+                self.refuse(int(leading.group(1)), f"the request line is not JSON: {why}")
+            else:
+                sys.stderr.write(f"dsm serve: a request line is not JSON ({why}); ignored\n")
             return
         request_id = message.get("id") if isinstance(message, dict) else None
         op = message.get("op") if isinstance(message, dict) else None
@@ -170,7 +185,11 @@ class Server:
                     f"dsm serve: a request without a usable id: {wire.short(message)}\n"
                 )
             return
-        now = wire.decode_instant(message["now"])
+        try:
+            now = wire.decode_instant(message["now"], "now")
+        except wire.WireValueError as exc:
+            self.refuse(request_id, str(exc))
+            return
         self.clock.latest = now
         task = asyncio.get_running_loop().create_task(
             self._answer(message, now), context=contextvars.copy_context()
@@ -183,8 +202,8 @@ class Server:
         request_id = message["id"]
         try:
             result = await self._perform(message)
-        except _BadRequest as exc:
-            self.write({"id": request_id, "error": {"kind": "bad_request", "message": str(exc)}})
+        except (_BadRequest, wire.WireValueError) as exc:
+            self.refuse(request_id, str(exc))
             return
         except Exception as exc:  # every refusal (and any crash) is an answer, never a dead server
             self.write({"id": request_id, "error": wire.encode_error(exc)})
@@ -256,14 +275,45 @@ class Server:
 
 
 def _data(data_json: str | None) -> Any:
-    return None if data_json is None else json.loads(data_json)
+    return wire.decode_data(data_json, "data_json")
+
+
+class LineSource(Protocol):
+    """Where a session reads request lines: a stream reader, or a file read in a thread."""
+
+    async def readline(self) -> bytes: ...
+
+
+class FileLines:
+    """Request lines of a regular file (``dsm serve F < requests.jsonl``), read in a thread.
+
+    asyncio reads only pipes, sockets and terminals without blocking, so a file
+    on stdin is read a line at a time off the event loop, with the same line
+    limit as a pipe (a longer line is a ``ValueError``, as from the reader).
+    """
+
+    def __init__(self, stream: IO[bytes], limit: int = MAX_REQUEST_BYTES) -> None:
+        self.stream = stream
+        self.limit = limit
+
+    async def readline(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        line = await loop.run_in_executor(None, self.stream.readline, self.limit + 1)
+        if len(line) > self.limit:
+            raise ValueError(f"a line is over {self.limit} bytes")
+        return line
 
 
 async def serve(factory: HandlerFactory, out: IO[bytes], *, shared_store: bool = False) -> None:
     """Answer requests from stdin until ``close`` has been answered or stdin ends."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_REQUEST_BYTES)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    reader: LineSource
+    if stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode):
+        reader = FileLines(sys.stdin.buffer)
+    else:
+        stream = asyncio.StreamReader(limit=MAX_REQUEST_BYTES)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), sys.stdin)
+        reader = stream
 
     def send(line: bytes) -> None:
         out.write(line)
@@ -304,7 +354,7 @@ async def serve_tcp(
 
 async def _session(
     factory: HandlerFactory,
-    reader: asyncio.StreamReader,
+    reader: LineSource,
     send: Callable[[bytes], None],
     *,
     shared_store: bool = False,

@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import gc
+import json
 import os
 import pickle
 import shutil
@@ -728,3 +729,156 @@ def test_the_node_postgres_handler_answers_instant_out_of_range_as_the_model(
     command = [node, str(ROOT / "handlers" / "node" / "postgres.js")]
     factory = exec_factory(command, env={"DSM_NODE_PG_URL": postgres_url})
     assert _protocol_outcomes(factory) == _model_outcomes()
+
+
+# --- values the schema lets through but no calendar or JSON reader takes ---------------------
+
+#: Between the harness and ``dsm serve``: rewrites every record ``get`` answers so that it
+#: still passes the schema but cannot be decoded, as its first argument names.
+CORRUPTING_PROXY = textwrap.dedent(
+    """
+    import json, subprocess, sys, threading
+    mode = sys.argv[1]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "reference_engine.cli", "serve",
+         "reference_engine.handlers.memory:in_memory_handler"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    gets, lock = set(), threading.Lock()
+
+    def answers():
+        for line in child.stdout:
+            answer = json.loads(line)
+            with lock:
+                record = answer.get("result") if answer["id"] in gets else None
+            if isinstance(record, dict):
+                if mode == "impossible_date":
+                    record["created_at"] = "2026-13-45T99:99:99.000000Z"
+                elif mode == "not_json":
+                    record["data_json"] = "{not json"
+                else:
+                    record["data_json"] = "[" * 30000 + "]" * 30000
+            sys.stdout.write(json.dumps(answer) + "\\n")
+            sys.stdout.flush()
+
+    threading.Thread(target=answers, daemon=True).start()
+    for line in sys.stdin:
+        if json.loads(line)["op"] == "get":
+            with lock:
+                gets.add(json.loads(line)["id"])
+        child.stdin.write(line.encode())
+        child.stdin.flush()
+    child.stdin.close()
+    child.wait()
+    """
+)
+
+UNDECODABLE = {
+    "impossible_date": "result.created_at",
+    "not_json": "result.data_json",
+    "nested_30000_deep": "result.data_json",
+}
+
+
+@pytest.fixture
+def corrupting_proxy(tmp_path: Path) -> Path:
+    script = tmp_path / "corrupting_proxy.py"
+    script.write_text(CORRUPTING_PROXY, encoding="utf-8")
+    return script
+
+
+@pytest.mark.parametrize("mode", list(UNDECODABLE))
+def test_a_record_that_passes_the_schema_but_cannot_be_decoded_is_malformed(
+    corrupting_proxy: Path, mode: str
+) -> None:
+    async def scenario() -> None:
+        handler = ExecHandler([sys.executable, str(corrupting_proxy), mode], ManualClock())
+        await handler.open()
+        try:
+            assert await handler.try_acquire_lock(CTX) == 1
+            with pytest.raises(MalformedResponseError) as caught:
+                await handler.get(CTX)
+            assert caught.value.field == UNDECODABLE[mode]
+            assert "passes the protocol schema but cannot be decoded" in str(caught.value)
+        finally:
+            await handler.close()
+
+    _run(scenario())
+
+
+def test_dsm_run_and_verify_report_an_undecodable_record_by_name(
+    corrupting_proxy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reference_engine.cli import main
+
+    command = f"{sys.executable} {corrupting_proxy} impossible_date"
+    code = main(["verify", "--exec", command, "--profile", "dev", "--seed", "0", "--stop-on-first"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "MalformedResponseError: the answer to request" in out
+    assert "result.created_at" in out and "ValueError" not in out
+    scenario = str(ROOT / "scenarios" / "slow-worker.toml")
+    code = main(["run", scenario, "--seed", "1", "--handler", f"exec:{command}"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "stopped by a protocol error" in out and "MalformedResponseError" in out
+
+
+def _undecodable_requests() -> list[str]:
+    from dsm_sim.protocol import wire
+
+    now = "2026-01-01T00:00:00.000000Z"
+    ctx = wire.encode_context(CTX)
+    lines: list[dict[str, Any]] = [{"id": 1, "op": "open", "now": now, "protocol": 1}]
+    for impossible in (
+        "2026-13-01T00:00:00.000000Z",
+        "2026-02-30T00:00:00.000000Z",
+        "0000-01-01T00:00:00.000000Z",
+        "2026-13-45T99:99:99.000000Z",
+    ):
+        lines.append({"id": len(lines) + 1, "op": "exists", "now": impossible, "context": ctx})
+    for data_json in ("{not json", "[" * 30000 + "]" * 30000):
+        lines.append(
+            {
+                "id": len(lines) + 1,
+                "op": "upsert",
+                "now": now,
+                "context": ctx,
+                "data_json": data_json,
+            }
+        )
+    lines.append({"id": 8, "op": "exists", "now": now, "context": ctx})
+    encoded = [json.dumps(line) for line in lines]
+    encoded.append('{"id": 9, "op": "exists", "x": ' + "[" * 30000 + "]" * 30000 + "}")
+    encoded.append(json.dumps({"id": 10, "op": "close", "now": now}))
+    return encoded
+
+
+@pytest.mark.parametrize("stdin", ["pipe", "regular file"])
+def test_dsm_serve_answers_each_undecodable_request_and_keeps_serving(
+    tmp_path: Path, stdin: str
+) -> None:
+    command = [sys.executable, "-m", "reference_engine.cli", "serve"]
+    command.append("reference_engine.handlers.memory:in_memory_handler")
+    requests = "\n".join(_undecodable_requests()) + "\n"
+    if stdin == "pipe":
+        done = subprocess.run(command, input=requests, capture_output=True, text=True, timeout=60)
+    else:
+        path = tmp_path / "requests.jsonl"
+        path.write_text(requests, encoding="utf-8")
+        with path.open("rb") as source:
+            done = subprocess.run(command, stdin=source, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.splitlines())}
+    assert sorted(answers) == list(range(1, 11))
+    refused = {i: answers[i]["error"] for i in (2, 3, 4, 5, 6, 7, 9)}
+    assert {e["kind"] for e in refused.values()} == {"bad_request"}
+    for i in (2, 3, 4, 5):
+        assert (
+            refused[i]["message"].startswith("now: ")
+            and "not a real instant" in refused[i]["message"]
+        )
+    assert refused[6]["message"].startswith("data_json: not JSON")
+    assert refused[7]["message"] == "data_json: JSON nested deeper than the reader can follow"
+    assert "not JSON" in refused[9]["message"]
+    assert answers[8] == {"id": 8, "result": False} and answers[10] == {"id": 10, "result": None}
