@@ -58,12 +58,14 @@ from dsm_sim.protocol.errors import (
     HandlerInternalError,
     HandlerStartError,
     HandlerTimeoutError,
+    HandlerUnauthorizedError,
     MalformedResponseError,
     ProtocolError,
     UnexpectedResponseError,
     VersionMismatchError,
 )
 from dsm_sim.protocol.schema import PROTOCOL_VERSION, problem
+from dsm_sim.protocol.secret import SECRET_ENV, SECRET_FILE_ENV, client_secret
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import ConfigurationError, DsmError
@@ -356,6 +358,8 @@ class ExecHandler:
         self.name = ""
         #: Every request line written, in order: the raw material of a replay file.
         self.transcript: list[bytes] = []
+        #: The handler server's shared secret, sent with ``open`` over TCP only.
+        self._secret: str | None = None
         self._process: _Spawned | None = None
         #: Where a process started ahead of time waits (a factory's), or None to start on open.
         self._spares = spares
@@ -443,6 +447,7 @@ class ExecHandler:
             )
             self._record(error)
             raise error from exc
+        self._secret = client_secret(address.host, address.port, {**os.environ, **(self.env or {})})
         self._reader = asyncio.get_running_loop().create_task(
             self._read_answers(), name=f"dsm-exec-tcp[{address}]"
         )
@@ -718,6 +723,13 @@ class ExecHandler:
                     f"the handler refused {pending.label} as malformed: {body['message']}",
                     request=pending.label,
                 )
+            if body["kind"] == "unauthorized":
+                raise HandlerUnauthorizedError(
+                    f"the {self._peer} refused the connection: {body['message']}. Give the "
+                    f"harness the server's secret in {SECRET_ENV} (or a file named by "
+                    f"{SECRET_FILE_ENV}), as docs/protocol.md describes",
+                    command=self.command,
+                )
             if body["kind"] == "internal":
                 raise HandlerInternalError(
                     f"the handler failed on {pending.label}: {body['message']}",
@@ -816,6 +828,9 @@ class ExecHandler:
         timer = loop.call_later(self.timeout, self._time_out, request_id, label)
         line = wire.encode_line(message)
         self.transcript.append(line)
+        if op == "open" and self._secret is not None:
+            # The secret goes on the wire only: transcripts become replay files people share.
+            line = wire.encode_line({**message, "secret": self._secret})
         try:
             try:
                 writer.write(line)

@@ -38,6 +38,7 @@ import datetime as dt
 import json
 import os
 import re
+import signal
 import stat
 import sys
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,13 @@ from typing import IO, Any, Protocol
 from dsm_sim.protocol import wire
 from dsm_sim.protocol.client import TcpAddress, parse_address
 from dsm_sim.protocol.schema import PROTOCOL_VERSION, SchemaProblem, load_schema, problem
+from dsm_sim.protocol.secret import (
+    SECRET_ENV,
+    SECRET_FILE_ENV,
+    ServerSecret,
+    matches,
+    server_secret,
+)
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory, StateHandler
 from reference_engine.instances import peer_of
@@ -65,6 +73,10 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 class _BadRequest(Exception):
     """A well-formed request this server cannot serve (another version, a call before open)."""
+
+
+class _Unauthorized(Exception):
+    """An ``open`` without the server's secret: answered ``unauthorized``, then the session ends."""
 
 
 class RequestClock:
@@ -126,8 +138,12 @@ class Server:
         *,
         shared_store: bool = False,
         stores: NamedStores | None = None,
+        secret: str | None = None,
     ) -> None:
         self.factory = factory
+        #: The secret every ``open`` must carry (a TCP server's); None on stdin, whose
+        #: only client is the process that started this one.
+        self.secret = secret
         self.send = send
         #: Declared on ``open``: the factory's handlers all reach one store (``--shared-store``).
         self.shared_store = shared_store
@@ -205,6 +221,10 @@ class Server:
         except (_BadRequest, wire.WireValueError) as exc:
             self.refuse(request_id, str(exc))
             return
+        except _Unauthorized as exc:
+            self.closed = True  # nothing more is read from a client that cannot authenticate
+            self.write({"id": request_id, "error": {"kind": "unauthorized", "message": str(exc)}})
+            return
         except Exception as exc:  # every refusal (and any crash) is an answer, never a dead server
             self.write({"id": request_id, "error": wire.encode_error(exc)})
             return
@@ -213,6 +233,13 @@ class Server:
     async def _perform(self, message: dict[str, Any]) -> Any:
         op = message["op"]
         if op == "open":
+            if self.secret is not None and not matches(self.secret, message.get("secret")):
+                said = "a wrong secret" if "secret" in message else "no secret"
+                raise _Unauthorized(
+                    f"this handler server takes connections that know its shared secret, and "
+                    f"this open carried {said}; the harness sends it from {SECRET_ENV}, "
+                    f"{SECRET_FILE_ENV}, or on loopback the file the server wrote when it started"
+                )
             if message["protocol"] != PROTOCOL_VERSION:
                 raise _BadRequest(
                     f"this server speaks protocol {PROTOCOL_VERSION}, not {message['protocol']}"
@@ -328,14 +355,27 @@ async def serve_tcp(
     announce: Callable[[str], None],
     *,
     shared_store: bool = False,
+    secret: ServerSecret,
+    drawn: bool = False,
 ) -> None:
-    """Serve every connection to ``address`` as a session of its own, until cancelled."""
+    """Serve every connection to ``address`` as a session of its own, until cancelled.
+
+    Every connection's ``open`` must carry ``secret``; a ``drawn`` one is written
+    where a harness on this machine finds it by the address, and removed at the end.
+    """
 
     stores = NamedStores()
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await _session(factory, reader, writer.write, shared_store=shared_store, stores=stores)
+            await _session(
+                factory,
+                reader,
+                writer.write,
+                shared_store=shared_store,
+                stores=stores,
+                secret=secret.value,
+            )
         except ConnectionError:
             pass  # the harness dropped the connection (a timeout): nothing left to answer
         finally:
@@ -347,9 +387,21 @@ async def serve_tcp(
         on_connection, address.host, address.port, limit=MAX_REQUEST_BYTES
     )
     host, port = server.sockets[0].getsockname()[:2]
-    announce(str(TcpAddress(host, port)))
-    async with server:
-        await server.serve_forever()
+    # A stop (SIGTERM from a CI timeout or a test's terminate) ends the serving task, so the
+    # drawn secret's file is removed rather than left behind for the next server on the port.
+    loop, serving = asyncio.get_running_loop(), asyncio.current_task()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        if serving is not None:
+            loop.add_signal_handler(signal.SIGTERM, serving.cancel)
+    try:
+        if drawn:
+            secret.write_for(address.host, port)
+        shown = "" if secret.written is None else f" (secret in {secret.written})"
+        announce(f"{TcpAddress(host, port)}{shown}")
+        async with server:
+            await server.serve_forever()
+    finally:
+        secret.remove()
 
 
 async def _session(
@@ -359,8 +411,9 @@ async def _session(
     *,
     shared_store: bool = False,
     stores: NamedStores | None = None,
+    secret: str | None = None,
 ) -> None:
-    server = Server(factory, send, shared_store=shared_store, stores=stores)
+    server = Server(factory, send, shared_store=shared_store, stores=stores, secret=secret)
     while not server.closed:
         try:
             line = await reader.readline()
@@ -385,10 +438,20 @@ async def _session(
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tcp",
-        metavar="HOST:PORT",
+        metavar="[HOST:]PORT",
         default=None,
         help="listen on this TCP address instead of stdin/stdout, one session per "
-        "connection (port 0 picks a free port; the address is printed first)",
+        "connection (a bare PORT listens on 127.0.0.1; port 0 picks a free port; the address "
+        "is printed first). Every connection must know the shared secret: "
+        f"{SECRET_ENV} or --secret-file; on loopback without one, the server draws one and "
+        "writes it where the harness finds it. Any other address needs one",
+    )
+    parser.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        default=None,
+        help=f"with --tcp: the file holding the shared secret (else {SECRET_ENV}, "
+        f"{SECRET_FILE_ENV})",
     )
     parser.add_argument(
         "--shared-store",
@@ -411,12 +474,20 @@ def main(args: argparse.Namespace) -> int:
     try:
         factory = load_factory(args.factory)
         check_factory(factory, args.factory)
-        address = None if args.tcp is None else parse_address(args.tcp, listen=True)
+        address = None if args.tcp is None else parse_address(_with_host(args.tcp), listen=True)
+        if address is None and args.secret_file is not None:
+            raise ConfigurationError("--secret-file goes with --tcp; stdin needs no secret")
+        secret, drawn = (
+            (None, False) if address is None else server_secret(address.host, args.secret_file)
+        )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm serve: {exc}\n")
         return 2
     if address is not None:
-        return _main_tcp(factory, address, shared_store=args.shared_store)
+        assert secret is not None
+        return _main_tcp(
+            factory, address, shared_store=args.shared_store, secret=secret, drawn=drawn
+        )
     # The protocol owns stdout: anything the handler prints goes to stderr instead.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr
@@ -427,13 +498,35 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _main_tcp(factory: HandlerFactory, address: TcpAddress, *, shared_store: bool) -> int:
+def _with_host(text: str) -> str:
+    """``--tcp PORT`` (or ``:PORT``) listens on loopback: a stranger cannot reach it."""
+    bare = text.strip().removeprefix(":")
+    return f"127.0.0.1:{bare}" if bare.isdigit() else text
+
+
+def _main_tcp(
+    factory: HandlerFactory,
+    address: TcpAddress,
+    *,
+    shared_store: bool,
+    secret: ServerSecret,
+    drawn: bool,
+) -> int:
     def announce(where: str) -> None:
         print(f"dsm serve: listening on {where}", flush=True)
 
     try:
-        asyncio.run(serve_tcp(factory, address, announce, shared_store=shared_store))
-    except KeyboardInterrupt:
+        asyncio.run(
+            serve_tcp(
+                factory,
+                address,
+                announce,
+                shared_store=shared_store,
+                secret=secret,
+                drawn=drawn,
+            )
+        )
+    except (KeyboardInterrupt, asyncio.CancelledError):
         return 0
     except OSError as exc:  # the address is taken, or not ours to bind
         sys.stderr.write(f"dsm serve: cannot listen on {address}: {exc}\n")
