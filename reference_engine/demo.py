@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import delete, select
+from sqlalchemy import URL, delete, select
 
 from reference_engine.catchup import CatchupWorkerService
 from reference_engine.clock import UTC, Clock, ManualClock
@@ -53,7 +53,7 @@ from reference_engine.engine.executor import Message, NodeExecutionResult, NodeO
 from reference_engine.engine.workflow import EventLog, NodeAborted, NodeTypeRegistry, WorkflowEngine
 from reference_engine.errors import ConfigurationError, DsmError, StaleLockError
 from reference_engine.handler import HandlerFactory, StateHandler
-from reference_engine.handlers.sql.engine import normalize_url
+from reference_engine.handlers.sql.engine import is_memory_url, normalize_url
 from reference_engine.handlers.sql.factory import sql_handler
 from reference_engine.handlers.sql.handler import SqlStateHandler
 from reference_engine.handlers.sql.schema import process_state_logs
@@ -532,7 +532,7 @@ async def run_demo(
         factory = load_factory(handler) if isinstance(handler, str) else handler
         return await _run_on_factory(factory, _factory_name(handler), write, observe)
     if db_url is not None:
-        normalize_url(db_url)  # a bad URL fails before anything is created
+        _check_sqlite_folder(normalize_url(db_url))  # a bad URL fails before anything is created
     directory: Path | None = None
     if db_url is None:
         directory = Path(tempfile.mkdtemp(prefix="dsm-demo-"))
@@ -566,6 +566,21 @@ async def run_demo(
             else:
                 shutil.rmtree(directory, ignore_errors=True)
     return _outcome(narrator, charges)
+
+
+def _check_sqlite_folder(url: URL) -> None:
+    """A SQLite file goes into a folder that exists: named now, not a driver error later."""
+    if url.get_backend_name() != "sqlite" or is_memory_url(url):
+        return
+    database = url.database or ""
+    if database.startswith("file:"):
+        return
+    folder = Path(database).parent
+    if not folder.is_dir():
+        raise ConfigurationError(
+            f"--db {url.render_as_string(hide_password=True)!r}: the folder {str(folder)!r} of "
+            "the SQLite file does not exist; create it first, or name a file in a folder that does"
+        )
 
 
 async def _run_on_factory(
@@ -683,12 +698,27 @@ def main(args: argparse.Namespace) -> int:
     html: Path | None = getattr(args, "html", None)
     try:
         if html is not None:
+            from dsm_sim.outputs import OutputKind, check_output
             from dsm_sim.reports.explorer.demo_page import record_demo, write_demo_html
 
+            # Before the walk-through, as every report path is: a directory, a path under a
+            # file, a FIFO or /dev/full is a usage error now, not a traceback (or a hang) later.
+            check_output("--html", html, OutputKind.FILE)
+            if html.is_file() and not html.is_symlink():
+                print(
+                    f"dsm demo: --html {str(html)!r} exists; it will be replaced", file=sys.stderr
+                )
             tape, outcome = asyncio.run(
                 record_demo(args.db, schema=args.schema, keep=args.keep, handler=handler)
             )
-            write_demo_html(html, tape, outcome)
+            try:
+                write_demo_html(html, tape, outcome)
+            except OSError as exc:
+                from dsm_sim.outputs import ReportWriteError
+
+                raise ReportWriteError(
+                    option="--html", path=str(html), reason=exc.strerror or str(exc)
+                ) from exc
         else:
             outcome = asyncio.run(
                 run_demo(args.db, schema=args.schema, keep=args.keep, handler=handler)

@@ -36,6 +36,7 @@ from dsm_sim.conformance.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.options import bounded_int, positive_seconds
 from dsm_sim.outputs import OutputKind, ReportWriteError, check_output
+from dsm_sim.printable import printable_stream
 from dsm_sim.scenario import Scenario, ScenarioError, load_scenarios
 from dsm_sim.simulator.bridge import (
     CALL_TIMEOUT_ENV,
@@ -232,7 +233,8 @@ def _progress(
 
 
 def main(args: argparse.Namespace) -> int:
-    out, err = sys.stdout, sys.stderr
+    # A handler's messages are printed escaped: its control bytes are shown, never obeyed.
+    out, err = printable_stream(sys.stdout), printable_stream(sys.stderr)
     if getattr(args, "exec_tcp", None) is not None:
         if args.handler != DEFAULT_HANDLER:
             print("dsm run: give --handler or --exec-tcp, not both", file=err)
