@@ -54,6 +54,7 @@ from dsm_sim.checker.state import (
     only_allowed_transitions,
     terminal_within_deadline,
 )
+from dsm_sim.checker.sweeps import sweeps_answer_truthfully
 from dsm_sim.conformance.semantics import DSM, SemanticsProfile
 from dsm_sim.history import History
 
@@ -79,6 +80,7 @@ __all__ = [
     "only_allowed_transitions",
     "single_live_lock",
     "sweep_spares_live_locks",
+    "sweeps_answer_truthfully",
     "terminal_within_deadline",
 ]
 
@@ -99,6 +101,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     only_allowed_transitions,
     exists_agrees_with_writes,
     sweep_spares_live_locks,
+    sweeps_answer_truthfully,
     terminal_within_deadline,
     no_record_lost,
     every_delivery_settles,
