@@ -154,6 +154,9 @@ SHOUTING = textwrap.dedent(
         if req["op"] == "open":
             answer = {"protocol": 1, "concurrent": False}
             print(json.dumps({"id": req["id"], "result": answer}), flush=True)
+        elif req["op"] == "close":
+            print(json.dumps({"id": req["id"], "result": None}), flush=True)
+            break
         else:
             error = {"kind": "store_error", "message": "down\\u001b[2J\\u001b]0;pwned\\u0007"}
             print(json.dumps({"id": req["id"], "error": error}), flush=True)
@@ -183,3 +186,21 @@ def test_a_handlers_terminal_escapes_are_printed_escaped(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "\\x1b[2J" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["verify", "run"])
+def test_verify_and_run_print_a_handlers_escapes_escaped(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "shouting.py"
+    script.write_text(SHOUTING, encoding="utf-8")
+    handler = f"{sys.executable} {script}"
+    if command == "verify":
+        args = ["verify", "--exec", handler, "--profile", "dev", "--seed", "0", "--stop-on-first"]
+    else:
+        scenario = str(ROOT / "scenarios" / "slow-worker.toml")
+        args = ["run", scenario, "--seed", "1", "--handler", f"exec:{handler}"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert "\\x1b[2J" in captured.out
+    assert "\x1b" not in captured.out + captured.err and "\x07" not in captured.out
