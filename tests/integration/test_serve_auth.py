@@ -150,10 +150,16 @@ def test_a_stopped_dsm_serve_removes_its_secret_file() -> None:
     process = subprocess.Popen(
         [*SERVE, "--tcp", "127.0.0.1:0", MEMORY], stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
-    assert process.stdout is not None
-    first = process.stdout.readline()
-    written = Path(first.split("(secret in ", 1)[1].rstrip(")\n"))
-    assert written.is_file()
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=20) == 0
-    assert not written.exists()
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert "(secret in " in first, first
+        written = Path(first.split("(secret in ", 1)[1].rstrip(")\n"))
+        assert written.is_file()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        assert not written.exists()
+    finally:
+        if process.poll() is None:  # a failed assertion must not leave the server running
+            process.kill()
+            process.wait(timeout=10)
