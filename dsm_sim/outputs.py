@@ -10,17 +10,36 @@ verdict has been printed, never instead of it.
 
 Missing directories are created, as they always were; what must hold is
 that the nearest existing ancestor is a directory the user may write in.
+A file path must not name a FIFO or a device (``/dev/full``): the write
+would hang or fail only after the run.
+
+Every report is written to a temporary file beside its path and renamed
+over it (:func:`write_report`): a symlink planted at a predictable report
+name is replaced, never followed, and a reader never sees half a report.
+Text that cannot be UTF-8 (a handler command's undecodable bytes, kept by
+Python as lone surrogates) is written escaped rather than failing the write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
+import stat
+import tempfile
 from pathlib import Path
 
+from dsm_sim.input_files import file_kind
 from reference_engine.errors import ConfigurationError, DsmError
 
-__all__ = ["OutputKind", "OutputPathError", "ReportWriteError", "check_output"]
+__all__ = [
+    "OutputKind",
+    "OutputPathError",
+    "ReportWriteError",
+    "check_output",
+    "write_file",
+    "write_report",
+]
 
 
 class OutputKind(enum.Enum):
@@ -67,9 +86,17 @@ def check_output(option: str, path: Path, kind: OutputKind) -> None:
     def refuse(problem: str) -> OutputPathError:
         return OutputPathError(option=option, path=str(path), problem=problem, kind=kind.value)
 
+    if kind is OutputKind.FILE and path.is_symlink():
+        path = path.parent  # replaced by the write, never followed: its directory must take it
+        if not _writable(path):
+            raise refuse(f"is a symlink in {str(path)!r}, which is not writable")
+        return
     if path.exists():
         if kind is OutputKind.FILE and path.is_dir():
             raise refuse("is a directory")
+        mode = path.stat().st_mode
+        if kind is OutputKind.FILE and not stat.S_ISREG(mode):
+            raise refuse(f"is {file_kind(mode)}, not a regular file")
         if kind is OutputKind.DIRECTORY and not path.is_dir():
             raise refuse("is a file, not a directory")
         if not _writable(path):
@@ -82,3 +109,38 @@ def check_output(option: str, path: Path, kind: OutputKind) -> None:
         raise refuse(f"cannot be created: {str(ancestor)!r} is a file, not a directory")
     if not _writable(ancestor):
         raise refuse(f"cannot be created: the directory {str(ancestor)!r} is not writable")
+
+
+def write_file(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
+
+    The rename replaces a regular file or a symlink at ``path`` without following
+    it, and the file is complete or absent, never half written.  A device or a
+    FIFO at ``path`` is written into instead.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(mode := os.lstat(path).st_mode) and not stat.S_ISLNK(mode):
+            # A device or FIFO the user named is written into, never replaced (renaming over
+            # /dev/full as root would put a file in its place); non-blocking, so a FIFO
+            # nobody reads fails now instead of hanging.
+            flags = os.O_WRONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+            with os.fdopen(os.open(path, flags), "wb") as device:
+                device.write(data)
+            return path
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return path
+
+
+def write_report(path: Path, text: str) -> Path:
+    """Write a text report as UTF-8 (see :func:`write_file`); undecodable bytes escaped."""
+    return write_file(path, text.encode("utf-8", "backslashreplace"))

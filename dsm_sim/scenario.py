@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import enum
 import math
-import os
 import re
-import stat
 import tomllib
 import zoneinfo
 from collections.abc import Mapping, Sequence
@@ -32,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dsm_sim.input_files import InputFileProblem, read_bounded
 from reference_engine.errors import ConfigurationError, echo
 
 __all__ = [
@@ -680,47 +679,16 @@ def parse_scenario(raw: Mapping[str, Any], path: str) -> Scenario:
     return scenario
 
 
-def _file_kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return kind
-    return "not a regular file"
-
-
 _REGULAR_FILE = f"a regular UTF-8 .toml file of at most {MAX_FILE_BYTES // 1024} KiB"
 
 
 def _read_bytes(where: str, path: Path) -> bytes:
-    """The file's bytes, refusing what is not a regular file before it is opened.
-
-    The type is checked again on the open descriptor (opened non-blocking, so
-    a FIFO swapped in meanwhile cannot block), and the read stops one byte
-    past the cap, so neither ``/dev/zero`` nor a huge file is read whole.
-    """
+    """The file's bytes, refusing what is not a regular file or is over the cap unread."""
     try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            raise ScenarioError(where, "", f"is {_file_kind(mode)}", _REGULAR_FILE)
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(path, flags)
-        with os.fdopen(fd, "rb") as file:
-            mode = os.fstat(file.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                raise ScenarioError(where, "", f"is {_file_kind(mode)}", _REGULAR_FILE)
-            data = file.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ScenarioError(
-            where, "", f"cannot read: {exc.strerror or exc}", "a readable .toml file"
-        ) from exc
-    if len(data) > MAX_FILE_BYTES:
-        raise ScenarioError(where, "", f"is larger than {MAX_FILE_BYTES} bytes", _REGULAR_FILE)
-    return data
+        return read_bounded(path, MAX_FILE_BYTES)
+    except InputFileProblem as exc:
+        allowed = "a readable .toml file" if exc.problem.startswith("cannot") else _REGULAR_FILE
+        raise ScenarioError(where, "", exc.problem, allowed) from exc
 
 
 def _decode(where: str, data: bytes) -> str:

@@ -14,6 +14,7 @@ __all__ = [
     "ConfigurationError",
     "DsmError",
     "DuplicateElementError",
+    "EvictingStoreError",
     "FactoryError",
     "ForbiddenTransitionError",
     "InstantOutOfRangeError",
@@ -389,4 +390,28 @@ class StoreLostError(StoreError):
             f"the {store} is not the store this handler opened: {reason}. Its records were "
             "lost or replaced, so finished work would look undone and be repeated; nothing "
             "was written. Restore the store (or accept the loss) and restart the handler"
+        )
+
+
+class EvictingStoreError(StoreError):
+    """The store may drop records on its own to free memory, so the handler refuses to use it.
+
+    A Redis whose ``maxmemory-policy`` evicts any key (``allkeys-lru``,
+    ``allkeys-lfu``, ``allkeys-random``) drops finished records under memory
+    pressure while the identity marker may survive: ``exists`` then answers
+    "not done" for finished work, a new acquire starts again from token 1 and
+    the side effect repeats, and a live lock can vanish under its holder.
+    Nothing in the store tells a dropped record from one never written, so
+    the only safe answer is to refuse the store before any record is trusted.
+    """
+
+    def __init__(self, *, store: str, setting: str, value: str, fix: str) -> None:
+        self.store = store
+        self.setting = setting
+        self.value = value
+        self.fix = fix
+        super().__init__(
+            f"the {store} has {setting} {value}: under memory pressure it evicts keys, "
+            "finished records included, and evicted work would look undone and be repeated; "
+            f"nothing was read or written. Set {fix}"
         )

@@ -56,6 +56,11 @@ from dsm_sim.checker.state import (
     no_record_lost,
     terminal_within_deadline,
 )
+from dsm_sim.checker.sweeps import (
+    sweep_count_claims_nothing_more,
+    sweep_count_hides_nothing,
+    sweeps_succeed,
+)
 from dsm_sim.conformance.judge.semantics import DSM, SemanticsProfile
 from dsm_sim.history import History
 
@@ -102,7 +107,10 @@ INVARIANTS: tuple[Invariant, ...] = (
     allowed_transitions_only,
     exists_agrees_with_model,
     sweep_only_expired,
+    sweep_count_claims_nothing_more,
+    sweep_count_hides_nothing,
     errors_agree_with_model,
+    sweeps_succeed,
     terminal_within_deadline,
     no_record_lost,
     every_delivery_settles,

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from dsm_sim.conformance.cache import CACHE_DIR_ENV
 from dsm_sim.options import positive_seconds
+from dsm_sim.printable import printable_stream
 from dsm_sim.profiles import PROFILES
 from reference_engine.errors import ConfigurationError
 
@@ -402,9 +403,9 @@ def main(args: argparse.Namespace) -> int:
     if tty:
         _render_rich(report, sys.stdout)
     else:
-        render_plain(report, sys.stdout)
+        render_plain(report, printable_stream(sys.stdout))
     if out_of_process:
-        _write_protocol_failures(factory, sys.stdout)
+        _write_protocol_failures(factory, printable_stream(sys.stdout))
     if not report.passed:
         print(f"replay this run: {report.replay_command()}", file=sys.stderr)
         if replays:

@@ -115,21 +115,16 @@ class Finding:
 class PropertyViolation(DsmError, AssertionError):
     """Raised inside the state machine; Hypothesis shrinks the run that raised it.
 
-    ``story`` is the plain-language account of the (final, shrunk) run,
-    ``time_zone`` the process ``TZ`` the failing test case ran in, and
-    ``program`` the steps that ran, as data (set by the machine that raised it).
+    ``story`` is the plain-language account of the (final, shrunk) run, and
+    ``time_zone`` the process ``TZ`` the failing test case ran in.
     """
 
-    def __init__(
-        self,
-        finding: Finding,
-        story: str,
-        time_zone: str = "UTC0",
-        program: Program | None = None,
-    ) -> None:
+    #: The steps that ran, as data; set by the machine that raised it.
+    program: Program | None = None
+
+    def __init__(self, finding: Finding, story: str, time_zone: str = "UTC0") -> None:
         self.property = finding.property
         self.finding = finding
         self.story = story
         self.time_zone = time_zone
-        self.program = program
         super().__init__(f"{finding.property}: {finding.message}\n{story}")

@@ -12,6 +12,7 @@ the user waived each by name (``dsm verify --waive NAME``).
 from __future__ import annotations
 
 import enum
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -241,19 +242,22 @@ class VerificationReport:
 
     def replay_command(self) -> str:
         """The ``dsm verify`` command that runs the same test cases again."""
-        command = f"dsm verify {self.factory} --profile {self.profile} --seed {self.seed}"
+        # Every word quoted for the shell, so a pasted line runs dsm and nothing else. An
+        # out-of-process factory is named by ``dsm verify`` as ``--exec 'COMMAND'``, already quoted.
+        factory = self.factory if self.factory.startswith("--exec") else shlex.quote(self.factory)
+        words = ["--profile", self.profile, "--seed", str(self.seed)]
         if self.semantics_spec is not None:
-            command += f" --semantics {self.semantics_spec}"
+            words += ["--semantics", self.semantics_spec]
         if self.call_timeout is not None:
-            command += f" --call-timeout {self.call_timeout:g}"
+            words += ["--call-timeout", f"{self.call_timeout:g}"]
         if self.clock_mode is not ClockMode.INJECTED:
-            command += f" --clock {self.clock_mode.value}"
+            words += ["--clock", self.clock_mode.value]
         zone = self.replay_zone
         if zone is not None and zone not in (UTC_ZONE, WORLD_UTC):
-            command += f" --tz {zone}"
+            words += ["--tz", zone]
         for name in self.waived:
-            command += f" --waive {name}"
-        return command
+            words += ["--waive", name]
+        return f"dsm verify {factory} {shlex.join(words)}"
 
     def explored(self) -> str:
         """How much was explored, in one line: what a green run is worth."""

@@ -58,12 +58,14 @@ from dsm_sim.protocol.errors import (
     HandlerInternalError,
     HandlerStartError,
     HandlerTimeoutError,
+    HandlerUnauthorizedError,
     MalformedResponseError,
     ProtocolError,
     UnexpectedResponseError,
     VersionMismatchError,
 )
 from dsm_sim.protocol.schema import PROTOCOL_VERSION, problem
+from dsm_sim.protocol.secret import SECRET_ENV, SECRET_FILE_ENV, client_secret
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import ConfigurationError, DsmError
@@ -356,6 +358,8 @@ class ExecHandler:
         self.name = ""
         #: Every request line written, in order: the raw material of a replay file.
         self.transcript: list[bytes] = []
+        #: The handler server's shared secret, sent with ``open`` over TCP only.
+        self._secret: str | None = None
         self._process: _Spawned | None = None
         #: Where a process started ahead of time waits (a factory's), or None to start on open.
         self._spares = spares
@@ -443,6 +447,7 @@ class ExecHandler:
             )
             self._record(error)
             raise error from exc
+        self._secret = client_secret(address.host, address.port, {**os.environ, **(self.env or {})})
         self._reader = asyncio.get_running_loop().create_task(
             self._read_answers(), name=f"dsm-exec-tcp[{address}]"
         )
@@ -721,6 +726,13 @@ class ExecHandler:
                     f"the handler refused {pending.label} as malformed: {body['message']}",
                     request=pending.label,
                 )
+            if body["kind"] == "unauthorized":
+                raise HandlerUnauthorizedError(
+                    f"the {self._peer} refused the connection: {body['message']}. Give the "
+                    f"harness the server's secret in {SECRET_ENV} (or a file named by "
+                    f"{SECRET_FILE_ENV}), as docs/protocol.md describes",
+                    command=self.command,
+                )
             if body["kind"] == "internal":
                 raise HandlerInternalError(
                     f"the handler failed on {pending.label}: {body['message']}",
@@ -728,7 +740,20 @@ class ExecHandler:
                     error_type=str(body.get("type", "")),
                 )
             raise wire.decode_error(body, pending.ctx)
-        return message["result"]
+        result = message["result"]
+        if pending.op == "get" and result is not None:
+            try:
+                return wire.decode_record(result)
+            except wire.WireValueError as exc:
+                raise MalformedResponseError(
+                    f"the answer to {pending.label} passes the protocol schema but cannot be "
+                    f"decoded at {exc.field}: {exc.problem}",
+                    request=pending.label,
+                    field=exc.field,
+                    expected="a real instant (YYYY-MM-DD within the calendar) and data_json "
+                    "that is JSON nested at most as deep as the reader follows",
+                ) from None
+        return result
 
     # --- requests ------------------------------------------------------------------------
 
@@ -806,6 +831,9 @@ class ExecHandler:
         timer = loop.call_later(self.timeout, self._time_out, request_id, label)
         line = wire.encode_line(message)
         self.transcript.append(line)
+        if op == "open" and self._secret is not None:
+            # The secret goes on the wire only: transcripts become replay files people share.
+            line = wire.encode_line({**message, "secret": self._secret})
         try:
             try:
                 writer.write(line)
@@ -836,8 +864,9 @@ class ExecHandler:
         return result
 
     async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
-        result = await self._call("get", {}, ctx)
-        return None if result is None else wire.decode_record(result)
+        # The answer was decoded (or refused as malformed) as it arrived.
+        result: StateRecord | None = await self._call("get", {}, ctx)
+        return result
 
     async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
         result: int | None = await self._call("try_acquire_lock", {}, ctx)

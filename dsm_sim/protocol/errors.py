@@ -18,6 +18,7 @@ __all__ = [
     "HandlerInternalError",
     "HandlerStartError",
     "HandlerTimeoutError",
+    "HandlerUnauthorizedError",
     "MalformedResponseError",
     "ProtocolError",
     "SharedStoreRequiredError",
@@ -85,6 +86,10 @@ class HandlerStartError(ProtocolError):
     def __init__(self, message: str, *, command: str) -> None:
         self.command = command
         super().__init__(message, request="open")
+
+
+class HandlerUnauthorizedError(HandlerStartError):
+    """A handler server refused the connection's ``open``: it did not carry the server's secret."""
 
 
 class HandlerExitedError(ProtocolError):

@@ -28,7 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from dsm_sim.input_files import InputFileProblem, read_bounded
 from dsm_sim.options import positive_seconds
+from dsm_sim.outputs import write_file
+from dsm_sim.printable import printable_stream
 from dsm_sim.protocol.client import ExecFactory, TcpAddress, exec_factory, tcp_factory
 from dsm_sim.protocol.schema import problem
 from reference_engine.clock import ManualClock
@@ -55,6 +58,10 @@ EXIT_OK, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
 REPLAY_SUBDIR = "replays"
 
 
+#: The largest replay file read: many requests at the protocol's line limit.
+MAX_REPLAY_BYTES = 64 * 1024 * 1024
+
+
 class ReplayFileError(ConfigurationError):
     """A replay file that cannot be replayed: not found, not JSON, or not protocol requests."""
 
@@ -72,24 +79,47 @@ def replay_name(property_name: str, seed: int) -> str:
 
 def write_replay(lines: Sequence[bytes], directory: Path, name: str) -> Path:
     """Write request lines (as sent, each ending in a newline) to ``directory/name``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_bytes(b"".join(lines))
-    return path
+    return write_file(directory / name, b"".join(lines))
 
 
 def read_replay(path: Path) -> list[dict[str, Any]]:
-    """The requests of a replay file, each checked against the request schema."""
+    """The requests of a replay file, each checked against the request schema.
+
+    The file is read bounded (a regular file of at most :data:`MAX_REPLAY_BYTES`,
+    so a FIFO or ``/dev/zero`` is refused unread), must be UTF-8, and a line
+    nested deeper than the JSON reader follows is refused by name.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReplayFileError(f"cannot read the replay file {path}: {exc}", path=str(path)) from exc
+        data = read_bounded(path, MAX_REPLAY_BYTES)
+    except InputFileProblem as exc:
+        raise ReplayFileError(
+            f"the replay file {path} {exc.problem}; give a regular UTF-8 file of JSON requests "
+            f"of at most {MAX_REPLAY_BYTES // (1024 * 1024)} MiB, as dsm verify --exec writes it",
+            path=str(path),
+        ) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        number = data.count(b"\n", 0, exc.start) + 1
+        raise ReplayFileError(
+            f"{path}:{number} is not UTF-8: byte {data[exc.start]:#04x} at offset {exc.start} "
+            "cannot be decoded; a replay file is UTF-8 text",
+            path=str(path),
+            line=number,
+        ) from None
     requests: list[dict[str, Any]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             message = json.loads(line)
+        except RecursionError:
+            raise ReplayFileError(
+                f"{path}:{number} is JSON nested deeper than the reader can follow; a protocol "
+                "request nests a few levels at most",
+                path=str(path),
+                line=number,
+            ) from None
         except ValueError as exc:
             raise ReplayFileError(
                 f"{path}:{number} is not JSON ({exc}); a replay file holds one JSON request "
@@ -222,8 +252,8 @@ def replay_command(path: Path, factory: ExecFactory) -> str:
     """The ``dsm replay`` command for a replay file and the handler it was recorded against."""
     target = factory.target
     if isinstance(target, TcpAddress):
-        return f"dsm replay {shlex.quote(str(path))} --exec-tcp {target}"
-    return f"dsm replay {shlex.quote(str(path))} --exec {shlex.quote(factory.command)}"
+        return shlex.join(["dsm", "replay", str(path), "--exec-tcp", str(target)])
+    return shlex.join(["dsm", "replay", str(path), "--exec", factory.command])
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -274,5 +304,5 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     how = "all at once" if args.pipelined else "one at a time"
     print(f"dsm replay {args.file}: {len(requests)} request(s) to {factory.command}, {how}")
-    render(pairs, broken, sys.stdout)
+    render(pairs, broken, printable_stream(sys.stdout))
     return EXIT_BROKEN if broken is not None else EXIT_OK

@@ -37,13 +37,23 @@ import contextvars
 import datetime as dt
 import json
 import os
+import re
+import signal
+import stat
 import sys
 from collections.abc import Awaitable, Callable
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from dsm_sim.protocol import wire
 from dsm_sim.protocol.client import TcpAddress, parse_address
 from dsm_sim.protocol.schema import PROTOCOL_VERSION, SchemaProblem, load_schema, problem
+from dsm_sim.protocol.secret import (
+    SECRET_ENV,
+    SECRET_FILE_ENV,
+    ServerSecret,
+    matches,
+    server_secret,
+)
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory, StateHandler
 from reference_engine.instances import peer_of
@@ -55,12 +65,18 @@ __all__ = ["RequestClock", "Server", "configure", "main", "serve", "serve_tcp"]
 #: The operations of the protocol, as the schema names them.
 _OPS = tuple(load_schema()["$defs"]["request"]["properties"]["op"]["enum"])
 _NOW: contextvars.ContextVar[dt.datetime] = contextvars.ContextVar("dsm_request_now")
+#: The id at the start of a line that is not JSON as a whole (``{"id": 7, ...``).
+_LEADING_ID = re.compile(rb'\s*\{\s*"id"\s*:\s*(\d{1,15})\s*[,}]')
 #: The longest request line read (a payload at the size limit, escaped, fits many times).
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
 class _BadRequest(Exception):
     """A well-formed request this server cannot serve (another version, a call before open)."""
+
+
+class _Unauthorized(Exception):
+    """An ``open`` without the server's secret: answered ``unauthorized``, then the session ends."""
 
 
 class RequestClock:
@@ -122,8 +138,12 @@ class Server:
         *,
         shared_store: bool = False,
         stores: NamedStores | None = None,
+        secret: str | None = None,
     ) -> None:
         self.factory = factory
+        #: The secret every ``open`` must carry (a TCP server's); None on stdin, whose
+        #: only client is the process that started this one.
+        self.secret = secret
         self.send = send
         #: Declared on ``open``: the factory's handlers all reach one store (``--shared-store``).
         self.shared_store = shared_store
@@ -141,12 +161,23 @@ class Server:
         # One synchronous write per answer: concurrent tasks never interleave a line.
         self.send(wire.encode_line(message))
 
+    def refuse(self, request_id: int, why: str) -> None:
+        """Answer one request with ``bad_request``; the session goes on."""
+        self.write({"id": request_id, "error": {"kind": "bad_request", "message": why}})
+
     def receive(self, line: bytes) -> None:
         """Start answering one request line (as a task of its own)."""
         try:
             message = json.loads(line)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            sys.stderr.write(f"dsm serve: a request line is not JSON ({exc}); ignored\n")
+            why = "JSON nested too deep to read" if isinstance(exc, RecursionError) else str(exc)
+            # A line that starts like a request still gets its answer, so the client waits
+            # for nothing; without a readable id there is no one to answer.
+            leading = _LEADING_ID.match(line)
+            if leading is not None and int(leading.group(1)) >= 1:
+                self.refuse(int(leading.group(1)), f"the request line is not JSON: {why}")
+            else:
+                sys.stderr.write(f"dsm serve: a request line is not JSON ({why}); ignored\n")
             return
         request_id = message.get("id") if isinstance(message, dict) else None
         op = message.get("op") if isinstance(message, dict) else None
@@ -170,7 +201,11 @@ class Server:
                     f"dsm serve: a request without a usable id: {wire.short(message)}\n"
                 )
             return
-        now = wire.decode_instant(message["now"])
+        try:
+            now = wire.decode_instant(message["now"], "now")
+        except wire.WireValueError as exc:
+            self.refuse(request_id, str(exc))
+            return
         self.clock.latest = now
         task = asyncio.get_running_loop().create_task(
             self._answer(message, now), context=contextvars.copy_context()
@@ -183,8 +218,12 @@ class Server:
         request_id = message["id"]
         try:
             result = await self._perform(message)
-        except _BadRequest as exc:
-            self.write({"id": request_id, "error": {"kind": "bad_request", "message": str(exc)}})
+        except (_BadRequest, wire.WireValueError) as exc:
+            self.refuse(request_id, str(exc))
+            return
+        except _Unauthorized as exc:
+            self.closed = True  # nothing more is read from a client that cannot authenticate
+            self.write({"id": request_id, "error": {"kind": "unauthorized", "message": str(exc)}})
             return
         except Exception as exc:  # every refusal (and any crash) is an answer, never a dead server
             self.write({"id": request_id, "error": wire.encode_error(exc)})
@@ -194,6 +233,13 @@ class Server:
     async def _perform(self, message: dict[str, Any]) -> Any:
         op = message["op"]
         if op == "open":
+            if self.secret is not None and not matches(self.secret, message.get("secret")):
+                said = "a wrong secret" if "secret" in message else "no secret"
+                raise _Unauthorized(
+                    f"this handler server takes connections that know its shared secret, and "
+                    f"this open carried {said}; the harness sends it from {SECRET_ENV}, "
+                    f"{SECRET_FILE_ENV}, or on loopback the file the server wrote when it started"
+                )
             if message["protocol"] != PROTOCOL_VERSION:
                 raise _BadRequest(
                     f"this server speaks protocol {PROTOCOL_VERSION}, not {message['protocol']}"
@@ -256,14 +302,45 @@ class Server:
 
 
 def _data(data_json: str | None) -> Any:
-    return None if data_json is None else json.loads(data_json)
+    return wire.decode_data(data_json, "data_json")
+
+
+class LineSource(Protocol):
+    """Where a session reads request lines: a stream reader, or a file read in a thread."""
+
+    async def readline(self) -> bytes: ...
+
+
+class FileLines:
+    """Request lines of a regular file (``dsm serve F < requests.jsonl``), read in a thread.
+
+    asyncio reads only pipes, sockets and terminals without blocking, so a file
+    on stdin is read a line at a time off the event loop, with the same line
+    limit as a pipe (a longer line is a ``ValueError``, as from the reader).
+    """
+
+    def __init__(self, stream: IO[bytes], limit: int = MAX_REQUEST_BYTES) -> None:
+        self.stream = stream
+        self.limit = limit
+
+    async def readline(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        line = await loop.run_in_executor(None, self.stream.readline, self.limit + 1)
+        if len(line) > self.limit:
+            raise ValueError(f"a line is over {self.limit} bytes")
+        return line
 
 
 async def serve(factory: HandlerFactory, out: IO[bytes], *, shared_store: bool = False) -> None:
     """Answer requests from stdin until ``close`` has been answered or stdin ends."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_REQUEST_BYTES)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    reader: LineSource
+    if stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode):
+        reader = FileLines(sys.stdin.buffer)
+    else:
+        stream = asyncio.StreamReader(limit=MAX_REQUEST_BYTES)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), sys.stdin)
+        reader = stream
 
     def send(line: bytes) -> None:
         out.write(line)
@@ -278,14 +355,27 @@ async def serve_tcp(
     announce: Callable[[str], None],
     *,
     shared_store: bool = False,
+    secret: ServerSecret,
+    drawn: bool = False,
 ) -> None:
-    """Serve every connection to ``address`` as a session of its own, until cancelled."""
+    """Serve every connection to ``address`` as a session of its own, until cancelled.
+
+    Every connection's ``open`` must carry ``secret``; a ``drawn`` one is written
+    where a harness on this machine finds it by the address, and removed at the end.
+    """
 
     stores = NamedStores()
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await _session(factory, reader, writer.write, shared_store=shared_store, stores=stores)
+            await _session(
+                factory,
+                reader,
+                writer.write,
+                shared_store=shared_store,
+                stores=stores,
+                secret=secret.value,
+            )
         except ConnectionError:
             pass  # the harness dropped the connection (a timeout): nothing left to answer
         finally:
@@ -297,20 +387,33 @@ async def serve_tcp(
         on_connection, address.host, address.port, limit=MAX_REQUEST_BYTES
     )
     host, port = server.sockets[0].getsockname()[:2]
-    announce(str(TcpAddress(host, port)))
-    async with server:
-        await server.serve_forever()
+    # A stop (SIGTERM from a CI timeout or a test's terminate) ends the serving task, so the
+    # drawn secret's file is removed rather than left behind for the next server on the port.
+    loop, serving = asyncio.get_running_loop(), asyncio.current_task()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        if serving is not None:
+            loop.add_signal_handler(signal.SIGTERM, serving.cancel)
+    try:
+        if drawn:
+            secret.write_for(address.host, port)
+        shown = "" if secret.written is None else f" (secret in {secret.written})"
+        announce(f"{TcpAddress(host, port)}{shown}")
+        async with server:
+            await server.serve_forever()
+    finally:
+        secret.remove()
 
 
 async def _session(
     factory: HandlerFactory,
-    reader: asyncio.StreamReader,
+    reader: LineSource,
     send: Callable[[bytes], None],
     *,
     shared_store: bool = False,
     stores: NamedStores | None = None,
+    secret: str | None = None,
 ) -> None:
-    server = Server(factory, send, shared_store=shared_store, stores=stores)
+    server = Server(factory, send, shared_store=shared_store, stores=stores, secret=secret)
     while not server.closed:
         try:
             line = await reader.readline()
@@ -335,10 +438,20 @@ async def _session(
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tcp",
-        metavar="HOST:PORT",
+        metavar="[HOST:]PORT",
         default=None,
         help="listen on this TCP address instead of stdin/stdout, one session per "
-        "connection (port 0 picks a free port; the address is printed first)",
+        "connection (a bare PORT listens on 127.0.0.1; port 0 picks a free port; the address "
+        "is printed first). Every connection must know the shared secret: "
+        f"{SECRET_ENV} or --secret-file; on loopback without one, the server draws one and "
+        "writes it where the harness finds it. Any other address needs one",
+    )
+    parser.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        default=None,
+        help=f"with --tcp: the file holding the shared secret (else {SECRET_ENV}, "
+        f"{SECRET_FILE_ENV})",
     )
     parser.add_argument(
         "--shared-store",
@@ -361,12 +474,20 @@ def main(args: argparse.Namespace) -> int:
     try:
         factory = load_factory(args.factory)
         check_factory(factory, args.factory)
-        address = None if args.tcp is None else parse_address(args.tcp, listen=True)
+        address = None if args.tcp is None else parse_address(_with_host(args.tcp), listen=True)
+        if address is None and args.secret_file is not None:
+            raise ConfigurationError("--secret-file goes with --tcp; stdin needs no secret")
+        secret, drawn = (
+            (None, False) if address is None else server_secret(address.host, args.secret_file)
+        )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm serve: {exc}\n")
         return 2
     if address is not None:
-        return _main_tcp(factory, address, shared_store=args.shared_store)
+        assert secret is not None
+        return _main_tcp(
+            factory, address, shared_store=args.shared_store, secret=secret, drawn=drawn
+        )
     # The protocol owns stdout: anything the handler prints goes to stderr instead.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr
@@ -377,13 +498,35 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _main_tcp(factory: HandlerFactory, address: TcpAddress, *, shared_store: bool) -> int:
+def _with_host(text: str) -> str:
+    """``--tcp PORT`` (or ``:PORT``) listens on loopback: a stranger cannot reach it."""
+    bare = text.strip().removeprefix(":")
+    return f"127.0.0.1:{bare}" if bare.isdigit() else text
+
+
+def _main_tcp(
+    factory: HandlerFactory,
+    address: TcpAddress,
+    *,
+    shared_store: bool,
+    secret: ServerSecret,
+    drawn: bool,
+) -> int:
     def announce(where: str) -> None:
         print(f"dsm serve: listening on {where}", flush=True)
 
     try:
-        asyncio.run(serve_tcp(factory, address, announce, shared_store=shared_store))
-    except KeyboardInterrupt:
+        asyncio.run(
+            serve_tcp(
+                factory,
+                address,
+                announce,
+                shared_store=shared_store,
+                secret=secret,
+                drawn=drawn,
+            )
+        )
+    except (KeyboardInterrupt, asyncio.CancelledError):
         return 0
     except OSError as exc:  # the address is taken, or not ours to bind
         sys.stderr.write(f"dsm serve: cannot listen on {address}: {exc}\n")

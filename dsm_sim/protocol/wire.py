@@ -25,6 +25,7 @@ from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (
     DsmError,
     ForbiddenTransitionError,
+    InstantOutOfRangeError,
     InvalidItemError,
     LockHeldError,
     LockNotHeldError,
@@ -38,7 +39,9 @@ from reference_engine.status import IdempotencyStatus
 
 __all__ = [
     "ERROR_KINDS",
+    "WireValueError",
     "decode_context",
+    "decode_data",
     "decode_error",
     "decode_instant",
     "decode_record",
@@ -65,6 +68,7 @@ ERROR_KINDS: dict[str, type[DsmError]] = {
     "payload_too_large": PayloadTooLargeError,
     "invalid_item": InvalidItemError,
     "store_error": StoreError,
+    "instant_out_of_range": InstantOutOfRangeError,
 }
 
 
@@ -91,9 +95,42 @@ def encode_instant(instant: dt.datetime) -> str:
     return instant.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
-def decode_instant(text: str) -> dt.datetime:
+class WireValueError(ValueError):
+    """A field the schema accepts whose value cannot be decoded.
+
+    The schema checks shapes, not calendars or JSON: ``2026-13-45T99:99:99Z``
+    and a ``data_json`` of ``"{"`` pass it.  Both sides of the wire turn this
+    into their named error (the server's ``bad_request``, the client's
+    ``MalformedResponseError``), naming the field, instead of a crash.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(field, problem)  # both arguments, so it survives pickling
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}"
+
+
+def decode_instant(text: str, field: str = "instant") -> dt.datetime:
     """An instant of the wire as an aware UTC datetime (the schema checked its shape)."""
-    return dt.datetime.fromisoformat(text).astimezone(UTC)
+    try:
+        return dt.datetime.fromisoformat(text).astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
+        raise WireValueError(field, f"{short(text, 60)} is not a real instant ({exc})") from None
+
+
+def decode_data(text: str | None, field: str = "data_json") -> Any:
+    """A payload of the wire (canonical JSON text) as the value it stands for."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise WireValueError(field, "JSON nested deeper than the reader can follow") from None
+    except ValueError as exc:
+        raise WireValueError(field, f"not JSON ({exc})") from None
 
 
 def _micros(delta: dt.timedelta) -> int:
@@ -117,11 +154,18 @@ def encode_context(ctx: StateHandlerContext) -> dict[str, Any]:
     }
 
 
+def _duration(micros: int, field: str) -> dt.timedelta:
+    try:
+        return dt.timedelta(microseconds=micros)
+    except OverflowError as exc:
+        raise WireValueError(field, f"{micros} microseconds is not a duration ({exc})") from None
+
+
 def decode_context(raw: Mapping[str, Any]) -> StateHandlerContext:
     retention = raw["retention_us"]
     config = HandlerConfig(
-        lock_duration=dt.timedelta(microseconds=raw["lock_duration_us"]),
-        retention=None if retention is None else dt.timedelta(microseconds=retention),
+        lock_duration=_duration(raw["lock_duration_us"], "context.lock_duration_us"),
+        retention=None if retention is None else _duration(retention, "context.retention_us"),
     )
     return StateHandlerContext(
         scope_id=raw["scope_id"],
@@ -190,7 +234,11 @@ def encode_record(record: StateRecord) -> dict[str, Any]:
 
 
 def decode_record(raw: Mapping[str, Any]) -> StateRecord:
-    """A record of the wire (schema-checked) as the :class:`StateRecord` the kit compares."""
+    """A record of the wire (schema-checked) as the :class:`StateRecord` the kit compares.
+
+    A value the schema lets through but that cannot be decoded is a
+    :class:`WireValueError` naming the field.
+    """
     key = raw["key"]
     data_json = raw["data_json"]
     locked_until, retain_until = raw["locked_until"], raw["retain_until"]
@@ -204,14 +252,18 @@ def decode_record(raw: Mapping[str, Any]) -> StateRecord:
         ),
         status=IdempotencyStatus(raw["status"]),
         attempt=raw["attempt"],
-        locked_until=None if locked_until is None else decode_instant(locked_until),
-        data=None if data_json is None else json.loads(data_json),
+        locked_until=None
+        if locked_until is None
+        else decode_instant(locked_until, "result.locked_until"),
+        data=decode_data(data_json, "result.data_json"),
         error_detail=raw["error_detail"],
         entity_execution_id=raw["entity_execution_id"],
         source_app_id=raw["source_app_id"],
-        created_at=decode_instant(raw["created_at"]),
-        updated_at=decode_instant(raw["updated_at"]),
-        retain_until=None if retain_until is None else decode_instant(retain_until),
+        created_at=decode_instant(raw["created_at"], "result.created_at"),
+        updated_at=decode_instant(raw["updated_at"], "result.updated_at"),
+        retain_until=None
+        if retain_until is None
+        else decode_instant(retain_until, "result.retain_until"),
     )
 
 
@@ -238,6 +290,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "payload_too_large": ("size", "limit"),
     "invalid_item": ("field",),
     "store_error": (),
+    "instant_out_of_range": ("option", "now", "duration"),
 }
 
 
@@ -277,6 +330,12 @@ def decode_error(body: Mapping[str, Any], ctx: StateHandlerContext | None) -> Ds
         error = PayloadTooLargeError(size=body.get("size", -1), limit=body.get("limit", -1))
     elif cls is InvalidItemError:
         error = InvalidItemError(body["message"], field=body.get("field", ""))
+    elif cls is InstantOutOfRangeError:
+        error = InstantOutOfRangeError(
+            option=body.get("option", "?"),
+            now=body.get("now", "?"),
+            duration=body.get("duration", "?"),
+        )
     else:
         error = StoreError(body["message"])
     error.args = (body["message"],)

@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from dsm_sim.history import EventKind, History, Op, Outcome
+from dsm_sim.outputs import write_report
 from dsm_sim.reports.explorer import TraceViolation, explorer_view
 from dsm_sim.reports.instants import axis, wall
 from dsm_sim.reports.json_report import report_name
@@ -206,5 +207,4 @@ def render_html(run: RunResult) -> str:
 def write_html(run: RunResult, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{report_name(run)}.html"
-    path.write_text(render_html(run), encoding="utf-8")
-    return path
+    return write_report(path, render_html(run))

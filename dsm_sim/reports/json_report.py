@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dsm_sim.checker import InvariantResult
+from dsm_sim.outputs import write_report
 from dsm_sim.simulator.run import RunResult
 
 __all__ = ["FORMAT", "report_dict", "report_name", "to_json", "write_json"]
@@ -90,5 +91,4 @@ def report_name(run: RunResult) -> str:
 def write_json(run: RunResult, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{report_name(run)}.json"
-    path.write_text(to_json(run), encoding="utf-8")
-    return path
+    return write_report(path, to_json(run))

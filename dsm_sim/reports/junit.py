@@ -11,6 +11,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
+from dsm_sim.outputs import write_report
+from dsm_sim.printable import xml_safe
 from dsm_sim.simulator.run import RunResult
 
 __all__ = ["junit_xml", "write_junit"]
@@ -62,11 +64,15 @@ def junit_xml(runs: Sequence[RunResult], suite: str = "dsm-chaos") -> str:
                 type="InvariantViolation",
             )
             failure.text = "\n".join([*lines, "", f"replay: {run.replay}"])
+    # A handler's command or output may hold control bytes (0x01, ESC) that XML 1.0
+    # cannot carry: every name and text goes out escaped, so the file stays well-formed.
+    for element in root.iter():
+        element.attrib = {key: xml_safe(value) for key, value in element.attrib.items()}
+        if element.text:
+            element.text = xml_safe(element.text)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
 def write_junit(runs: Sequence[RunResult], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(junit_xml(runs), encoding="utf-8")
-    return path
+    return write_report(path, junit_xml(runs))

@@ -117,7 +117,14 @@ def _sweep(
         return False
     after = world.probe(before)
     changed = {key for key, record in before.items() if _changed(record, after.get(key))}
-    if result > len(changed):
+    if not _count(result):
+        # Not a count at all (None, text, a float, a bool, a negative number): recorded as
+        # the handler answered, with every key it may have changed, for the checker to judge.
+        result = result if isinstance(result, bool | int | float | str | None) else repr(result)
+        changed |= {
+            k for k, r in world.probe(world.touched).items() if _changed(previous.get(k), r)
+        }
+    elif result > len(changed):
         # More changes than the suspects show (superseded records, or a sweep
         # touching what it must not): read every key written to.
         for key, record in world.probe(world.touched).items():
@@ -133,6 +140,11 @@ def _sweep(
         candidates=[key for key, record in before.items() if due(record, now)],
     )
     return True
+
+
+def _count(result: object) -> bool:
+    """Whether a sweep answered a count: a non-negative ``int`` (``True`` is not one)."""
+    return isinstance(result, int) and not isinstance(result, bool) and result >= 0
 
 
 def _changed(before: StateRecord | None, after: StateRecord | None) -> bool:

@@ -37,6 +37,7 @@ from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.options import bounded_int, positive_seconds
 from dsm_sim.outputs import OutputKind, ReportWriteError, check_output
+from dsm_sim.printable import printable_stream
 from dsm_sim.scenario import Scenario, ScenarioError, load_scenarios
 from dsm_sim.simulator.bridge import (
     CALL_TIMEOUT_ENV,
@@ -229,7 +230,8 @@ def _prefixed(prefix: str, value: str | None) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    out, err = sys.stdout, sys.stderr
+    # A handler's messages are printed escaped: its control bytes are shown, never obeyed.
+    out, err = printable_stream(sys.stdout), printable_stream(sys.stderr)
     given = [
         (option, spec)
         for option, spec in (

@@ -164,9 +164,12 @@ def replay_command(
     scenario: Scenario, seed: int, handler: str, semantics: str | None = None
 ) -> str:
     """The command that replays a run; ``semantics``: the ``--semantics`` it was given, if any."""
-    # Quoted for the shell: an ``exec:`` handler's command line has spaces.
-    command = f"dsm run {scenario.path} --seed {seed} --handler {shlex.quote(handler)}"
-    return command if semantics is None else f"{command} --semantics {shlex.quote(semantics)}"
+    # Every word quoted for the shell: a pasted line must run dsm and nothing else,
+    # whatever the scenario's file name or the ``exec:`` handler's command line holds.
+    words = ["dsm", "run", scenario.path, "--seed", str(seed), "--handler", handler]
+    if semantics is not None:
+        words += ["--semantics", semantics]
+    return shlex.join(words)
 
 
 @dataclass(frozen=True, slots=True)

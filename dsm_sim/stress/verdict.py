@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from dsm_sim.outputs import ReportWriteError
+from dsm_sim.outputs import ReportWriteError, write_report
 from reference_engine.errors import DsmError
 
 __all__ = ["RunReport", "exit_code", "run_each"]
@@ -61,7 +61,7 @@ def exit_code(
         code = 0 if all(r.passed for r in reports) else 1
     if json_path is not None:
         try:
-            json_path.write_text(json.dumps([r.to_json() for r in reports], indent=2) + "\n")
+            write_report(json_path, json.dumps([r.to_json() for r in reports], indent=2) + "\n")
         except OSError as exc:
             error = ReportWriteError(
                 option="--json",

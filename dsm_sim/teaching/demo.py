@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import delete, select
+from sqlalchemy import URL, delete, select
 
 from dsm_sim.teaching.demo_render import (
     LogRow,
@@ -52,7 +52,7 @@ from reference_engine.engine.executor import Message, NodeExecutionResult, NodeO
 from reference_engine.engine.workflow import EventLog, NodeAborted, NodeTypeRegistry, WorkflowEngine
 from reference_engine.errors import ConfigurationError, StaleLockError
 from reference_engine.handler import HandlerFactory, StateHandler
-from reference_engine.handlers.sql.engine import normalize_url
+from reference_engine.handlers.sql.engine import is_memory_url, normalize_url
 from reference_engine.handlers.sql.factory import sql_handler
 from reference_engine.handlers.sql.handler import SqlStateHandler
 from reference_engine.handlers.sql.schema import process_state_logs
@@ -73,6 +73,8 @@ __all__ = [
 
 DEMO_START = dt.datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 DEMO_TENANT = "demo-tenant"
+#: The engine instance id of the walk-through (its store is emptied first, see run_demo).
+DEMO_INSTANCE = "demo"
 DEMO_APP = "billing-app"
 NODE_ID = "dispatch-invoice"
 HANDLER_KEY = "built-in"
@@ -267,6 +269,8 @@ class InvoiceDemo:
             self.handlers,
             clock,
             id_prefix="invoices",
+            # The walk-through starts on an emptied store, so fixed ids keep its story stable.
+            instance_id=DEMO_INSTANCE,
         )
         self.events = EventLog()
         self.engine.add_listener(self.events)
@@ -525,7 +529,7 @@ async def run_demo(
         factory = load_factory(handler) if isinstance(handler, str) else handler
         return await _run_on_factory(factory, _factory_name(handler), write, observe)
     if db_url is not None:
-        normalize_url(db_url)  # a bad URL fails before anything is created
+        _check_sqlite_folder(normalize_url(db_url))  # a bad URL fails before anything is created
     directory: Path | None = None
     if db_url is None:
         directory = Path(tempfile.mkdtemp(prefix="dsm-demo-"))
@@ -559,6 +563,21 @@ async def run_demo(
             else:
                 shutil.rmtree(directory, ignore_errors=True)
     return _outcome(narrator, charges)
+
+
+def _check_sqlite_folder(url: URL) -> None:
+    """A SQLite file goes into a folder that exists: named now, not a driver error later."""
+    if url.get_backend_name() != "sqlite" or is_memory_url(url):
+        return
+    database = url.database or ""
+    if database.startswith("file:"):
+        return
+    folder = Path(database).parent
+    if not folder.is_dir():
+        raise ConfigurationError(
+            f"--db {url.render_as_string(hide_password=True)!r}: the folder {str(folder)!r} of "
+            "the SQLite file does not exist; create it first, or name a file in a folder that does"
+        )
 
 
 async def _run_on_factory(

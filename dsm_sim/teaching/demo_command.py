@@ -13,6 +13,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from dsm_sim.outputs import OutputKind, ReportWriteError, check_output
 from dsm_sim.teaching.demo import SCENARIOS, run_demo
 from dsm_sim.teaching.demo_page import record_demo, write_demo_html
 from reference_engine.errors import DsmError
@@ -66,10 +67,22 @@ def main(args: argparse.Namespace) -> int:
     html: Path | None = getattr(args, "html", None)
     try:
         if html is not None:
+            # Before the walk-through, as every report path is: a directory, a path under a
+            # file, a FIFO or /dev/full is a usage error now, not a traceback (or a hang) later.
+            check_output("--html", html, OutputKind.FILE)
+            if html.is_file() and not html.is_symlink():
+                print(
+                    f"dsm demo: --html {str(html)!r} exists; it will be replaced", file=sys.stderr
+                )
             tape, outcome = asyncio.run(
                 record_demo(args.db, schema=args.schema, keep=args.keep, handler=handler)
             )
-            written = write_demo_html(html, tape, outcome)
+            try:
+                written = write_demo_html(html, tape, outcome)
+            except OSError as exc:
+                raise ReportWriteError(
+                    option="--html", path=str(html), reason=exc.strerror or str(exc)
+                ) from exc
             print(f"dsm demo: explorer page written to {written}", file=sys.stderr)
         else:
             outcome = asyncio.run(

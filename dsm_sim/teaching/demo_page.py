@@ -25,6 +25,7 @@ from typing import Any
 import jinja2
 
 from dsm_sim.history import Event, EventKind, History, Op, OpName, Outcome, RecordView, key_of
+from dsm_sim.outputs import write_report
 from dsm_sim.reports.explorer.model import Chapter
 from dsm_sim.reports.explorer.page import explorer_view
 from dsm_sim.teaching.demo import DEMO_START, DemoOutcome, run_demo
@@ -327,6 +328,4 @@ async def record_demo(
 
 def write_demo_html(path: Path, tape: DemoTape, outcome: DemoOutcome) -> Path:
     """Write the explorer page of a recorded walk-through to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_demo_html(tape, outcome), encoding="utf-8")
-    return path
+    return write_report(path, render_demo_html(tape, outcome))

@@ -38,6 +38,8 @@ public final class MemoryHandler {
     static final int PROTOCOL_VERSION = 1;
     static final int MAX_DATA_BYTES = 256 * 1024;
     static final String SWEEP_ERROR_DETAIL = "lock expired; reset by the catch-up sweep";
+    /** 9999-12-31T23:59:59.999999Z in microseconds: the last instant a record can hold. */
+    static final long LAST_INSTANT = 253402300799999999L;
     static final boolean NO_FENCING = "no_fencing".equals(System.getenv("DSM_JAVA_BUG"));
 
     // The transition table of reference_engine/status.py.
@@ -193,6 +195,29 @@ public final class MemoryHandler {
         }
     }
 
+    /** A duration added to now; past the last instant it is instant_out_of_range, nothing written. */
+    static long after(long now, long duration, String option) {
+        long end;
+        try {
+            end = Math.addExact(now, duration);
+        } catch (ArithmeticException overflow) {
+            end = Long.MAX_VALUE;
+        }
+        if (end > LAST_INSTANT) {
+            String at = format(now);
+            String length = duration + " microseconds";
+            throw new Refusal("instant_out_of_range",
+                "invalid DataStateMachine option '" + option + "': now (" + at + ") + " + option + " (" + length
+                    + ") is past 9999-12-31 23:59:59.999999 UTC, the last instant a record can hold; nothing was written",
+                "option", option, "now", at, "duration", length);
+        }
+        return end;
+    }
+
+    static Long retainUntil(Ctx ctx, long now) {
+        return ctx.retention == null ? null : after(now, ctx.retention, "retention");
+    }
+
     /** Insert or update the current record; null data keeps the stored data. */
     void write(Ctx ctx, long now, Rec r, String status, Long lockedUntil, String dataJson,
                Long attempt, boolean setsError, String errorDetail) {
@@ -214,7 +239,7 @@ public final class MemoryHandler {
         r.executionId = ctx.executionId;
         r.sourceAppId = ctx.sourceAppId;
         r.updatedAt = now;
-        r.retainUntil = ctx.retention == null ? null : now + ctx.retention;
+        r.retainUntil = retainUntil(ctx, now);
     }
 
     static String text(Object value) { return value == NULL ? null : (String) value; }
@@ -260,10 +285,12 @@ public final class MemoryHandler {
             case "get":
                 return r == null ? NULL : wire(r);
             case "try_acquire_lock": {
+                long lockedUntil = after(now, ctx.lockDuration, "lockDuration");
+                retainUntil(ctx, now);
                 String source = effective(r, now);
                 if (!ACQUIRABLE.contains(source)) return NULL;
                 long token = r == null ? 1 : r.attempt + 1;
-                write(ctx, now, r, "processing", now + ctx.lockDuration, null, token, true, null);
+                write(ctx, now, r, "processing", lockedUntil, null, token, true, null);
                 return token;
             }
             case "set": {
@@ -275,6 +302,7 @@ public final class MemoryHandler {
                         "status", label(status), "use", use);
                 }
                 checkData(req.get("data_json"));
+                retainUntil(ctx, now);
                 String data = text(req.get("data_json"));
                 if (ctx.token != null) {
                     if (writeLanded(r, ctx.token, status, data, null)) return NULL;
@@ -299,6 +327,7 @@ public final class MemoryHandler {
                         "release_lock_as_failed on item " + ctx.itemKey + " needs the processing lock",
                         "item_key", ctx.itemKey, "operation", "release_lock_as_failed");
                 }
+                retainUntil(ctx, now);
                 String detail = (String) req.get("error_detail");
                 if (writeLanded(r, ctx.token, "failed", null, detail)) return NULL;
                 Rec held = requireHolder(ctx, r);
@@ -307,6 +336,7 @@ public final class MemoryHandler {
             }
             case "upsert": {
                 checkData(req.get("data_json"));
+                retainUntil(ctx, now);
                 String data = text(req.get("data_json"));
                 if (ctx.token != null) {
                     if (writeLanded(r, ctx.token, "processed", data, null)) return NULL;

@@ -34,7 +34,8 @@ const {
   label,
   parseInstant,
   formatInstant,
-  after,
+  retainUntil,
+  lockedUntil,
   isLive,
   effectiveStatus,
   checkTransition,
@@ -101,10 +102,6 @@ function refuseLiveLock(ctx, record, now) {
   }
 }
 
-function retainUntil(ctx, now) {
-  return ctx.retention_us === null ? null : after(now, ctx.retention_us);
-}
-
 // Insert or update the current record; a data of null keeps the stored data,
 // an error_detail left undefined keeps the stored one.
 function write(store, ctx, now, record, change) {
@@ -136,6 +133,9 @@ function write(store, ctx, now, record, change) {
 }
 
 function acquire(store, ctx, now, record) {
+  // Both deadlines before anything is read or written, the lock's first (the model's order).
+  lockedUntil(ctx, now);
+  retainUntil(ctx, now);
   const source = effectiveStatus(record, now);
   if (!ACQUIRABLE.has(source)) return null;
   checkTransition(source, "processing", ctx);
@@ -143,7 +143,7 @@ function acquire(store, ctx, now, record) {
   write(store, ctx, now, record, {
     status: "processing",
     attempt: token,
-    locked_until: after(now, ctx.lock_duration_us),
+    locked_until: lockedUntil(ctx, now),
     error_detail: null,
   });
   return token;
@@ -172,7 +172,7 @@ const ops = {
           write(store, ctx, now, store.current.get(keyText(ctx)), {
             status: "processing",
             attempt: token,
-            locked_until: after(now, ctx.lock_duration_us),
+            locked_until: lockedUntil(ctx, now),
             error_detail: null,
           });
           resolve(token);
@@ -187,6 +187,7 @@ const ops = {
     const status = req.status;
     checkSettable(status);
     checkData(req.data_json);
+    retainUntil(ctx, now);
     const record = store.current.get(keyText(ctx));
     if (ctx.lock_token !== null) {
       if (writeLanded(record, ctx.lock_token, status, req.data_json, null)) return null;
@@ -222,6 +223,7 @@ const ops = {
         { item_key: ctx.item_key, operation: "release_lock_as_failed" },
       );
     }
+    retainUntil(ctx, now);
     const record = store.current.get(keyText(ctx));
     if (writeLanded(record, ctx.lock_token, "failed", null, req.error_detail)) return null;
     const held = requireHolder(ctx, record);
@@ -232,6 +234,7 @@ const ops = {
   upsert(req, now, store) {
     const ctx = req.context;
     checkData(req.data_json);
+    retainUntil(ctx, now);
     const key = keyText(ctx);
     const record = store.current.get(key);
     if (ctx.lock_token !== null) {
@@ -321,6 +324,15 @@ function session(send, server) {
   }
 
   function open(req) {
+    if (server && !knowsSecret(req.secret)) {
+      state.closed = true; // nothing more is read from a client that cannot authenticate
+      throw new Refusal(
+        "unauthorized",
+        `this handler server takes connections that know its shared secret, and this open carried ${
+          typeof req.secret === "string" ? "a wrong secret" : "no secret"
+        }; the harness sends it from DSM_SERVE_SECRET, DSM_SERVE_SECRET_FILE, or on loopback the file the server wrote when it started`,
+      );
+    }
     if (req.protocol !== PROTOCOL_VERSION) {
       throw new Refusal("bad_request", `this handler speaks protocol ${PROTOCOL_VERSION}, not ${req.protocol}`);
     }
@@ -393,6 +405,65 @@ function serveLines(stream, state, onClosed) {
   });
 }
 
+// --- the shared secret of a server (docs/protocol.md, "Authentication") -----------------------
+
+const crypto = require("node:crypto");
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
+
+let SECRET = null; // every server connection's open must carry it
+let secretWritten = null; // the file a drawn secret was written to, removed at exit
+
+function knowsSecret(given) {
+  if (typeof given !== "string") return false;
+  const a = Buffer.from(SECRET, "utf8");
+  const b = Buffer.from(given, "utf8");
+  return a.length === b.length && crypto.timingSafeEqual(a, b);
+}
+
+function isLoopback(host) {
+  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+// The dsm cache directory (dsm_sim/conformance/cache.py): where a loopback server's drawn
+// secret is written, and where the harness looks for it by the address it connects to.
+function secretPath(host, port) {
+  const xdg = (process.env.XDG_CACHE_HOME || "").trim();
+  const dir = (process.env.DSM_CACHE_DIR || "").trim() || path.join(xdg || path.join(os.homedir(), ".cache"), "dsm");
+  return path.join(dir, "serve", `${host.replace(/[:/]/g, "_")}-${port}.secret`);
+}
+
+function configuredSecret() {
+  const given = (process.env.DSM_SERVE_SECRET || "").trim();
+  if (given) return given;
+  const file = (process.env.DSM_SERVE_SECRET_FILE || "").trim();
+  if (!file) return null;
+  const text = fs.readFileSync(file, "utf8").trim();
+  if (!text) throw new Error(`the secret file ${JSON.stringify(file)} is empty`);
+  return text;
+}
+
+function writeSecret(host, port) {
+  const target = secretPath(host, port);
+  fs.mkdirSync(path.dirname(target), { recursive: true, mode: 0o700 });
+  const temporary = `${target}.${process.pid}.tmp`;
+  fs.writeFileSync(temporary, SECRET + "\n", { mode: 0o600, flag: "wx" });
+  fs.renameSync(temporary, target);
+  secretWritten = target;
+}
+
+function removeSecret() {
+  if (secretWritten) {
+    try {
+      fs.unlinkSync(secretWritten);
+    } catch (err) {
+      // already gone
+    }
+    secretWritten = null;
+  }
+}
+
 // `node memory.js --tcp HOST:PORT` serves connections instead of stdin: each is a session,
 // and they share the server's store (or the store their open names), so the kit can race
 // peers and `dsm stress --handler exec-tcp:HOST:PORT` can run its processes on one store.
@@ -404,15 +475,40 @@ if (tcpAt >= 0) {
     process.stderr.write(`memory.js: --tcp wants HOST:PORT, got ${JSON.stringify(address)}\n`);
     process.exit(2);
   }
+  const host = m[1].replace(/^\[|\]$/g, "");
+  try {
+    SECRET = configuredSecret();
+  } catch (err) {
+    process.stderr.write(`memory.js: ${err.message}\n`);
+    process.exit(2);
+  }
+  const drawn = SECRET === null;
+  if (drawn && !isLoopback(host)) {
+    process.stderr.write(
+      `memory.js: --tcp on ${JSON.stringify(host)}, which is not a loopback address, needs a shared secret: ` +
+        "set DSM_SERVE_SECRET (or DSM_SERVE_SECRET_FILE) here and in the harness's environment\n",
+    );
+    process.exit(2);
+  }
+  if (drawn) SECRET = crypto.randomBytes(32).toString("base64url");
   const net = require("node:net");
   const server = net.createServer((socket) => {
     const state = session((text) => socket.write(text), true);
     serveLines(socket, state, () => socket.end());
     socket.on("error", () => socket.destroy());
   });
-  server.listen(+m[2], m[1], () => {
+  for (const signal of ["SIGTERM", "SIGINT"]) {
+    process.on(signal, () => {
+      removeSecret();
+      process.exit(0);
+    });
+  }
+  process.on("exit", removeSecret);
+  server.listen(+m[2], host, () => {
     const where = server.address();
-    process.stdout.write(`memory.js: listening on ${where.address}:${where.port}\n`);
+    if (drawn) writeSecret(host, where.port);
+    const shown = secretWritten ? ` (secret in ${secretWritten})` : "";
+    process.stdout.write(`memory.js: listening on ${where.address}:${where.port}${shown}\n`);
   });
 } else {
   const state = session((text) => process.stdout.write(text), false);

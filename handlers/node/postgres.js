@@ -50,7 +50,8 @@ const {
   label,
   parseInstant,
   formatInstant,
-  after,
+  retainUntil,
+  lockedUntil,
   isLive,
   effectiveStatus,
   checkTransition,
@@ -362,8 +363,7 @@ function keyParams(ctx) {
 
 // Who wrote, when, and how long to keep the row: refreshed by every write.
 function stamp(ctx, now) {
-  const retain = ctx.retention_us === null ? null : after(now, ctx.retention_us);
-  return [ctx.entity_execution_id, ctx.source_app_id, now, retain];
+  return [ctx.entity_execution_id, ctx.source_app_id, now, retainUntil(ctx, now)];
 }
 
 // The parameters of a statement: the key ($1 .. $5), then `values` in order.
@@ -457,7 +457,7 @@ const ops = {
 
   async try_acquire_lock(req, now) {
     const ctx = req.context;
-    const params = bind(ctx, ctx.scope_code, after(now, ctx.lock_duration_us), ...stamp(ctx, now));
+    const params = bind(ctx, ctx.scope_code, lockedUntil(ctx, now), ...stamp(ctx, now));
     if (BUG === "check_then_insert") {
       const seen = await currentRecord(ctx);
       if (!ACQUIRABLE.has(effectiveStatus(seen, now))) return null;
@@ -474,6 +474,7 @@ const ops = {
     const status = req.status;
     checkSettable(status);
     checkData(req.data_json);
+    retainUntil(ctx, now); // past year 9999 before the lock is looked at, as in the model
     if (ctx.lock_token !== null) {
       // Every settable status may follow Processing, so fencing is the only check.
       const params = bind(ctx, status, req.data_json, ...stamp(ctx, now), ctx.lock_token);

@@ -53,8 +53,32 @@ function formatInstant(us) {
   return new Date(Number(ms)).toISOString().slice(0, 23) + String(rest).padStart(3, "0") + "Z";
 }
 
-// A duration of the request (lock_duration_us, retention_us) added to an instant.
-const after = (instant, durationUs) => instant + BigInt(durationUs);
+// The last instant a record can hold, 9999-12-31T23:59:59.999999Z, in microseconds: Python's
+// datetime and the stores' timestamp types end there (reference_engine/config.py).
+const LAST_INSTANT = 253402300799999999n;
+
+// A duration of the request (lock_duration_us, retention_us) added to an instant; past the
+// last instant it is the protocol's instant_out_of_range, and nothing is written.
+function after(instant, durationUs, option) {
+  const end = instant + BigInt(durationUs);
+  if (end > LAST_INSTANT) {
+    const now = formatInstant(instant);
+    const duration = `${durationUs} microseconds`;
+    throw new Refusal(
+      "instant_out_of_range",
+      `invalid DataStateMachine option '${option}': now (${now}) + ${option} (${duration}) is past ` +
+        `9999-12-31 23:59:59.999999 UTC, the last instant a record can hold; nothing was written`,
+      { option, now, duration },
+    );
+  }
+  return end;
+}
+
+// Until when a record written at `now` is kept: null keeps it forever.
+const retainUntil = (ctx, now) => (ctx.retention_us === null ? null : after(now, ctx.retention_us, "retention"));
+
+// When a lock taken at `now` expires.
+const lockedUntil = (ctx, now) => after(now, ctx.lock_duration_us, "lockDuration");
 
 function isLive(record, now) {
   return record.status === "processing" && record.locked_until !== null && now <= record.locked_until;
@@ -143,6 +167,8 @@ module.exports = {
   parseInstant,
   formatInstant,
   after,
+  retainUntil,
+  lockedUntil,
   isLive,
   effectiveStatus,
   checkTransition,

@@ -4,8 +4,12 @@ Deliberately minimal, but real in the ways that matter to the DataStateMachine:
 every delivery is a new execution thread with its own execution id, nodes are
 built (and their ``dataStateMachine`` blocks parsed) once at load time, the
 same message can be delivered again and again, and several workers can
-process a queue concurrently.  Ids come from a counter so a run with the same
-inputs produces the same ids, which keeps the demo and simulator output stable.
+process a queue concurrently.  An execution id is ``PREFIX/INSTANCE/exec-NNNN``:
+the instance part is drawn once per engine (a random UUID), so a restarted or
+second engine on the same store never reuses an id and never reads an old
+run's Thread-scope records as its own; the counter then numbers the engine's
+deliveries.  Where the store starts empty for one engine (the demo, tests),
+the caller may give a fixed instance id, so the same inputs give the same ids.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +50,7 @@ __all__ = [
     "NodeStarted",
     "NodeTypeRegistry",
     "WorkflowEngine",
+    "new_instance_id",
 ]
 
 #: Builds the executor of one element; closures carry the node's collaborators.
@@ -183,6 +189,11 @@ class DeliveryReport:
         return tuple(r.outcome for r in self.results)
 
 
+def new_instance_id() -> str:
+    """A fresh engine instance id: 12 hex digits of a random UUID (48 bits)."""
+    return uuid.uuid4().hex[:12]
+
+
 class WorkflowEngine:
     """Runs one workflow definition's nodes, in order, for each delivered message.
 
@@ -199,6 +210,7 @@ class WorkflowEngine:
         clock: Clock,
         *,
         id_prefix: str | None = None,
+        instance_id: str | None = None,
     ) -> None:
         self.definition = definition
         self.handlers = handlers
@@ -216,6 +228,8 @@ class WorkflowEngine:
             ),
         )
         self.id_prefix = id_prefix or definition.id
+        #: This engine's part of every execution id: unique across instances and restarts.
+        self.instance_id = new_instance_id() if instance_id is None else instance_id
         self._counter = itertools.count(1)
         self._listeners: list[EngineListener] = []
 
@@ -228,9 +242,17 @@ class WorkflowEngine:
         clock: Clock,
         *,
         id_prefix: str | None = None,
+        instance_id: str | None = None,
     ) -> WorkflowEngine:
         """Load a definition and build its engine; every configuration error surfaces here."""
-        return cls(load_workflow(source), node_types, handlers, clock, id_prefix=id_prefix)
+        return cls(
+            load_workflow(source),
+            node_types,
+            handlers,
+            clock,
+            id_prefix=id_prefix,
+            instance_id=instance_id,
+        )
 
     def _build(self, node_types: NodeTypeRegistry, element: Element) -> BaseNodeExecutor:
         try:
@@ -271,7 +293,7 @@ class WorkflowEngine:
     def new_thread(self, message: Message) -> ExecutionThread:
         """A fresh execution for ``message``: a redelivery never reuses an execution id."""
         return ExecutionThread(
-            execution_id=f"{self.id_prefix}/exec-{next(self._counter):04d}",
+            execution_id=f"{self.id_prefix}/{self.instance_id}/exec-{next(self._counter):04d}",
             tenant_id=message.tenant_id,
             source_app_id=message.source_app_id,
             message_id=message.id,

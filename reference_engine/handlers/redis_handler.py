@@ -41,6 +41,7 @@ from reference_engine.clock import UTC, Clock, ensure_utc, read_now
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (
     ConfigurationError,
+    EvictingStoreError,
     InvalidItemError,
     LockHeldError,
     LockNotHeldError,
@@ -68,6 +69,9 @@ S = IdempotencyStatus
 T = TypeVar("T")
 
 DEFAULT_PREFIX = "dsm"
+#: The ``maxmemory-policy`` values under which Redis may evict a key that has no TTL
+#: (``allkeys-lru``, ``allkeys-lfu``, ``allkeys-random``): a store that loses records.
+EVICTING_POLICY_PREFIX = "allkeys-"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
@@ -484,8 +488,10 @@ class RedisStateHandler:
         """Write the marker into an empty namespace, or adopt the one there (shared by handlers).
 
         A handler that saw an identity before (it was opened, closed and opened
-        again) refuses a namespace whose marker is gone or different.
+        again) refuses a namespace whose marker is gone or different.  A server
+        that may evict keys is refused first, before the marker is trusted.
         """
+        await self._refuse_eviction()
         script = self._registered().store_claim
         reply: list[Any] = await self._call(
             script(keys=[self.keys.marker], args=[uuid.uuid4().hex, self._store_id or ""])
@@ -493,6 +499,27 @@ class RedisStateHandler:
         self._check_lost(reply)
         self._store_id = str(reply[1])
         return self._store_id
+
+    async def _refuse_eviction(self) -> None:
+        """Refuse a server whose ``maxmemory-policy`` may evict the handler's keys.
+
+        The marker cannot see an eviction: Redis drops records one by one and
+        the marker may stay, so a finished item would read as never done.  The
+        handler's keys carry no TTL, so only the ``allkeys-*`` policies can evict
+        them; ``noeviction`` and the ``volatile-*`` policies cannot (a full
+        Redis then refuses writes, which is a ``StoreError``, not a loss).
+        """
+        info = await self._call(self._connect().info("memory"))
+        policy = str(info.get("maxmemory_policy", "noeviction"))
+        if policy.startswith(EVICTING_POLICY_PREFIX):
+            raise EvictingStoreError(
+                store=f"Redis server behind namespace {self.keys.namespace}",
+                setting="maxmemory-policy",
+                value=policy,
+                fix="maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and "
+                "the same line in redis.conf so a restart keeps it). The handler's keys carry "
+                "no TTL, so a volatile-* policy never evicts them and is accepted too",
+            )
 
     async def _identity(self) -> str:
         """The identity the scripts check; claimed on first use by a handler never opened."""

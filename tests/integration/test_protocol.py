@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import gc
+import json
 import os
 import pickle
 import shutil
@@ -623,3 +624,261 @@ def test_the_fast_check_refuses_a_float_token_which_jsonschema_would_accept() ->
 
     found = problem("result_try_acquire_lock", 1.0, prefix="result")
     assert found is not None and "integer" in found.expected
+
+
+# --- the end of the calendar ----------------------------------------------------------------
+
+#: 15 minutes before the last instant a record can hold: a 30-minute lock and a 30-day
+#: retention both end past it.
+NEAR_THE_END = dt.datetime(9999, 12, 31, 23, 45, tzinfo=dt.UTC)
+
+
+def _calendar_end_calls() -> list[tuple[str, Any]]:
+    """(name, call on a handler) near year 9999: each must fail or land as the model's."""
+    from reference_engine.config import HandlerConfig
+
+    lock = dt.timedelta(minutes=30)
+    kept = dataclasses.replace(CTX, handler_config=HandlerConfig(lock, dt.timedelta(days=30)))
+    forever = dataclasses.replace(CTX, handler_config=HandlerConfig(lock, None))
+    s = IdempotencyStatus
+    return [
+        ("acquire", lambda h: h.try_acquire_lock(kept)),
+        ("set(Processed) after the refused acquire", lambda h: h.set(kept, s.PROCESSED, {"a": 1})),
+        ("set with a token", lambda h: h.set(kept.for_item("INV-1", lock_token=1), s.PROCESSED)),
+        ("set(Skipped)", lambda h: h.set(kept, s.SKIPPED)),
+        ("release without a token", lambda h: h.release_lock_as_failed(kept, "boom")),
+        (
+            "release with a token",
+            lambda h: h.release_lock_as_failed(kept.for_item("INV-1", lock_token=1), "boom"),
+        ),
+        ("upsert", lambda h: h.upsert(kept, {"a": 1})),
+        ("acquire, kept forever", lambda h: h.try_acquire_lock(forever)),
+        ("set(Processed), kept forever", lambda h: h.set(forever, s.PROCESSED, {"a": 1})),
+        ("set(Skipped), kept forever", lambda h: h.set(forever, s.SKIPPED)),
+    ]
+
+
+async def _calendar_end_outcomes(handler: Any) -> list[str]:
+    from reference_engine.errors import InstantOutOfRangeError
+
+    outcomes = []
+    for name, call in _calendar_end_calls():
+        try:
+            await call(handler)
+            outcomes.append(f"{name}: lands")
+        except InstantOutOfRangeError as exc:
+            outcomes.append(f"{name}: InstantOutOfRangeError({exc.option})")
+        except DsmError as exc:
+            outcomes.append(f"{name}: {type(exc).__name__}")
+    return outcomes
+
+
+def _model_outcomes() -> list[str]:
+    from reference_engine.handlers.memory import InMemoryStateHandler
+
+    return asyncio.run(_calendar_end_outcomes(InMemoryStateHandler(ManualClock(NEAR_THE_END))))
+
+
+def _protocol_outcomes(factory: ExecFactory) -> list[str]:
+    async def run() -> list[str]:
+        handler = factory(ManualClock(NEAR_THE_END))
+        await handler.open()
+        try:
+            return await _calendar_end_outcomes(handler)
+        finally:
+            await handler.close()
+
+    return asyncio.run(run())
+
+
+def test_the_model_refuses_every_write_past_year_9999_before_the_lock_check() -> None:
+    outcomes = _model_outcomes()
+    assert outcomes[:3] == [
+        "acquire: InstantOutOfRangeError(lockDuration)",
+        "set(Processed) after the refused acquire: InstantOutOfRangeError(retention)",
+        "set with a token: InstantOutOfRangeError(retention)",
+    ]
+    assert outcomes[-3:] == [
+        "acquire, kept forever: InstantOutOfRangeError(lockDuration)",
+        "set(Processed), kept forever: LockNotHeldError",
+        "set(Skipped), kept forever: lands",
+    ]
+
+
+@pytest.mark.parametrize("handler", ["dsm-serve", "node", "java"])
+def test_protocol_handlers_answer_instant_out_of_range_as_the_model(
+    handler: str, request: pytest.FixtureRequest
+) -> None:
+    if handler == "dsm-serve":
+        command = [sys.executable, "-m", "dsm_sim.cli", "serve"]
+        command.append("reference_engine.handlers.memory:in_memory_handler")
+    elif handler == "node":
+        command = [_need("node"), str(NODE_HANDLER)]
+    else:
+        classes = request.getfixturevalue("java_classes")
+        command = [_need("java"), "-XX:TieredStopAtLevel=1", "-cp", str(classes), "MemoryHandler"]
+    assert _protocol_outcomes(exec_factory(command)) == _model_outcomes()
+
+
+def test_the_node_postgres_handler_answers_instant_out_of_range_as_the_model(
+    postgres_url: str,
+) -> None:
+    node = _need("node")
+    if not (ROOT / "handlers" / "node" / "node_modules" / "pg").is_dir():
+        pytest.skip("the pg package is not installed (npm ci in handlers/node)")
+    command = [node, str(ROOT / "handlers" / "node" / "postgres.js")]
+    factory = exec_factory(command, env={"DSM_NODE_PG_URL": postgres_url})
+    assert _protocol_outcomes(factory) == _model_outcomes()
+
+
+# --- values the schema lets through but no calendar or JSON reader takes ---------------------
+
+#: Between the harness and ``dsm serve``: rewrites every record ``get`` answers so that it
+#: still passes the schema but cannot be decoded, as its first argument names.
+CORRUPTING_PROXY = textwrap.dedent(
+    """
+    import json, subprocess, sys, threading
+    mode = sys.argv[1]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "dsm_sim.cli", "serve",
+         "reference_engine.handlers.memory:in_memory_handler"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    gets, lock = set(), threading.Lock()
+
+    def answers():
+        for line in child.stdout:
+            answer = json.loads(line)
+            with lock:
+                record = answer.get("result") if answer["id"] in gets else None
+            if isinstance(record, dict):
+                if mode == "impossible_date":
+                    record["created_at"] = "2026-13-45T99:99:99.000000Z"
+                elif mode == "not_json":
+                    record["data_json"] = "{not json"
+                else:
+                    record["data_json"] = "[" * 30000 + "]" * 30000
+            sys.stdout.write(json.dumps(answer) + "\\n")
+            sys.stdout.flush()
+
+    threading.Thread(target=answers, daemon=True).start()
+    for line in sys.stdin:
+        if json.loads(line)["op"] == "get":
+            with lock:
+                gets.add(json.loads(line)["id"])
+        child.stdin.write(line.encode())
+        child.stdin.flush()
+    child.stdin.close()
+    child.wait()
+    """
+)
+
+UNDECODABLE = {
+    "impossible_date": "result.created_at",
+    "not_json": "result.data_json",
+    "nested_30000_deep": "result.data_json",
+}
+
+
+@pytest.fixture
+def corrupting_proxy(tmp_path: Path) -> Path:
+    script = tmp_path / "corrupting_proxy.py"
+    script.write_text(CORRUPTING_PROXY, encoding="utf-8")
+    return script
+
+
+@pytest.mark.parametrize("mode", list(UNDECODABLE))
+def test_a_record_that_passes_the_schema_but_cannot_be_decoded_is_malformed(
+    corrupting_proxy: Path, mode: str
+) -> None:
+    async def scenario() -> None:
+        handler = ExecHandler([sys.executable, str(corrupting_proxy), mode], ManualClock())
+        await handler.open()
+        try:
+            assert await handler.try_acquire_lock(CTX) == 1
+            with pytest.raises(MalformedResponseError) as caught:
+                await handler.get(CTX)
+            assert caught.value.field == UNDECODABLE[mode]
+            assert "passes the protocol schema but cannot be decoded" in str(caught.value)
+        finally:
+            await handler.close()
+
+    _run(scenario())
+
+
+def test_dsm_run_and_verify_report_an_undecodable_record_by_name(
+    corrupting_proxy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dsm_sim.cli import main
+
+    command = f"{sys.executable} {corrupting_proxy} impossible_date"
+    code = main(["verify", "--exec", command, "--profile", "dev", "--seed", "0", "--stop-on-first"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "MalformedResponseError: the answer to request" in out
+    assert "result.created_at" in out and "ValueError" not in out
+    scenario = str(ROOT / "scenarios" / "slow-worker.toml")
+    code = main(["run", scenario, "--seed", "1", "--handler", f"exec:{command}"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "stopped by a protocol error" in out and "MalformedResponseError" in out
+
+
+def _undecodable_requests() -> list[str]:
+    from dsm_sim.protocol import wire
+
+    now = "2026-01-01T00:00:00.000000Z"
+    ctx = wire.encode_context(CTX)
+    lines: list[dict[str, Any]] = [{"id": 1, "op": "open", "now": now, "protocol": 1}]
+    for impossible in (
+        "2026-13-01T00:00:00.000000Z",
+        "2026-02-30T00:00:00.000000Z",
+        "0000-01-01T00:00:00.000000Z",
+        "2026-13-45T99:99:99.000000Z",
+    ):
+        lines.append({"id": len(lines) + 1, "op": "exists", "now": impossible, "context": ctx})
+    for data_json in ("{not json", "[" * 30000 + "]" * 30000):
+        lines.append(
+            {
+                "id": len(lines) + 1,
+                "op": "upsert",
+                "now": now,
+                "context": ctx,
+                "data_json": data_json,
+            }
+        )
+    lines.append({"id": 8, "op": "exists", "now": now, "context": ctx})
+    encoded = [json.dumps(line) for line in lines]
+    encoded.append('{"id": 9, "op": "exists", "x": ' + "[" * 30000 + "]" * 30000 + "}")
+    encoded.append(json.dumps({"id": 10, "op": "close", "now": now}))
+    return encoded
+
+
+@pytest.mark.parametrize("stdin", ["pipe", "regular file"])
+def test_dsm_serve_answers_each_undecodable_request_and_keeps_serving(
+    tmp_path: Path, stdin: str
+) -> None:
+    command = [sys.executable, "-m", "dsm_sim.cli", "serve"]
+    command.append("reference_engine.handlers.memory:in_memory_handler")
+    requests = "\n".join(_undecodable_requests()) + "\n"
+    if stdin == "pipe":
+        done = subprocess.run(command, input=requests, capture_output=True, text=True, timeout=60)
+    else:
+        path = tmp_path / "requests.jsonl"
+        path.write_text(requests, encoding="utf-8")
+        with path.open("rb") as source:
+            done = subprocess.run(command, stdin=source, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.splitlines())}
+    assert sorted(answers) == list(range(1, 11))
+    refused = {i: answers[i]["error"] for i in (2, 3, 4, 5, 6, 7, 9)}
+    assert {e["kind"] for e in refused.values()} == {"bad_request"}
+    for i in (2, 3, 4, 5):
+        assert (
+            refused[i]["message"].startswith("now: ")
+            and "not a real instant" in refused[i]["message"]
+        )
+    assert refused[6]["message"].startswith("data_json: not JSON")
+    assert refused[7]["message"] == "data_json: JSON nested deeper than the reader can follow"
+    assert "not JSON" in refused[9]["message"]
+    assert answers[8] == {"id": 8, "result": False} and answers[10] == {"id": 10, "result": None}

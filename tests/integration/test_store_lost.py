@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
+import shutil
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -29,7 +30,7 @@ from redis.exceptions import RedisError
 from reference_engine.clock import UTC, ManualClock
 from reference_engine.config import HandlerConfig
 from reference_engine.context import StateHandlerContext
-from reference_engine.errors import StoreError, StoreLostError
+from reference_engine.errors import EvictingStoreError, StoreError, StoreLostError
 from reference_engine.handlers.redis_handler import RedisStateHandler
 from reference_engine.handlers.sql.engine import create_engine_for
 from reference_engine.handlers.sql.handler import SqlStateHandler
@@ -258,5 +259,144 @@ def test_an_intact_sqlite_file_is_not_mistaken_for_a_lost_one(tmp_path: Path) ->
             await handler.set(ctx("inv-held", held), S.PROCESSED)
             assert await handler.exists(ctx("inv-held"))
             assert await handler.reset_expired_locks() == 0
+
+    asyncio.run(scenario())
+
+
+#: The calls a node bases its side effect on: each must not answer from a file deleted under it.
+DECIDING_CALLS: dict[str, Callable[[SqlStateHandler], Awaitable[object]]] = {
+    "exists": lambda h: h.exists(ctx("inv-done")),
+    "get": lambda h: h.get(ctx("inv-done")),
+    "try_acquire_lock": lambda h: h.try_acquire_lock(ctx("inv-new")),
+    "begin": lambda h: h.begin(ctx("inv-new")),
+}
+
+
+@pytest.mark.parametrize("call", list(DECIDING_CALLS))
+def test_a_sqlite_file_deleted_while_a_deciding_call_runs_fails_it_closed(
+    tmp_path: Path, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deletion lands between the check before the statement and its answer."""
+
+    async def scenario() -> None:
+        async with _sqlite(tmp_path) as handler:
+            await _prepare(handler)
+            statement = getattr(handler.repository, call)
+
+            async def deleted_meanwhile(*args: object) -> object:
+                answer = await statement(*args)
+                for name in os.listdir(tmp_path):
+                    os.remove(tmp_path / name)
+                return answer
+
+            monkeypatch.setattr(handler.repository, call, deleted_meanwhile)
+            with pytest.raises(StoreLostError, match="deleted"):
+                await DECIDING_CALLS[call](handler)
+
+    asyncio.run(scenario())
+
+
+# --- a Redis that evicts keys ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of this module's own on a free port, so its policy can be changed."""
+    import socket
+    import subprocess
+    import time
+
+    server = shutil.which("redis-server")
+    if server is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("redis-server is not installed (CI=true: a failure, not a skip)")
+        pytest.skip("redis-server is not installed")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    directory = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen(
+        [
+            *(server, "--port", str(port), "--bind", "127.0.0.1"),
+            *("--save", "", "--appendonly", "no", "--dir", str(directory), "--maxmemory", "64mb"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 20
+        while not _answers(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the private redis-server on port {port} did not start")
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _answers(url: str) -> bool:
+    async def ping() -> bool:
+        client = Redis.from_url(url)
+        try:
+            return bool(await client.ping())
+        except RedisError:
+            return False
+        finally:
+            await client.aclose()
+
+    return asyncio.run(ping())
+
+
+async def _with_policy(url: str, policy: str) -> None:
+    admin = Redis.from_url(url, decode_responses=True)
+    try:
+        await admin.config_set("maxmemory-policy", policy)
+    finally:
+        await admin.aclose()
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu", "allkeys-random"])
+def test_a_redis_that_evicts_keys_is_refused_before_any_record_is_trusted(
+    private_redis: str, policy: str
+) -> None:
+    async def scenario() -> None:
+        await _with_policy(private_redis, policy)
+        opened = _redis(private_redis, ManualClock(START), f"evict-{uuid.uuid4().hex}")
+        with pytest.raises(EvictingStoreError) as info:
+            await opened.open()
+        message = str(info.value)
+        assert f"maxmemory-policy {policy}" in message
+        assert "Set maxmemory-policy noeviction" in message
+        assert (info.value.setting, info.value.value) == ("maxmemory-policy", policy)
+        await opened.close()
+        # A handler used without open() refuses its first acquire the same way.
+        lazy = _redis(private_redis, ManualClock(START), f"evict-{uuid.uuid4().hex}")
+        with pytest.raises(EvictingStoreError):
+            await lazy.try_acquire_lock(ctx("inv-1"))
+        await lazy.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("policy", ["noeviction", "volatile-lru", "volatile-ttl"])
+def test_a_redis_that_cannot_evict_the_handlers_keys_is_accepted(
+    private_redis: str, policy: str
+) -> None:
+    """The handler's keys carry no TTL, so the volatile-* policies never evict them."""
+
+    async def scenario() -> None:
+        await _with_policy(private_redis, policy)
+        handler = _redis(private_redis, ManualClock(START), f"keep-{uuid.uuid4().hex}")
+        await handler.open()
+        assert await handler.try_acquire_lock(ctx("inv-1")) == 1
+        client = Redis.from_url(private_redis, decode_responses=True)
+        try:
+            names = [n async for n in client.scan_iter(match=handler.keys.pattern)]
+            assert names and all([await client.ttl(n) == -1 for n in names])  # no TTL on any key
+        finally:
+            await client.aclose()
+        await handler.close()
 
     asyncio.run(scenario())

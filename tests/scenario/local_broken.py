@@ -224,3 +224,44 @@ class ExistsTrueForExpiredLock(InMemoryStateHandler):
         if record is not None and record.status is S.PROCESSING:
             return effective_status(record, now) is S.FAILED
         return await super().exists(ctx)
+
+
+# --- sweeps whose answer cannot be trusted ----------------------------------------------------
+
+
+class SweepRaises(InMemoryStateHandler):
+    """The lock sweep fails every time (a query bug): expired locks are never reset."""
+
+    async def reset_expired_locks(self) -> int:
+        raise RuntimeError("column locked_until does not exist")
+
+
+class SweepAnswersNothing(InMemoryStateHandler):
+    """The lock sweep resets the expired locks and forgets to return the count (``None``)."""
+
+    async def reset_expired_locks(self) -> int:
+        self.model.reset_expired_locks(self.clock.now())
+        return None  # type: ignore[return-value]
+
+
+class SweepAnswersMinusOne(InMemoryStateHandler):
+    """The lock sweep returns a driver's "rows unknown" marker, -1, instead of its count."""
+
+    async def reset_expired_locks(self) -> int:
+        self.model.reset_expired_locks(self.clock.now())
+        return -1
+
+
+class SweepCountsOneMore(InMemoryStateHandler):
+    """The lock sweep counts the rows it looked at, one more than the rows it changed."""
+
+    async def reset_expired_locks(self) -> int:
+        return self.model.reset_expired_locks(self.clock.now()) + 1
+
+
+class SweepAlwaysAnswersZero(InMemoryStateHandler):
+    """The lock sweep resets expired locks and always answers 0 (the count of an old query)."""
+
+    async def reset_expired_locks(self) -> int:
+        self.model.reset_expired_locks(self.clock.now())
+        return 0

@@ -776,6 +776,46 @@ def test_a_lock_past_year_9999_names_the_lock_duration(store: Store) -> None:
     run(scenario)
 
 
+def _calendar_end_outcomes(store: Store) -> list[str]:
+    """Each write near the end of the calendar on ``store``: what it raised, or that it landed."""
+    clock = SwitchClock()
+    outcomes: list[str] = []
+
+    async def scenario() -> None:
+        async with node(store, clock=clock) as n:
+            handler, ctx = n.handler, n.machine.context_for("inv-1")
+            held = dataclasses.replace(ctx, lock_token=1)
+            calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+                ("acquire", lambda: handler.try_acquire_lock(ctx)),
+                ("set(Processed) after it", lambda: handler.set(ctx, S.PROCESSED, {"a": 1})),
+                ("set with a token", lambda: handler.set(held, S.PROCESSED, {"a": 1})),
+                ("release without a token", lambda: handler.release_lock_as_failed(ctx, "x")),
+                ("release with a token", lambda: handler.release_lock_as_failed(held, "x")),
+            ]
+            clock.reading = NEAR_THE_END
+            for name, call in calls:
+                try:
+                    await call()
+                    outcomes.append(f"{name}: lands")
+                except DsmError as exc:
+                    outcomes.append(f"{name}: {type(exc).__name__}")
+
+    run(scenario)
+    return outcomes
+
+
+def test_every_store_refuses_the_set_after_a_refused_acquire_as_the_model(store: Store) -> None:
+    # The model checks the record's retention before it looks at the lock: a set past
+    # year 9999 is InstantOutOfRangeError whether or not the caller holds the lock.
+    expected = _calendar_end_outcomes(Store("memory", in_memory_handler, _memory_snapshot))
+    assert expected[:3] == [
+        "acquire: InstantOutOfRangeError",
+        "set(Processed) after it: InstantOutOfRangeError",
+        "set with a token: InstantOutOfRangeError",
+    ]
+    assert _calendar_end_outcomes(store) == expected
+
+
 # --- node settings -----------------------------------------------------------------------------
 
 #: (settings as given to the node, expected error, phrases its message must contain)

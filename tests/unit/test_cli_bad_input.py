@@ -260,14 +260,30 @@ def test_a_directory_without_write_permission_is_refused(tmp_path: Path) -> None
 
 
 def test_a_write_that_fails_after_the_run_keeps_the_verdict(
-    capsys: pytest.CaptureFixture[str], here: Path
+    capsys: pytest.CaptureFixture[str], here: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # /dev/full passes every check and then refuses every write (ENOSPC): a full disk.
-    code, out, err = dsm(capsys, "run", "tiny.toml", "--seed", "1", "--junit", "/dev/full")
+    # The path passes every check and the disk fills up during the run (ENOSPC).
+    import errno
+
+    from dsm_sim.reports import junit
+
+    def full_disk(runs: object, path: Path) -> Path:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(junit, "write_junit", full_disk)
+    code, out, err = dsm(capsys, "run", "tiny.toml", "--seed", "1", "--junit", "junit.xml")
     assert "1/1 runs kept every invariant" in out
     assert code == 2
-    assert "dsm run: could not write the --junit output to '/dev/full'" in err
+    assert "dsm run: could not write the --junit output to 'junit.xml'" in err
     assert "the verdict above stands" in err and "Traceback" not in err
+
+
+def test_a_device_named_as_an_output_is_refused_before_the_run(
+    capsys: pytest.CaptureFixture[str], here: Path
+) -> None:
+    code, out, err = dsm(capsys, "run", "tiny.toml", "--seed", "1", "--junit", "/dev/full")
+    assert (code, out) == (2, "")
+    assert "--junit '/dev/full': is a character device, not a regular file" in err
 
 
 def test_dsm_stress_refuses_an_unwritable_json_path_before_the_run(

@@ -24,15 +24,15 @@ NARRATIVE = (
     '"handler": "my-store"',
     "handler key 'my-store' -> InMemoryStateHandler",
     "records, read back with get():",
-    "msg-1001 (delivery 1) ran as invoices/exec-0001: success: charged ch_0001 for 12500 cents",
-    "msg-1001 (delivery 2) ran as invoices/exec-0002: skip: invoice INV-1001 already dispatched",
-    "msg-1002 (delivery 1) ran as invoices/exec-0003: aborted (CancelledError)",
-    "INV-1002  processing  1        09:35:00      09:05:00    invoices/exec-0003",
+    "msg-1001 (delivery 1) ran as invoices/demo/exec-0001: success: charged ch_0001 for 12500 cents",
+    "msg-1001 (delivery 2) ran as invoices/demo/exec-0002: skip: invoice INV-1001 already dispatched",
+    "msg-1002 (delivery 1) ran as invoices/demo/exec-0003: aborted (CancelledError)",
+    "INV-1002  processing  1        09:35:00      09:05:00    invoices/demo/exec-0003",
     "catch-up run: 1 expired lock(s) reset to Failed",
-    "INV-1002  failed     1        -             09:36:00    invoices/exec-0003   "
+    "INV-1002  failed     1        -             09:36:00    invoices/demo/exec-0003  "
     "lock expired; reset by the catch-up sweep",
     "rejected: StaleLockError: stale lock on item 'INV-1002'",
-    "INV-1002  processed  2        -             09:37:00    invoices/exec-0005",
+    "INV-1002  processed  2        -             09:37:00    invoices/demo/exec-0005",
     "Node executions: 5 (2 success, 2 skip, 0 failure, 1 aborted)",
     "All narrated claims held.",
 )

@@ -219,15 +219,15 @@ def test_every_name_the_doc_cites_is_in_the_code(doc: Path) -> None:
 def test_the_check_finds_a_name_that_is_not_there(tmp_path: Path) -> None:
     doc = tmp_path / "made-up.md"
     doc.write_text(
-        "Read it back with `decode_data`, from `reference_engine.record.decode_data`, in\n"
+        "Read it back with `unpack_record_data`, from `reference_engine.record.unpack_record_data`, in\n"
         "`dsm_sim/teaching/nowhere.py`; run `dsm run scenarios/ --exec-timeout 3`.\n"
         "These are fine: `reference_engine.record:encode_data`, `encode_data(data)`,\n"
         "`dsm_sim/checker/`, `dsm verify --exec-timeout 3`, `--dsm-cache-dir`.\n",
         encoding="utf-8",
     )
     assert problems_in(doc) == [
-        "`decode_data`: decode_data is nowhere in the code",
-        "`reference_engine.record.decode_data`: does not import",
+        "`unpack_record_data`: unpack_record_data is nowhere in the code",
+        "`reference_engine.record.unpack_record_data`: does not import",
         "`dsm_sim/teaching/nowhere.py`: no such file or folder",
         "dsm run has no --exec-timeout: "
         "`dsm_sim/teaching/nowhere.py`; run `dsm run scenarios/ --exec-timeout 3`.",

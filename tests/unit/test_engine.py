@@ -30,6 +30,7 @@ from reference_engine.engine.loader import (
 )
 from reference_engine.engine.runner import InvalidRunOptionError, run_queue
 from reference_engine.engine.workflow import (
+    DeliveryReport,
     EventLog,
     NodeAborted,
     NodeFinished,
@@ -85,6 +86,7 @@ class Rig:
             self.node_types,
             self.handlers,
             self.clock,
+            instance_id="i1",
         )
         self.log = EventLog()
         self.engine.add_listener(self.log)
@@ -321,16 +323,45 @@ def test_execution_ids_are_deterministic_and_never_reused() -> None:
         return asyncio.run(scenario())
 
     first, second = ids(), ids()
-    assert first == second == ["wf/exec-0001", "wf/exec-0002", "wf/exec-0003"]
+    assert first == second == ["wf/i1/exec-0001", "wf/i1/exec-0002", "wf/i1/exec-0003"]
 
 
 def test_id_prefix_separates_engines_sharing_a_store() -> None:
     rig = Rig()
     other = WorkflowEngine(
-        rig.engine.definition, rig.node_types, rig.handlers, rig.clock, id_prefix="worker-2"
+        rig.engine.definition,
+        rig.node_types,
+        rig.handlers,
+        rig.clock,
+        id_prefix="worker-2",
+        instance_id="i1",
     )
-    assert other.new_thread(invoice()).execution_id == "worker-2/exec-0001"
-    assert rig.engine.new_thread(invoice()).execution_id == "wf/exec-0001"
+    assert other.new_thread(invoice()).execution_id == "worker-2/i1/exec-0001"
+    assert rig.engine.new_thread(invoice()).execution_id == "wf/i1/exec-0001"
+
+
+def test_a_restarted_engine_on_the_same_store_never_reuses_an_execution_id() -> None:
+    """Thread-scope records are keyed by execution id: a reused id reads an old run's records."""
+    thread_scoped = {**DSM_BLOCK, "scope": "Thread"}
+    rig = Rig(invoice_spec("dispatch", thread_scoped))
+
+    def engine() -> WorkflowEngine:
+        # Built as a deployment builds it: no instance id given, so each draws its own.
+        return WorkflowEngine(rig.engine.definition, rig.node_types, rig.handlers, rig.clock)
+
+    async def scenario() -> list[DeliveryReport]:
+        reports = []
+        for _ in range(2):  # a first engine, then its restart on the same store
+            restarted = engine()
+            reports.append(await restarted.deliver_report(invoice("A")))
+        return reports
+
+    first, second = asyncio.run(scenario())
+    assert first.execution_id != second.execution_id
+    assert [r.outcome for r in first.results] == [NodeOutcome.SUCCESS]
+    # New Thread-scope work in the restarted engine is done, not skipped as the old run's.
+    assert [r.outcome for r in second.results] == [NodeOutcome.SUCCESS], second.results
+    assert len(rig.billing.charges_for("A")) == 2
 
 
 @pytest.mark.parametrize("workers", [1, 4, 16])
@@ -447,7 +478,7 @@ def test_an_exception_escaping_a_node_becomes_a_failure_result() -> None:
 
     assert result.outcome is NodeOutcome.FAILURE
     assert result.error == "RuntimeError: node failed on m"
-    assert rig.log.outcomes() == [("wf/exec-0001", "count", NodeOutcome.FAILURE)]
+    assert rig.log.outcomes() == [("wf/i1/exec-0001", "count", NodeOutcome.FAILURE)]
 
 
 def test_a_store_that_cannot_open_fails_the_node_not_the_engine() -> None:
@@ -484,7 +515,7 @@ def test_events_report_start_and_outcome_with_clock_time() -> None:
     assert isinstance(started, NodeStarted)
     assert isinstance(finished, NodeFinished)
     assert (finished.execution_id, finished.message_id, finished.element_id) == (
-        "wf/exec-0001",
+        "wf/i1/exec-0001",
         "msg-A",
         "dispatch",
     )

@@ -116,12 +116,11 @@ class EdgeSteps(OperationRules):
         except P.PropertyViolation as violation:
             self._quiet = False
             self._fold_steps(first, ref)
-            raise P.PropertyViolation(
-                violation.finding,
-                self._story(violation.finding.message),
-                self.zone,
-                violation.program,
-            ) from None
+            told = P.PropertyViolation(
+                violation.finding, self._story(violation.finding.message), self.zone
+            )
+            told.program = violation.program
+            raise told from None
         finally:
             self._quiet = False
         self._fold_steps(first, ref)

@@ -263,8 +263,10 @@ class SqlStateHandler:
         inode, where nobody will ever see the records, and a restart then
         finds an empty database and repeats every item.  One ``stat`` of the
         path (microseconds, no I/O on the database) per operation notices it
-        first.  The check runs before the statement: a deletion in the
-        instant between the two is not caught until the next operation.
+        first.  The check runs before the statement and, for the calls a
+        node bases its side effect on, again after it; a deletion after that
+        second check is seen by the next call (the write that records the
+        outcome), after the side effect.
         """
         if self._path is None:
             return
@@ -324,36 +326,48 @@ class SqlStateHandler:
 
     # --- the StateHandler protocol -----------------------------------------------------------
 
+    # The four calls a node decides its side effect on check the file again after the
+    # statement: a file deleted while the statement ran answered from a store nobody
+    # will read again ("not done", or a token in it), and the side effect must not follow.
+
     async def exists(self, ctx: StateHandlerContext) -> bool:
         key = _storable(ctx).record_key
         self._check_file()
         try:
-            return await self.repository.exists(key, read_now(self.clock))
+            found = await self.repository.exists(key, read_now(self.clock))
         except self._failures as exc:
             raise self._store_error("exists", exc) from exc
+        self._check_file()
+        return found
 
     async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
         key = _storable(ctx).record_key
         self._check_file()
         async with self._store("get"):
-            return await self.repository.get(key)
+            record = await self.repository.get(key)
+        self._check_file()
+        return record
 
     async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
         _storable(ctx)
         self._check_file()
         try:
-            return await self.repository.try_acquire_lock(ctx, read_now(self.clock))
+            token = await self.repository.try_acquire_lock(ctx, read_now(self.clock))
         except self._failures as exc:
             raise self._store_error("try_acquire_lock", exc) from exc
+        self._check_file()
+        return token
 
     async def begin(self, ctx: StateHandlerContext) -> BeginResult:
         """``exists`` then ``try_acquire_lock`` atomically (see :mod:`reference_engine.begin`)."""
         _storable(ctx)
         self._check_file()
         try:
-            return await self.repository.begin(ctx, read_now(self.clock))
+            result = await self.repository.begin(ctx, read_now(self.clock))
         except self._failures as exc:
             raise self._store_error("begin", exc) from exc
+        self._check_file()
+        return result
 
     async def set(
         self,

@@ -423,6 +423,9 @@ class ProcessStateLogRepository:
         now: dt.datetime,
     ) -> None:
         """Move to ``status``: fenced with a token, table-checked without one."""
+        # The instant the record would be kept until is checked first, as the model does, so
+        # a set past year 9999 is InstantOutOfRangeError on every store, with a token or not.
+        ctx.handler_config.retain_until(now)
         if ctx.lock_token is not None:
             await self._fenced_update(ctx, now, status, data=data)
             return
