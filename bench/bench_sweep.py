@@ -44,13 +44,28 @@ BLOCK = 25
 JOBS = 2
 
 
+#: The most deliveries the sweep may be asked for: 10^8 is about 14 hours on two cores.
+MAX_TARGET = 100_000_000
+
+
+def _target() -> int:
+    """``$DSM_BENCH_SWEEP_DELIVERIES``: an integer from 1 to :data:`MAX_TARGET` (default 10^6)."""
+    raw = os.environ.get(TARGET_ENV, "").strip() or "1000000"
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9 and 1 <= int(raw) <= MAX_TARGET):
+        raise SystemExit(
+            f"{TARGET_ENV}={raw[:40]!r}: give an integer from 1 to {MAX_TARGET}, or unset it "
+            "for the default of 1000000"
+        )
+    return int(raw)
+
+
 def run(short: bool) -> list[Table]:
     try:
         from dsm_sim.scenario import load_scenarios
         from dsm_sim.simulator.parallel import run_plan
     except ImportError as exc:
         raise BenchSkipped(f"the simulator is not available: {exc}") from exc
-    target = 2_000 if short else int(os.environ.get(TARGET_ENV, "1000000"))
+    target = 2_000 if short else _target()
     block = 1 if short else BLOCK
     scenarios = load_scenarios(SCENARIOS)
 

@@ -13,6 +13,13 @@ harness's errors) is one line and exit status 2; anything else is a bug in
 dsm or in the code it ran, printed with its traceback, said to be one, and
 exit status 3 (never 1, which the commands keep for a verdict); Ctrl-C is
 exit status 130, quietly.
+
+``SIGTERM`` (a CI job's timeout, ``docker stop``, ``kill``) is handled as
+Ctrl-C is: it is passed to the interrupt handler in force, so every command
+runs the clean-up it runs on Ctrl-C (worker processes stopped, handler
+processes ended, a stress run's queue and schema removed), and the exit
+status is 143 (128 + SIGTERM).  Left to its default, ``SIGTERM`` would end
+this process at once and leave all of that behind.
 """
 
 from __future__ import annotations
@@ -20,13 +27,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 
 from reference_engine.errors import DsmError
 
-__all__ = ["COMMANDS", "EXIT_BUG", "EXIT_INTERRUPTED", "EXIT_USAGE", "main"]
+__all__ = ["COMMANDS", "EXIT_BUG", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "main"]
 
 #: A named error: the command, its options, a file it reads or the handler it was given is wrong.
 EXIT_USAGE = 2
@@ -34,6 +45,8 @@ EXIT_USAGE = 2
 EXIT_BUG = 3
 #: Interrupted with Ctrl-C (128 + SIGINT, as a shell reports it).
 EXIT_INTERRUPTED = 130
+#: Stopped with SIGTERM (128 + SIGTERM), after the same clean-up as Ctrl-C.
+EXIT_TERMINATED = 128 + int(signal.SIGTERM)
 #: Said under the traceback of an exception no command turned into a named error.
 BUG_NOTE = (
     "this is a bug in dsm (or in the handler code it ran, if the traceback ends there): "
@@ -89,18 +102,52 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[list[int]]:
+    """Route SIGTERM to the SIGINT handler in force while the block runs; yields what arrived.
+
+    The handler in force is read when the signal comes: asyncio's own while
+    ``asyncio.run`` runs (it cancels the main task, so its ``finally`` blocks
+    run), else Python's, which raises ``KeyboardInterrupt``.  Only the main
+    thread can install a handler; elsewhere the block runs as it is.
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        interrupt = signal.getsignal(signal.SIGINT)
+        if callable(interrupt):
+            interrupt(signal.SIGINT, frame)
+        else:  # SIGINT ignored or left to the system: still stop, as Ctrl-C would
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
     words = list(sys.argv[1:] if argv is None else argv)
     command = f"dsm {words[0]}" if words and words[0] in COMMANDS else "dsm"
+    with sigterm_as_interrupt() as received:
+        return _dispatch(words, command, received)
+
+
+def _dispatch(words: list[str], command: str, received: list[int]) -> int:
     try:
         parser = build_parser(words[0] if words and words[0] in QUICK_COMMANDS else None)
         args = parser.parse_args(words)
         code: int = args._module.main(args)
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if received else EXIT_INTERRUPTED
     except DsmError as exc:
         print(f"{command}: {exc}", file=sys.stderr)
         return EXIT_USAGE

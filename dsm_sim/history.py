@@ -37,14 +37,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dsm_sim.wall import RunStoppedError
 from reference_engine.clock import UTC, ensure_utc
 from reference_engine.context import RecordKey
 
 __all__ = [
+    "MAX_HISTORY_ENTRIES",
     "Event",
     "EventKind",
     "FinalState",
     "History",
+    "HistoryLimitError",
     "HistoryRecorder",
     "KeyInfo",
     "Observed",
@@ -60,6 +63,20 @@ __all__ = [
 Scalar = bool | int | float | str | None
 
 _DIGITS = 6
+
+#: The most operations and events one history may hold.  The checker judges a history
+#: whole, in memory (about 1 KB per entry, checker included), so this bounds the memory
+#: of one run: the simulator stops a run that reaches it (``HistoryLimitError``) and the
+#: stress runner does not build a history from journals that hold more.  The catalogue's
+#: runs record a few thousand.
+MAX_HISTORY_ENTRIES = 500_000
+
+
+class HistoryLimitError(RunStoppedError):
+    """A run's history reached :data:`MAX_HISTORY_ENTRIES`: stopped before it outgrew memory.
+
+    Takes its message only (SimPy rebuilds a process's error from its args).
+    """
 
 
 def _t(value: float | None) -> float | None:
@@ -601,8 +618,11 @@ class HistoryRecorder:
         sweep_interval: float | None = None,
         meta: Mapping[str, Scalar] | None = None,
         store_order: bool = False,
+        limit: int | None = None,
     ) -> None:
         self.epoch = ensure_utc(epoch or dt.datetime(2026, 1, 1, 9, 0, tzinfo=UTC))
+        #: The most operations and events this recorder takes (None: no limit).
+        self.limit = limit
         # A recorder whose completions are called in the order the store ran
         # the calls (the simulator) numbers them, so ties in time keep that order.
         self._store_order = store_order
@@ -637,6 +657,7 @@ class HistoryRecorder:
         detail: str | None = None,
         app: str | None = None,
     ) -> int:
+        self._room(at)
         index = len(self._ops)
         self._ops.append(
             Op(
@@ -727,6 +748,7 @@ class HistoryRecorder:
         value: float | None = None,
         node: str = "",
     ) -> Event:
+        self._room(at)
         ev = Event(
             index=len(self._events),
             time=at,
@@ -741,6 +763,19 @@ class HistoryRecorder:
         )
         self._events.append(ev)
         return ev
+
+    def _room(self, at: float) -> None:
+        """Refuse an entry past :attr:`limit`, before the run's memory grows without bound."""
+        if self.limit is None or len(self._ops) + len(self._events) < self.limit:
+            return
+        raise HistoryLimitError(
+            f"the run's history reached {self.limit:,} operations and events at "
+            f"{at:g}s of simulated time, the most one run holds in memory (about 1 KB each, "
+            "checker included), so the run stopped unchecked; the scenario asks for more work "
+            "than one run can judge: lower run.items, run.tenants, the nodes' revisions or "
+            "lines, faults.duplicate_delivery.copies or run.max_deliveries, or shorten "
+            "faults_until"
+        )
 
     def final_state(
         self,

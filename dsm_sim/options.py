@@ -5,15 +5,57 @@ such a value does not fail where it is given: a negative ``--timeout``
 kills every worker and the run is reported as a verdict.  These types refuse
 it while the command line is parsed, so argparse prints the option, the value
 and the allowed range, and exits with status 2 before anything runs.
+
+A number read from an environment variable (``DSM_EXEC_TIMEOUT``,
+``DSM_CALL_TIMEOUT``) stands in for its flag, so it gets the same bounds:
+:func:`seconds_from_env` refuses ``inf``, ``1e300``, ``nan`` and ``-5`` with
+:class:`EnvironmentValueError`, naming the variable and the allowed range.
+An unbounded wait would otherwise enter through the environment where the
+flag refuses it.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 
-__all__ = ["bounded_int", "positive_seconds", "rate"]
+from reference_engine.errors import ConfigurationError, echo
+
+__all__ = [
+    "EnvironmentValueError",
+    "bounded_int",
+    "positive_seconds",
+    "rate",
+    "seconds_from_env",
+]
+
+
+class EnvironmentValueError(ConfigurationError):
+    """An environment variable holds a value its flag would refuse; names both and the range."""
+
+    def __init__(self, variable: str, value: str, allowed: str, flag: str) -> None:
+        self.variable, self.value, self.allowed, self.flag = variable, value, allowed, flag
+        super().__init__(
+            f"{variable}={echo(value, 40)}: give {allowed} (the bounds of {flag}), or unset "
+            f"{variable} for the default"
+        )
+
+
+def seconds_from_env(variable: str, default: float, high: float, *, flag: str) -> float:
+    """``$variable`` as finite seconds above 0 and at most ``high``; ``default`` when unset."""
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value <= high:
+        allowed = f"a finite number of seconds above 0 and at most {high:g}"
+        raise EnvironmentValueError(variable, raw, allowed, flag)
+    return value
 
 
 def positive_seconds(high: float) -> Callable[[str], float]:

@@ -21,6 +21,8 @@ holds ``mymodule.py``.  Hypothesis keeps its files in a cache directory
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -49,6 +51,8 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+#: How long the one ``open`` before the run may take (``--call-timeout`` when given).
+DEFAULT_PREFLIGHT_S = 10.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -283,6 +287,40 @@ def _write_replays(
         )
 
 
+def store_preflight(factory: HandlerFactory, seconds: float | None) -> str | None:
+    """Open and close one handler: why its store cannot be reached (a StoreError), or None.
+
+    A store that refuses the connection (a server that is down, a wrong
+    port) would fail every test case the same way, and the run would read
+    as FAILED, as if the handler were wrong.  Said once, before the run, it
+    is the environment's error (exit 2).  Anything else the handler does on
+    ``open`` is left for the run to judge.
+    """
+    from reference_engine.clock import ManualClock
+    from reference_engine.errors import StoreError
+    from reference_engine.registry import build_handler
+
+    async def probe() -> None:
+        handler = build_handler(factory, ManualClock(), name="the factory")
+        try:
+            await asyncio.wait_for(handler.open(), seconds or DEFAULT_PREFLIGHT_S)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(handler.close(), seconds or DEFAULT_PREFLIGHT_S)
+
+    try:
+        asyncio.run(probe())
+    except StoreError as exc:
+        return (
+            f"the handler's store cannot be reached, so nothing was verified: "
+            f"{type(exc).__name__}: {exc}. Check that the store's server is running and that "
+            "the factory's URL (host, port, user, database) is right"
+        )
+    except Exception:
+        return None  # the run meets it again, in a test case, and judges it
+    return None
+
+
 def put_cwd_on_path() -> None:
     """Import modules from the current directory first, as pytest does for its rootdir."""
     cwd = os.getcwd()
@@ -354,6 +392,11 @@ def main(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")
         return EXIT_USAGE
+    if not out_of_process:
+        unreachable = store_preflight(factory, getattr(args, "call_timeout", None))
+        if unreachable is not None:
+            sys.stderr.write(f"dsm verify: {unreachable}\n")
+            return EXIT_USAGE
     replays: list[tuple[PropertyResult, list[bytes]]] = []
     on_violation: Callable[[PropertyResult], None] | None = None
     if out_of_process:

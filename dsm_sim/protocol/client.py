@@ -42,6 +42,7 @@ import contextlib
 import copy
 import itertools
 import json
+import math
 import os
 import re
 import secrets
@@ -52,7 +53,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dsm_sim.protocol import wire
+from dsm_sim.options import seconds_from_env
+from dsm_sim.protocol import groups, wire
 from dsm_sim.protocol.errors import (
     HandlerExitedError,
     HandlerInternalError,
@@ -66,6 +68,7 @@ from dsm_sim.protocol.errors import (
 )
 from dsm_sim.protocol.schema import PROTOCOL_VERSION, problem
 from dsm_sim.protocol.secret import SECRET_ENV, SECRET_FILE_ENV, client_secret
+from dsm_sim.wall import past_deadline, remaining
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import ConfigurationError, DsmError
@@ -75,6 +78,7 @@ from reference_engine.status import IdempotencyStatus
 __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_LINE_BYTES",
+    "MAX_TIMEOUT",
     "TIMEOUT_ENV",
     "ExecFactory",
     "ExecHandler",
@@ -90,6 +94,9 @@ __all__ = [
 #: Seconds a request may wait for its answer; a store under load answers in milliseconds.
 DEFAULT_TIMEOUT = 10.0
 TIMEOUT_ENV = "DSM_EXEC_TIMEOUT"
+#: The longest a request may wait for its answer (``--exec-timeout`` and the variable):
+#: past an hour a silent handler is hung, not slow.
+MAX_TIMEOUT = 3600.0
 #: The longest answer line read: a record with a payload at the size limit,
 #: escaped, is well under this; a runaway writer is stopped here, not in memory.
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -108,16 +115,23 @@ def fresh_store_name() -> str:
 
 
 def default_timeout() -> float:
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ConfigurationError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from exc
-    if not value > 0:
-        raise ConfigurationError(f"{TIMEOUT_ENV}={raw!r} must be a positive number of seconds")
-    return value
+    """``$DSM_EXEC_TIMEOUT`` if set, else :data:`DEFAULT_TIMEOUT`; bounded as ``--exec-timeout``."""
+    return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT, MAX_TIMEOUT, flag="--exec-timeout")
+
+
+def checked_timeout(seconds: float) -> float:
+    """``seconds`` if it is a bound ``--exec-timeout`` would take, else :class:`ConfigurationError`."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or not 0 < seconds <= MAX_TIMEOUT
+    ):
+        raise ConfigurationError(
+            f"the handler's request timeout must be a finite number of seconds above 0 and at "
+            f"most {MAX_TIMEOUT:g}, got {seconds!r}"
+        )
+    return float(seconds)
 
 
 def split_command(command: str | Sequence[str]) -> list[str]:
@@ -201,28 +215,24 @@ class _Spawned:
         self.argv = list(argv)
         self.env = env
         self.cwd = cwd
-        self.popen = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=cwd,
-        )
+        # A group of its own: a launcher's child and the helpers it forks end with it.
+        self.popen = groups.spawn(self.argv, env, cwd)
         self.pid = self.popen.pid
         self.stderr: asyncio.StreamReader | None = None
 
     @property
     def returncode(self) -> int | None:
-        return self.popen.poll()
+        code = self.popen.poll()
+        if code is not None:
+            groups.end_group(self.popen)  # what it started and left behind
+        return code
 
     def matches(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> bool:
         return self.argv == list(argv) and self.env == env and self.cwd == cwd
 
     def kill(self) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
+        """Kill the process and every process of its group (a launcher's child, its helpers)."""
+        groups.end_group(self.popen)
 
     async def wait(self) -> int:
         """The exit status, once the process has exited (polled: no child watcher, no thread)."""
@@ -230,6 +240,7 @@ class _Spawned:
         while (code := self.popen.poll()) is None:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.005)
+        groups.end_group(self.popen)  # what it started and left behind
         return code
 
     def discard(self) -> None:
@@ -241,6 +252,7 @@ class _Spawned:
                     pipe.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(5.0)
+        groups.end_group(self.popen)
 
     async def attach(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Its stdout and stdin as streams of the running loop (stderr in :attr:`stderr`)."""
@@ -342,7 +354,7 @@ class ExecHandler:
         self.argv = [] if isinstance(command, TcpAddress) else split_command(command)
         self.command = describe_target(command)
         self.clock = clock
-        self.timeout = default_timeout() if timeout is None else timeout
+        self.timeout = default_timeout() if timeout is None else checked_timeout(timeout)
         self.env = None if env is None else dict(env)
         self.cwd = cwd
         #: What the process said about itself on ``open``.
@@ -434,7 +446,7 @@ class ExecHandler:
         try:
             self._reader_stream, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(address.host, address.port, limit=MAX_LINE_BYTES),
-                self.timeout,
+                remaining(self.timeout)[0],
             )
         except (OSError, TimeoutError) as exc:
             why = (
@@ -527,10 +539,9 @@ class ExecHandler:
         process = self._process
         if process is not None:
             try:
-                await asyncio.wait_for(process.wait(), self.timeout)
+                await asyncio.wait_for(process.wait(), remaining(self.timeout, final=True)[0])
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
+                process.kill()
                 await process.wait()
             returncode = process.returncode
         for task in (self._reader, self._stderr_reader):
@@ -603,9 +614,7 @@ class ExecHandler:
     def _kill(self) -> None:
         """Stop a peer that can no longer be trusted: kill the process, or drop the connection."""
         if self._process is not None:
-            if self._process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self._process.kill()
+            self._process.kill()
         elif self._writer is not None:
             self._writer.transport.abort()
 
@@ -827,8 +836,10 @@ class ExecHandler:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending[request_id] = _Pending(op, label, ctx, future, raw)
-        # A timer, not wait_for: see the module's docstring.
-        timer = loop.call_later(self.timeout, self._time_out, request_id, label)
+        # A timer, not wait_for: see the module's docstring.  Never past the command's
+        # wall-clock deadline (a closing request gets a short grace past it).
+        wait, by_deadline = remaining(self.timeout, final=op == "close")
+        timer = loop.call_later(wait, self._time_out, request_id, label, by_deadline)
         line = wire.encode_line(message)
         self.transcript.append(line)
         if op == "open" and self._secret is not None:
@@ -846,13 +857,19 @@ class ExecHandler:
         finally:
             timer.cancel()
 
-    def _time_out(self, request_id: int, label: str) -> None:
+    def _time_out(self, request_id: int, label: str, by_deadline: bool = False) -> None:
         pending = self._pending.pop(request_id, None)
         if pending is None or pending.future.done():
             return
-        error = HandlerTimeoutError(
-            request=label, timeout=self.timeout, stderr_tail=self.stderr_tail()
-        )
+        error: DsmError
+        if by_deadline:
+            # Not the handler's failure: the command ran out of time while it waited.
+            error = past_deadline(f"{label} waited for the {self._peer}, which was stopped")
+            self._broken = self._broken or error
+        else:
+            error = HandlerTimeoutError(
+                request=label, timeout=self.timeout, stderr_tail=self.stderr_tail()
+            )
         pending.future.set_exception(error)
         self._break(error)
         self._kill()
@@ -917,6 +934,11 @@ class ExecFactory:
     ) -> None:
         if not isinstance(command, TcpAddress):
             split_command(command)  # an empty command is a usage error now, not at the first open
+        # A bad bound (here or in $DSM_EXEC_TIMEOUT) is a usage error now, not at the first open.
+        if timeout is None:
+            default_timeout()
+        else:
+            checked_timeout(timeout)
         self.target = command
         self.command = describe_target(command)
         self.timeout = timeout

@@ -378,6 +378,11 @@ async def serve_tcp(
             )
         except ConnectionError:
             pass  # the harness dropped the connection (a timeout): nothing left to answer
+        except asyncio.CancelledError:
+            # The server is stopping (Ctrl-C, SIGTERM) with this connection open: the session
+            # ends here.  Ending normally, not cancelled: asyncio's stream callback would
+            # print the cancellation as an error with its traceback.
+            pass
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError):
@@ -414,25 +419,31 @@ async def _session(
     secret: str | None = None,
 ) -> None:
     server = Server(factory, send, shared_store=shared_store, stores=stores, secret=secret)
-    while not server.closed:
-        try:
-            line = await reader.readline()
-        except ValueError:
-            sys.stderr.write(f"dsm serve: a request line is over {MAX_REQUEST_BYTES} bytes\n")
-            break
-        except ConnectionError:
-            break  # the harness dropped the connection (a timeout): the session ends
-        if not line:
-            break
-        if line.strip():
-            server.receive(line)
-        await asyncio.sleep(0)  # let the request's task start in arrival order
-    if server.tasks:
-        await asyncio.gather(*server.tasks, return_exceptions=True)
-    if server.handler is not None and not server.closed:
-        if server.stores is not None:
-            server.stores.release(server.handler)
-        await server.handler.close()
+    try:
+        while not server.closed:
+            try:
+                line = await reader.readline()
+            except ValueError:
+                sys.stderr.write(f"dsm serve: a request line is over {MAX_REQUEST_BYTES} bytes\n")
+                break
+            except ConnectionError:
+                break  # the harness dropped the connection (a timeout): the session ends
+            if not line:
+                break
+            if line.strip():
+                server.receive(line)
+            await asyncio.sleep(0)  # let the request's task start in arrival order
+        if server.tasks:
+            await asyncio.gather(*server.tasks, return_exceptions=True)
+    finally:
+        # Also when the server stops with the session open (cancelled): requests still
+        # running are cancelled and the handler releases its store.
+        for task in server.tasks:
+            task.cancel()
+        if server.handler is not None and not server.closed:
+            if server.stores is not None:
+                server.stores.release(server.handler)
+            await server.handler.close()
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -22,19 +22,23 @@ once it has passed (:class:`WallClockLimitError`).
 from __future__ import annotations
 
 import asyncio
-import math
-import os
-import time
-from collections.abc import Awaitable, Coroutine, Generator, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from dsm_sim.history import OpName
+from dsm_sim.options import seconds_from_env
+from dsm_sim.wall import (
+    RunStoppedError,
+    WallClockLimitError,
+    current_deadline,
+    past_deadline,
+    wall_deadline,
+    wall_now,
+)
 from reference_engine.config import DataStateMachineConfig
 from reference_engine.context import StateHandlerContext
 from reference_engine.engine.definitions import Element, ExecutionThread
-from reference_engine.errors import ConfigurationError, DsmError
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.handler import StateHandler
 from reference_engine.machine import ContextualDataStateMachine, DataStateMachine
@@ -59,6 +63,7 @@ __all__ = [
     "bounded",
     "call_timeout",
     "check_deadline",
+    "current_deadline",
     "handler_coroutine",
     "hung",
     "run_bounded",
@@ -76,66 +81,18 @@ CALL_TIMEOUT_ENV = "DSM_CALL_TIMEOUT"
 _MAX_CALL_TIMEOUT_S = 3600.0
 
 
-class RunStoppedError(DsmError):
-    """A bound in real time stopped the run; nothing after that instant was simulated.
-
-    Takes its message only: SimPy re-raises a process's error as
-    ``type(exc)(*exc.args)``, which must rebuild it.  Every layer between a
-    handler call and the run lets it through, where a handler's own named
-    error would be recorded as the call's outcome.
-    """
-
-
 class HandlerHungError(RunStoppedError):
     """A real handler call did not return within the call timeout; the run was stopped."""
 
 
-class WallClockLimitError(RunStoppedError):
-    """The deadline of the whole command (``dsm run --max-wall``) passed during this run."""
-
-
-#: The deadline of the whole command, in :func:`wall_now` seconds (None: unbounded).
-_deadline: float | None = None
-
-
-def wall_now() -> float:
-    """Real monotonic seconds, read past freezegun (``--clock system`` freezes ``time``).
-
-    ``CLOCK_MONOTONIC`` is one clock for every process on the host, so a
-    deadline computed in the parent holds in the ``--jobs`` workers too.
-    """
-    clock_gettime = getattr(time, "clock_gettime", None)
-    if clock_gettime is None:  # pragma: no cover - not on Linux or macOS
-        return time.monotonic()
-    return float(clock_gettime(time.CLOCK_MONOTONIC))
-
-
-@contextmanager
-def wall_deadline(deadline: float | None) -> Iterator[None]:
-    """Bound every real call made inside the block by ``deadline`` (a :func:`wall_now` instant)."""
-    global _deadline
-    previous, _deadline = _deadline, deadline
-    try:
-        yield
-    finally:
-        _deadline = previous
-
-
 def call_timeout() -> float:
-    """The bound in force: ``$DSM_CALL_TIMEOUT`` if set, else :data:`DEFAULT_CALL_TIMEOUT_S`."""
-    raw = os.environ.get(CALL_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_CALL_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or not 0 < value <= _MAX_CALL_TIMEOUT_S:
-        raise ConfigurationError(
-            f"{CALL_TIMEOUT_ENV}={raw[:40]!r}: give a finite number of seconds above 0 and at "
-            f"most {_MAX_CALL_TIMEOUT_S:g}"
-        )
-    return value
+    """The bound in force: ``$DSM_CALL_TIMEOUT`` if set, else :data:`DEFAULT_CALL_TIMEOUT_S`.
+
+    The variable gets the bounds of ``--call-timeout`` (:class:`EnvironmentValueError`).
+    """
+    return seconds_from_env(
+        CALL_TIMEOUT_ENV, DEFAULT_CALL_TIMEOUT_S, _MAX_CALL_TIMEOUT_S, flag="--call-timeout"
+    )
 
 
 def bound_for(handler: object) -> float | None:
@@ -147,23 +104,11 @@ def bound_for(handler: object) -> float | None:
     return None if type(handler).__module__.startswith("dsm_sim.protocol") else call_timeout()
 
 
-def _past_deadline() -> WallClockLimitError:
-    return WallClockLimitError(
-        "the run's wall-clock limit (dsm run --max-wall) passed, so the run stopped at its "
-        "next handler call; nothing after it was simulated or checked"
-    )
-
-
-def current_deadline(final: bool = False) -> float | None:
-    """The deadline a call made now must meet; none for a ``final`` one (a closing release)."""
-    return None if final else _deadline
-
-
 def check_deadline(final: bool = False) -> None:
     """Stop the run before its next call when the command's deadline has passed."""
     deadline = current_deadline(final)
     if deadline is not None and wall_now() >= deadline:
-        raise _past_deadline()
+        raise past_deadline()
 
 
 async def bounded(
@@ -188,7 +133,7 @@ async def bounded(
         if not bound.expired():
             raise  # the handler's own TimeoutError
         if by_deadline:
-            raise _past_deadline() from None
+            raise past_deadline() from None
         assert seconds is not None
         raise hung(what, seconds) from None
 
@@ -221,7 +166,7 @@ def run_bounded(
     if deadline is not None and wall_now() >= deadline:
         if asyncio.iscoroutine(awaitable):
             awaitable.close()
-        raise _past_deadline()
+        raise past_deadline()
     return loop.run_until_complete(bounded(awaitable, what, seconds, deadline))
 
 

@@ -35,6 +35,7 @@ from typing import TextIO
 from dsm_sim.checker.liveness import UNSUPPORTED_REASON
 from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
+from dsm_sim.history import HistoryLimitError
 from dsm_sim.options import bounded_int, positive_seconds
 from dsm_sim.outputs import OutputKind, ReportWriteError, check_output
 from dsm_sim.printable import printable_stream
@@ -45,6 +46,7 @@ from dsm_sim.simulator.bridge import (
     HandlerHungError,
     WallClockLimitError,
     call_timeout,
+    wall_deadline,
     wall_now,
 )
 from dsm_sim.simulator.parallel import MAX_JOBS, RunOutcome, run_plan
@@ -247,6 +249,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if given:
         args.handler = given[0][1]
+    max_wall: float = getattr(args, "max_wall", DEFAULT_MAX_WALL_S)
+    # From the start: loading, the handler's first start and every run count.
+    deadline = wall_now() + max_wall
     if getattr(args, "call_timeout", None) is not None:
         # Through the environment, so the worker processes of --jobs bound their calls too.
         os.environ[CALL_TIMEOUT_ENV] = repr(args.call_timeout)
@@ -274,7 +279,8 @@ def main(args: argparse.Namespace) -> int:
 
         # Said once, before any run: a command that does not start would crash every run.
         assert isinstance(factory, ExecFactory)
-        problem = preflight(factory)
+        with wall_deadline(deadline):
+            problem = preflight(factory)
         if problem is not None:
             print(f"dsm run: the handler {args.handler!r} does not start: {problem}", file=err)
             return 2
@@ -285,13 +291,13 @@ def main(args: argparse.Namespace) -> int:
     crashed: list[str] = []
     #: Runs stopped because a real handler call did not return within --call-timeout.
     hung: list[str] = []
+    #: Runs stopped because their history reached the most one run holds in memory.
+    too_big: list[str] = []
     #: Reports that could not be written: said after the verdict, never instead of it.
     unwritten: list[ReportWriteError] = []
     #: What --max-wall stopped, said after the summary (None: it did not expire).
     out_of_time: WallClockLimitError | None = None
     jobs = getattr(args, "jobs", 1)
-    max_wall: float = getattr(args, "max_wall", DEFAULT_MAX_WALL_S)
-    deadline = wall_now() + max_wall
     # Worker processes resolve the handler from its spec; in this process the factory
     # resolved above is used, as before.
     cluster = getattr(args, "cluster", None)
@@ -323,47 +329,54 @@ def main(args: argparse.Namespace) -> int:
             semantics=semantics_option,
         )
     finished = 0
-    for (scenario, seed, done), outcome in zip(
-        _progress(plan, out if not args.quiet else err),
-        _until(outcomes, deadline),
-        strict=False,
-    ):
-        if isinstance(outcome.error, WallClockLimitError):
-            out_of_time = _out_of_time(
-                max_wall, f"while running {scenario.name} seed {seed}", finished, len(plan)
-            )
-            break
-        finished += 1
-        if outcome.crash is not None:
-            crashed.append(f"FAIL {scenario.name} seed {seed}: {outcome.crash.message}")
-            continue
-        if outcome.error is not None:
-            error = outcome.error
-            if isinstance(error, HandlerHungError):
-                hung.append(f"FAIL {scenario.name} seed {seed}: {error}")
+    try:
+        for (scenario, seed, done), outcome in zip(
+            _progress(plan, out if not args.quiet else err),
+            _until(outcomes, deadline),
+            strict=False,
+        ):
+            if isinstance(outcome.error, WallClockLimitError):
+                out_of_time = _out_of_time(
+                    max_wall, f"while running {scenario.name} seed {seed}", finished, len(plan)
+                )
+                break
+            finished += 1
+            if outcome.crash is not None:
+                crashed.append(f"FAIL {scenario.name} seed {seed}: {outcome.crash.message}")
                 continue
-            if not isinstance(error, DsmError) or not args.handler.startswith(
-                (EXEC_PREFIX, EXEC_TCP_PREFIX)
-            ):
-                raise error
-            stopped.append(f"FAIL {scenario.name} seed {seed}: {error}")
-            continue
-        result = outcome.result
-        assert result is not None
-        results.append(result)
-        done(result)
-        if args.report is not None and not unwritten:
-            unwritten.extend(_write_reports(result, args.report))
-    close = getattr(outcomes, "close", None)
-    if callable(close):
-        close()  # stops the worker processes of --jobs, when the deadline cut the plan short
+            if outcome.error is not None:
+                error = outcome.error
+                if isinstance(error, HandlerHungError):
+                    hung.append(f"FAIL {scenario.name} seed {seed}: {error}")
+                    continue
+                if isinstance(error, HistoryLimitError):
+                    too_big.append(f"STOPPED {scenario.name} seed {seed}: {error}")
+                    continue
+                if not isinstance(error, DsmError) or not args.handler.startswith(
+                    (EXEC_PREFIX, EXEC_TCP_PREFIX)
+                ):
+                    raise error
+                stopped.append(f"FAIL {scenario.name} seed {seed}: {error}")
+                continue
+            result = outcome.result
+            assert result is not None
+            results.append(result)
+            done(result)
+            if args.report is not None and not unwritten:
+                unwritten.extend(_write_reports(result, args.report))
+    finally:
+        # Stops the worker processes of --jobs (and a cluster's runs) when the deadline cut
+        # the plan short, and on Ctrl-C or SIGTERM: nothing is left running.
+        close = getattr(outcomes, "close", None)
+        if callable(close):
+            close()
     if out_of_time is None and finished < len(plan):
         scenario, seed = plan[finished]
         out_of_time = _out_of_time(
             max_wall, f"before {scenario.name} seed {seed} started", finished, len(plan)
         )
     failed = [r for r in results if not r.passed]
-    for line in stopped + hung + crashed:
+    for line in stopped + hung + crashed + too_big:
         print(line, file=out)
     for result in failed:
         print(
@@ -393,6 +406,7 @@ def main(args: argparse.Namespace) -> int:
         + (f"; {len(stopped)} stopped by a protocol error" if stopped else "")
         + (f"; {len(hung)} stopped by a hung handler call" if hung else "")
         + (f"; {len(crashed)} crashed in their worker process" if crashed else "")
+        + (f"; {len(too_big)} stopped at the history limit (not judged)" if too_big else "")
         + (f"; reports in {args.report / 'index.html'}" if args.report is not None else ""),
         file=out,
     )
@@ -402,7 +416,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"dsm run: {type(out_of_time).__name__}: {out_of_time}", file=err)
     if failed or stopped or hung or crashed:
         return 1
-    return 2 if unwritten or out_of_time is not None else 0
+    return 2 if unwritten or too_big or out_of_time is not None else 0
 
 
 def _print_semantics(semantics: SemanticsProfile, results: list[RunResult], out: TextIO) -> None:

@@ -36,7 +36,15 @@ from typing import Any
 from dsm_sim.conformance.judge.semantics import SemanticsProfile
 from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.bridge import CALL_TIMEOUT_ENV
-from dsm_sim.simulator.parallel import RunCrash, RunOutcome, Task, prepare_handler, run_one
+from dsm_sim.simulator.parallel import (
+    RunCrash,
+    RunOutcome,
+    Task,
+    blocked_run,
+    prepare_handler,
+    run_one,
+)
+from dsm_sim.wall import patience
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
@@ -111,25 +119,44 @@ def run_plan_on_cluster(
     except Exception as exc:
         stack.close()
         raise ClusterUnavailableError(where, f"{type(exc).__name__}: {exc}") from None
-    return _outcomes(stack, client, tasks, timeout, workers)
+    return _outcomes(stack, client, tasks, timeout, workers, deadline)
 
 
 def _outcomes(
-    stack: contextlib.ExitStack, client: Any, tasks: list[Task], timeout: str | None, workers: int
+    stack: contextlib.ExitStack,
+    client: Any,
+    tasks: list[Task],
+    timeout: str | None,
+    workers: int,
+    deadline: float | None = None,
 ) -> Iterator[RunOutcome]:
+    """The outcomes in plan order; a run still going well past ``deadline`` is given up on.
+
+    Leaving early (the deadline, Ctrl-C, SIGTERM) cancels every run in flight
+    and closes the client, and a ``LocalCluster`` with it: its worker
+    processes are ended, a run blocked in its thread included.  The workers
+    of a cluster given by address are not ours to kill; a run blocked on one
+    of them is cancelled, and the command ends anyway.
+    """
     from distributed import KilledWorker
 
     pending = deque(tasks)
     inflight: deque[tuple[Task, Any]] = deque()
     ahead = _AHEAD * max(1, workers)
     with stack:
+        stack.callback(lambda: client.cancel([f for _, f in inflight], force=True))
         while pending or inflight:
             while pending and len(inflight) < ahead:
                 task = pending.popleft()
                 inflight.append((task, client.submit(_remote, task, timeout, pure=False)))
-            task, future = inflight.popleft()
+            task, future = inflight[0]  # kept in flight (to be cancelled) until it is done
             try:
-                outcome: RunOutcome = future.result()
+                outcome: RunOutcome = future.result(timeout=patience(deadline))
+            except TimeoutError:
+                # Well past the deadline: given up on (cancelled, its worker closed with
+                # the cluster by the stack).
+                yield RunOutcome(task.scenario, task.seed, error=blocked_run())
+                return
             except KilledWorker as exc:
                 outcome = RunOutcome(
                     task.scenario,
@@ -140,6 +167,7 @@ def _outcomes(
                 )
             except Exception as exc:  # the outcome could not be sent back
                 outcome = RunOutcome(task.scenario, task.seed, error=exc)
+            inflight.popleft()
             yield outcome
 
 

@@ -15,6 +15,16 @@ and is resolved inside the worker; a Python callable travels pickled, and
 one that cannot be pickled or imported there is refused with
 :class:`UnpicklableFactoryError` rather than breaking the pool.
 
+The command's deadline (``--max-wall``) holds whatever a run does: a run
+stops by itself at its next handler call past it, and one that does not
+(a call that blocks its thread) is given :data:`~dsm_sim.wall.STOP_GRACE_S`
+more, then the parent stops waiting, reports it stopped at the wall-clock
+limit and kills the worker processes.  Serially, the same run is
+interrupted in this process (:func:`~dsm_sim.wall.interrupt_at`).  Worker
+processes end the handler processes they started when they are sent
+``SIGTERM``, which is how the parent stops them, also when it is itself
+interrupted (Ctrl-C, ``SIGTERM``).
+
 A worker process that dies (a segfault in a C extension, the OOM killer, a
 ``SIGKILL``) breaks a ``ProcessPoolExecutor`` for every run in flight.
 The runs caught in flight are then run again one by one, each in a process
@@ -31,16 +41,25 @@ import signal
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
 from dsm_sim.conformance.judge.semantics import SemanticsProfile
+from dsm_sim.processes import end_processes
+from dsm_sim.protocol.groups import stop_on_sigterm
 from dsm_sim.scenario import Scenario
-from dsm_sim.simulator.bridge import wall_deadline
 from dsm_sim.simulator.run import RunResult, run_scenario
 from dsm_sim.simulator.targets import resolve_handler
+from dsm_sim.wall import (
+    WallClockLimitError,
+    interrupt_at,
+    past_deadline,
+    patience,
+    wall_deadline,
+)
 from reference_engine.errors import ConfigurationError, DsmError
 from reference_engine.handler import HandlerFactory
 
@@ -51,6 +70,7 @@ __all__ = [
     "Task",
     "UnpicklableFactoryError",
     "WorkerRunError",
+    "blocked_run",
     "prepare_handler",
     "run_one",
     "run_plan",
@@ -243,7 +263,7 @@ def run_plan(
     tasks = [
         Task(s, seed, sent, handler_name, system_clock, deadline, semantics) for s, seed in plan
     ]
-    return _parallel(tasks, min(jobs, len(tasks)))
+    return _parallel(tasks, min(jobs, len(tasks)), deadline)
 
 
 def _serial(
@@ -257,7 +277,7 @@ def _serial(
     factory = _factory(handler) if isinstance(handler, str) else handler
     for scenario, seed in plan:
         try:
-            with wall_deadline(deadline):
+            with wall_deadline(deadline), interrupt_at(deadline):
                 result = run_scenario(
                     scenario,
                     seed,
@@ -276,11 +296,12 @@ def _serial(
 _Slot = tuple[Task, "Future[RunOutcome] | None"]
 
 
-def _parallel(tasks: list[Task], jobs: int) -> Iterator[RunOutcome]:
+def _parallel(tasks: list[Task], jobs: int, deadline: float | None) -> Iterator[RunOutcome]:
     ctx = _context()
     pending = deque(tasks)
     inflight: deque[_Slot] = deque()
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+    pool = _pool(jobs, ctx)
+    completed = False
     try:
         while pending or inflight:
             while pending and len(inflight) < _AHEAD * jobs:
@@ -293,15 +314,42 @@ def _parallel(tasks: list[Task], jobs: int) -> Iterator[RunOutcome]:
                 yield _isolated(ctx, task)
                 continue
             try:
-                outcome = future.result()
+                outcome = future.result(timeout=patience(deadline))
+            except FutureTimeoutError:
+                # Still running well past the deadline: its call blocks, and only a kill
+                # ends it (the finally below).
+                yield RunOutcome(task.scenario, task.seed, error=blocked_run())
+                return
             except BrokenProcessPool:
                 pool, inflight = _recover(pool, inflight, jobs, ctx)
                 outcome = _isolated(ctx, task)
             except Exception as exc:  # the result itself could not be sent back
                 outcome = RunOutcome(task.scenario, task.seed, error=exc)
             yield outcome
+        completed = True
     finally:
+        if not completed:
+            # Stopped early: by the deadline (the caller stops pulling), by Ctrl-C or SIGTERM.
+            # Runs still in flight are killed, with the handler processes they started.
+            _stop(pool)
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _pool(jobs: int, ctx: BaseContext) -> ProcessPoolExecutor:
+    """Worker processes that end their handler processes when they are sent SIGTERM."""
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=stop_on_sigterm)
+
+
+def blocked_run() -> WallClockLimitError:
+    """The outcome of a run still going well past the deadline: its process is killed."""
+    return past_deadline("a handler call blocked its worker process, which was killed")
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End every worker process now: SIGTERM (each ends its handler processes), then SIGKILL."""
+    processes = list((pool._processes or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    end_processes(processes)
 
 
 def _recover(
@@ -310,7 +358,7 @@ def _recover(
     """A fresh pool, and the runs the broken one left unfinished marked to be run alone."""
     pool.shutdown(wait=True, cancel_futures=True)
     kept = deque((t, f if _finished(f) else None) for t, f in inflight)
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx), kept
+    return _pool(jobs, ctx), kept
 
 
 def _submit(pool: ProcessPoolExecutor, task: Task) -> Future[RunOutcome] | None:
@@ -334,6 +382,10 @@ def _isolated(ctx: BaseContext, task: Task) -> RunOutcome:
     send.close()
     try:
         while True:
+            left = patience(task.deadline)
+            if left is not None and left <= 0:
+                end_processes([process])
+                return RunOutcome(task.scenario, task.seed, error=blocked_run())
             if receive.poll(_POLL):
                 try:
                     outcome: RunOutcome = receive.recv()
@@ -346,6 +398,9 @@ def _isolated(ctx: BaseContext, task: Task) -> RunOutcome:
                     continue
                 break
         process.join()
+    except BaseException:
+        end_processes([process])
+        raise
     finally:
         receive.close()
     return RunOutcome(
@@ -354,6 +409,7 @@ def _isolated(ctx: BaseContext, task: Task) -> RunOutcome:
 
 
 def _isolated_main(send: Connection, task: Task) -> None:
+    stop_on_sigterm()
     send.send(run_one(task))
     send.close()
 

@@ -42,7 +42,15 @@ from dsm_sim.conformance.judge.semantics import (
     SemanticsProfile,
     resolve_semantics,
 )
-from dsm_sim.history import EventKind, History, HistoryRecorder, OpName, Outcome, Scalar
+from dsm_sim.history import (
+    MAX_HISTORY_ENTRIES,
+    EventKind,
+    History,
+    HistoryRecorder,
+    OpName,
+    Outcome,
+    Scalar,
+)
 from dsm_sim.scenario import Faults, NodeKind, Scenario
 from dsm_sim.simulator.bridge import (
     BillingProxy,
@@ -266,6 +274,7 @@ def _run(
             ),
         },
         store_order=True,
+        limit=MAX_HISTORY_ENTRIES,
     )
     loop = asyncio.new_event_loop()
     mirror = ClockMirror(clock, system=system_clock)
@@ -277,6 +286,8 @@ def _run(
         loop.close()
         raise
     world: World | None = None
+    #: What stopped the run, if anything: a close that fails after it must not hide it.
+    stopped: BaseException | None = None
     try:
         run_bounded(loop, store.open(), "open()", bound_for(store))
         world = World(
@@ -296,6 +307,9 @@ def _run(
                 clock.seconds(),
             )
         stats = _stats(world, broker)
+    except BaseException as exc:
+        stopped = exc
+        raise
     finally:
         try:
             try:
@@ -303,6 +317,12 @@ def _run(
                     world.close_instances()  # the workers' own instances first
             finally:
                 run_bounded(loop, store.close(), "close()", bound_for(store), final=True)
+        except Exception as also:
+            if stopped is None:
+                raise
+            # The first failure is the one to report (a store that refused to open
+            # refuses to close too); the close's is a note on it.
+            stopped.add_note(f"closing the handler also failed: {type(also).__name__}: {also}")
         finally:
             loop.close()
             mirror.stop()

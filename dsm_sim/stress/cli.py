@@ -120,7 +120,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=positive_seconds(MAX_TIMEOUT_S),
         default=600.0,
         metavar="SECONDS",
-        help=f"seconds before giving up, above 0 and at most {MAX_TIMEOUT_S:g} (default 600)",
+        help="seconds the workers may run, above 0 and at most "
+        f"{MAX_TIMEOUT_S:g} (default 600): past it they are stopped, nothing is recovered, and "
+        "the run fails at once as stopped at its time limit, judged by the effect ledger only",
     )
     parser.add_argument(
         "--json",

@@ -166,6 +166,22 @@ class EffectLedger:
                 for r in result
             ]
 
+    async def tally(self) -> tuple[int, tuple[str, ...]]:
+        """How many effects the ledger holds, and the keys charged more than once.
+
+        Counted by the database, so a run whose effects are too many to read
+        into memory is still judged for duplicates (at most one key per item).
+        """
+        async with self.engine.connect() as conn:
+            total = int(await conn.scalar(text(f"SELECT COUNT(*) FROM {self.table}")) or 0)
+            twice = await conn.execute(
+                text(
+                    f"SELECT item_key FROM {self.table} GROUP BY item_key "
+                    "HAVING COUNT(*) > 1 ORDER BY item_key"
+                )
+            )
+            return total, tuple(str(r[0]) for r in twice)
+
     async def drop(self) -> None:
         """Remove what the run created: its schema (MariaDB: database), or the SQLite file."""
         if self.settings.schema is not None and self.mariadb:

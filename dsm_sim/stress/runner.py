@@ -2,11 +2,23 @@
 
 N processes (``spawn`` context, so each imports its own handler and driver)
 open their handler, meet at a barrier and start delivering together.  When
-they are done (or were killed), the parent plays the catch-up worker and the
-redelivering broker: it sweeps expired locks and delivers every item that is
-not yet Processed again until all are, or the recovery budget runs out.
-Then the journals and the durable side effects become one
+they are done, the parent plays the catch-up worker and the redelivering
+broker: it sweeps expired locks and delivers every item that is not yet
+Processed again until all are, or the recovery budget runs out.  Then the
+journals and the durable side effects become one
 :class:`~dsm_sim.history.History`, and the simulator's checker judges it.
+
+The time limit (``dsm stress --timeout``) is a deadline for the run: the
+workers still running when it expires are stopped, nothing is recovered,
+and the run is reported at once as stopped at its limit, judged only by
+what the effect ledger already holds (a key charged twice is a key charged
+twice).  Finishing the remaining keys one by one in the parent, or reading
+every record and journal back, would take far longer than the limit.
+
+Memory is bounded too: a history holds at most
+:data:`~dsm_sim.history.MAX_HISTORY_ENTRIES` operations, so journals that
+hold more are not read back; the run is then judged from the effect ledger
+and the final records, and its report says that the history was not checked.
 """
 
 from __future__ import annotations
@@ -24,16 +36,24 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from dsm_sim.checker import UNPROVEN, InvariantResult, all_passed, check_history
-from dsm_sim.history import History
+from dsm_sim.history import MAX_HISTORY_ENTRIES, History
 from dsm_sim.netfaults import FaultWindow
+from dsm_sim.processes import end_processes
 from dsm_sim.stress.duplicates import excused_duplicates, fenced_writes
 from dsm_sim.stress.history_builder import build_history, journal_outcomes
 from dsm_sim.stress.journal import Journal, WallClock, read_marks, read_operations
 from dsm_sim.stress.ledger import EffectLedger, EffectRow
 from dsm_sim.stress.netfault_schedule import FaultSchedule
 from dsm_sim.stress.redelivery import Redelivery
-from dsm_sim.stress.settings import StressSettings
-from dsm_sim.stress.worker import RECOVERY_PROCESS, StressWorker, base_context, process_main
+from dsm_sim.stress.settings import StressSettings, UnsharedStoreError
+from dsm_sim.stress.worker import (
+    RECOVERY_PROCESS,
+    UNSHARED_EXIT,
+    StressWorker,
+    base_context,
+    process_main,
+    write_probe,
+)
 from reference_engine.clock import SystemClock
 from reference_engine.errors import DsmError, InvalidOptionError, StoreError
 from reference_engine.handler import StateHandler
@@ -85,6 +105,9 @@ class StressReport:
     fenced_writes: int = 0
     #: The history the checker judged (its ``STORE_FAULT`` events mark the fault windows).
     history: History | None = dataclasses.field(default=None, compare=False, repr=False)
+    #: Why the history was not checked (None: it was): the run was stopped at its time
+    #: limit, or its journals hold more than a history may.
+    unchecked: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -150,6 +173,7 @@ class StressReport:
             "excused_duplicate_keys": list(self.excused_duplicate_keys),
             "unfinished_keys": list(self.unfinished_keys),
             "invariants": {r.name: r.passed for r in self.results},
+            "unchecked": self.unchecked,
             "violations": self.violations[:50],
             **self._netfaults_json(),
         }
@@ -217,16 +241,27 @@ class StressReport:
             f"stress run {s.run_id}: {s.kind.value}, handler {s.handler_spec}",
             f"  {s.processes} processes x {s.workers} workers, {s.keys} keys x "
             f"{s.duplicates} deliveries, fail rate {s.fail_rate}",
-            f"  {self.operations} operations in {self.run_seconds:.2f}s"
-            f" (+{self.recovery_seconds:.2f}s recovery), exit codes {self._exits()}",
-            "  outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())),
-            f"  store errors {self.store_errors}"
-            + (" (fault-free run: each one is a failure)" if s.fault_free else "")
-            + f", unnamed errors {dict(self.unnamed_errors)}",
-            f"  side effects {self.effects}, keys with duplicates {len(self.duplicate_keys)}, "
-            f"unfinished keys {len(self.unfinished_keys)}",
-            *self._netfaults_lines(),
         ]
+        if self.timed_out and self.unchecked is not None:
+            lines += [
+                f"  stopped at the time limit after {self.run_seconds:.2f}s, exit codes "
+                f"{self._exits()}",
+                f"  side effects {self.effects}, keys with duplicates {len(self.duplicate_keys)}",
+            ]
+        else:
+            lines += [
+                f"  {self.operations} operations in {self.run_seconds:.2f}s"
+                f" (+{self.recovery_seconds:.2f}s recovery), exit codes {self._exits()}",
+                "  outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())),
+                f"  store errors {self.store_errors}"
+                + (" (fault-free run: each one is a failure)" if s.fault_free else "")
+                + f", unnamed errors {dict(self.unnamed_errors)}",
+                f"  side effects {self.effects}, keys with duplicates "
+                f"{len(self.duplicate_keys)}, unfinished keys {len(self.unfinished_keys)}",
+            ]
+        lines += self._netfaults_lines()
+        if self.unchecked is not None:
+            lines.append(f"  history not checked: {self.unchecked}")
         for result in self.results:
             mark = "PASS" if result.passed else "FAIL"
             unproven = sum(1 for n in result.notes if n.startswith(UNPROVEN))
@@ -309,6 +344,7 @@ class StressRun:
             )
         await self.ledger.create()
         await self.handler.open()
+        await write_probe(self.handler, self.settings)
         if self.settings.netfaults:
             self.faults = FaultSchedule(self.settings, self.seconds)
             await self.faults.start()
@@ -369,19 +405,29 @@ class StressRun:
         self.processes[index].kill()
 
     async def wait(self, limit_s: float | None = None) -> tuple[int | None, ...]:
-        """Join every process (killing those still alive after ``limit_s`` seconds)."""
+        """Join every process; those still alive after ``limit_s`` seconds are stopped."""
         self.limit_s = limit_s
         deadline = None if limit_s is None else time.monotonic() + limit_s
-        for index, process in enumerate(self.processes):
+        for process in self.processes:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             await asyncio.to_thread(process.join, remaining)
             if process.is_alive():
-                self.timed_out.add(index)
-                process.kill()
-                await asyncio.to_thread(process.join, 5.0)
+                break
+        late = [i for i, p in enumerate(self.processes) if p.is_alive()]
+        self.timed_out.update(late)
+        # All at once: SIGTERM (each ends its handler processes), SIGKILL after a grace.
+        await asyncio.to_thread(end_processes, [self.processes[i] for i in late])
         self.ended_ns = time.time_ns()
         await self.stop_faults()
         return tuple(p.exitcode for p in self.processes)
+
+    def check_store_shared(self) -> None:
+        """Refuse a run whose workers' handlers did not read the parent's probe record."""
+        for index, process in enumerate(self.processes):
+            if process.exitcode != UNSHARED_EXIT:
+                continue
+            for mark in read_marks([self.journal_paths[index]], "unshared"):
+                raise UnsharedStoreError(self.settings.handler_spec, index, str(mark["reason"]))
 
     async def recover(self) -> None:
         """Catch-up sweeps and redeliveries until every key is Processed or time is up."""
@@ -411,6 +457,8 @@ class StressRun:
                 if expired:
                     await worker.sweep(expired)
                 for key in pending:
+                    if time.monotonic() >= deadline:
+                        break
                     self.recovery_outcomes[(await worker.deliver(key)).value] += 1
                 await asyncio.sleep(self._next_expiry(pending, deadline))
         finally:
@@ -434,18 +482,63 @@ class StressRun:
         delay = 0.1
         while True:
             try:
-                return {
-                    key: await self.handler.get(ctx.for_item(key))
-                    for key in self.settings.key_list()
-                }
+                records: dict[str, StateRecord | None] = {}
+                for key in self.settings.key_list():
+                    if time.monotonic() >= deadline:
+                        return None  # out of budget: what is left stays unfinished
+                    records[key] = await self.handler.get(ctx.for_item(key))
+                return records
             except StoreError:
                 if time.monotonic() + delay > deadline:
                     return None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
+    async def stopped_report(self) -> StressReport:
+        """The report of a run stopped at its time limit: the ledger's duplicates, nothing more.
+
+        Neither the records nor the journals are read back (a run large enough
+        to outlive its limit takes as long again to read), so what is reported
+        is what the database counts: the effects and the keys charged twice.
+        """
+        effects, duplicates = await self.ledger.tally()
+        journalled = _journal_bytes(self.journal_paths)
+        limit = f"{self.limit_s:g}s" if self.limit_s is not None else "its time limit"
+        return StressReport(
+            settings=self.settings,
+            results=(),
+            outcomes={},
+            unnamed_errors={},
+            store_errors=0,
+            exit_codes=tuple(p.exitcode for p in self.processes),
+            failed_processes=tuple(
+                i for i, p in enumerate(self.processes) if p.exitcode != 0 and i not in self.killed
+            ),
+            effects=effects,
+            duplicate_keys=duplicates,
+            unfinished_keys=(),
+            operations=0,
+            run_seconds=((self.ended_ns or time.time_ns()) - (self.started_ns or self.epoch_ns))
+            / 1e9,
+            recovery_seconds=0.0,
+            journal_dir=str(self.workdir),
+            timed_out=tuple(sorted(self.timed_out)),
+            limit_s=self.limit_s,
+            unchecked=(
+                f"the run was stopped at its time limit of {limit} with "
+                f"{journalled / 1e6:.1f} MB of journals: nothing was recovered, and the "
+                "records, the journals and the unfinished keys were not read back; the side "
+                "effects and keys with duplicates are the ledger's count"
+            ),
+        )
+
     async def report(self) -> StressReport:
         """Read the final state and the effects, build the history, run the checker."""
+        if self.timed_out:
+            return await self.stopped_report()
+        operations_in_journals = _journal_operations(self.journal_paths)
+        if operations_in_journals > MAX_HISTORY_ENTRIES:
+            return await self._ledger_report(operations_in_journals)
         ctx = base_context(self.settings)
         final: list[tuple[str, StateRecord | None, int]] = []
         for key in self.settings.key_list():
@@ -513,11 +606,49 @@ class StressRun:
             history=history,
         )
 
+    async def _ledger_report(self, journalled: int) -> StressReport:
+        """A run whose journals outgrow a history: judged by the ledger and the final records."""
+        ctx = base_context(self.settings)
+        unfinished: list[str] = []
+        for key in self.settings.key_list():
+            try:
+                record = await self.handler.get(ctx.for_item(key))
+            except DsmError:
+                record = None
+            if record is None or record.status is not S.PROCESSED:
+                unfinished.append(key)
+        effects, duplicates = await self.ledger.tally()
+        outcomes, unnamed = journal_outcomes(self.journal_paths[:-1])
+        end = self.ended_ns or time.time_ns()
+        return StressReport(
+            settings=self.settings,
+            results=(),
+            outcomes=dict(outcomes),
+            unnamed_errors=dict(unnamed),
+            store_errors=0,
+            exit_codes=tuple(p.exitcode for p in self.processes),
+            failed_processes=tuple(
+                i for i, p in enumerate(self.processes) if p.exitcode != 0 and i not in self.killed
+            ),
+            effects=effects,
+            duplicate_keys=duplicates,
+            unfinished_keys=tuple(unfinished),
+            operations=journalled,
+            run_seconds=(end - (self.started_ns or self.epoch_ns)) / 1e9,
+            recovery_seconds=((self.recovered_ns or end) - end) / 1e9,
+            journal_dir=str(self.workdir),
+            limit_s=self.limit_s,
+            unchecked=(
+                f"the journals hold {journalled:,} operations, more than the "
+                f"{MAX_HISTORY_ENTRIES:,} a history may hold in memory; judged by the effect "
+                "ledger (duplicates) and the final records (unfinished keys) only"
+            ),
+        )
+
     async def close(self, *, keep: bool = False) -> None:
         """Close the parent's connections and remove the run's schema/files unless ``keep``."""
-        for process in self.processes:
-            if process.is_alive():
-                process.kill()
+        # Also on Ctrl-C and SIGTERM: SIGTERM first, so each worker ends its handlers.
+        await asyncio.to_thread(end_processes, self.processes)
         try:
             await self.stop_faults()
             if not keep:
@@ -530,6 +661,33 @@ class StressRun:
                 self._saved_target.restore()
             if not keep and self._own_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+#: Bytes of journal past which the operations are not even counted: far more than a
+#: history may hold (an operation journals about 250 bytes).
+_UNCOUNTED_BYTES = 4096 * MAX_HISTORY_ENTRIES
+
+
+def _journal_bytes(paths: list[Path]) -> int:
+    return sum(p.stat().st_size for p in paths if p.exists())
+
+
+def _journal_operations(paths: list[Path]) -> int:
+    """How many operations the journals hold: their invocations, counted without parsing."""
+    if _journal_bytes(paths) > _UNCOUNTED_BYTES:
+        return _UNCOUNTED_BYTES
+    needle = b'"type":"invoke"'
+    count = 0
+    for path in paths:
+        if not path.exists():
+            continue
+        with path.open("rb") as handle:
+            tail = b""
+            while chunk := handle.read(1 << 20):
+                block = tail + chunk
+                count += block.count(needle)
+                tail = block[-(len(needle) - 1) :]  # a needle cut by the chunk boundary
+    return count
 
 
 async def run_stress(
@@ -546,7 +704,8 @@ async def run_stress(
         await run.prepare()
         run.start()
         await run.wait(limit_s)
-        if recover:
+        run.check_store_shared()
+        if recover and not run.timed_out:
             await run.recover()
         report = await run.report()
     except BaseException as exc:

@@ -15,7 +15,7 @@ import inspect
 import math
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -39,6 +39,7 @@ __all__ = [
     "NetFaultDatabaseError",
     "StressHandlerFactory",
     "StressSettings",
+    "UnsharedStoreError",
     "database_kind",
     "item_key",
     "load_stress_factory",
@@ -115,6 +116,28 @@ class NetFaultDatabaseError(InvalidOptionError):
             f"--netfault needs a database server reached over TCP, and --db {url} is {kind}, "
             "a file opened inside each process: there is no connection to fault; use a "
             "postgresql+asyncpg:// or mariadb+asyncmy:// URL, or drop --netfault",
+        )
+
+
+class UnsharedStoreError(ConfigurationError):
+    """The handler's processes do not share one store, which a stress run needs.
+
+    ``dsm stress`` races several processes on one store and counts durable
+    side effects; a handler whose store is private to its process (in
+    memory, a file or schema of its own) gives each process an empty store,
+    and every key would be charged once per process, which would read as a
+    handler bug.
+    """
+
+    def __init__(self, handler: str, process: int, reason: str) -> None:
+        self.handler, self.process, self.reason = handler, process, reason
+        super().__init__(
+            f"the handler {handler} does not share its store across processes: in worker "
+            f"process p{process}, {reason}. dsm stress races its processes on one store, so "
+            "every process's handler must reach the run's store, named by "
+            "DSM_STRESS_DB_URL and DSM_STRESS_SCHEMA (dsm_sim.stress.target); a store in "
+            "memory, or a file or schema of each handler's own, cannot be stress-tested "
+            "(use dsm verify and dsm run for it)"
         )
 
 
@@ -328,14 +351,17 @@ class StressSettings:
     def key_list(self) -> list[str]:
         return [item_key(i) for i in range(self.keys)]
 
-    def deliveries_for(self, process: int) -> list[tuple[str, int]]:
-        """This process's ``(item_key, duplicate)`` deliveries, in key order."""
-        return [
-            (item_key(k), d)
-            for k in range(self.keys)
-            for d in range(self.duplicates)
-            if (k + d) % self.processes == process
-        ]
+    def deliveries_for(self, process: int) -> Iterator[tuple[str, int]]:
+        """This process's ``(item_key, duplicate)`` deliveries, in key order, generated lazily.
+
+        Lazily, because the documented limits allow 10^6 keys x 1,000
+        duplicates: 10^9 deliveries, which no process can hold as a list.
+        Duplicate ``d`` of key ``k`` is this process's when ``(k + d) % processes``
+        is its number, so its duplicates of ``k`` start at ``(process - k) % processes``.
+        """
+        for k in range(self.keys):
+            for d in range((process - k) % self.processes, self.duplicates, self.processes):
+                yield item_key(k), d
 
     @property
     def target(self) -> StressTarget:

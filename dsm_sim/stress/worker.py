@@ -15,14 +15,16 @@ import asyncio
 import dataclasses
 import enum
 import random
+import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
 from dsm_sim.history import OpName
+from dsm_sim.protocol.groups import stop_on_sigterm
 from dsm_sim.stress.journal import EventType, Journal
 from dsm_sim.stress.ledger import EffectLedger, EffectRow
 from dsm_sim.stress.settings import StressSettings
@@ -37,15 +39,23 @@ from reference_engine.status import IdempotencyStatus
 
 __all__ = [
     "ENTITY_ID",
+    "PROBE_KEY",
     "RECOVERY_PROCESS",
     "REDELIVERY_PROCESS",
+    "UNSHARED_EXIT",
     "DeliveryOutcome",
     "StressWorker",
     "base_context",
+    "probe_context",
     "process_main",
+    "write_probe",
 ]
 
 ENTITY_ID = "stress-invoice-node"
+#: The item of the record the parent writes before the workers start; each must read it.
+PROBE_KEY = "shared-store-probe"
+#: How a worker process exits when its handler does not reach the parent's store.
+UNSHARED_EXIT = 3
 #: Process number used in journals for the parent's recovery pass.
 RECOVERY_PROCESS = -1
 #: Process number of the parent's redeliveries while network faults are on.
@@ -77,6 +87,48 @@ def base_context(settings: StressSettings) -> StateHandlerContext:
         source_app_id="dsm-stress",
         handler_config=HandlerConfig(lock_duration=settings.lock_duration),
     )
+
+
+def probe_context(settings: StressSettings) -> StateHandlerContext:
+    """Where the shared-store probe lives: a tenant of its own, outside the run's records."""
+    ctx = dataclasses.replace(
+        base_context(settings),
+        tenant_id=f"stress-{settings.run_id}-probe",
+        entity_execution_id=f"{settings.run_id}-probe",
+    )
+    return ctx.for_item(PROBE_KEY)
+
+
+async def write_probe(handler: StateHandler, settings: StressSettings) -> None:
+    """The parent's record that every worker's handler must read back (see :func:`_unshared`)."""
+    ctx = probe_context(settings)
+    token = await handler.try_acquire_lock(ctx)
+    if token is None:
+        return  # already written (a test that prepares twice): it is still there to read
+    held = ctx.for_item(PROBE_KEY, lock_token=token)
+    await handler.set(held, IdempotencyStatus.PROCESSED, {"run": settings.run_id})
+
+
+async def _unshared(handler: StateHandler, settings: StressSettings) -> str | None:
+    """Why this process's handler is not on the parent's store (None: it is, or cannot tell).
+
+    A handler whose store is private to its process (in memory, or a file or
+    schema of its own) makes every process of the run see an empty store, and
+    the run would report each key charged once per process as a handler bug.
+    """
+    try:
+        record = await handler.get(probe_context(settings))
+    except Exception:
+        return None  # the store is failing: the run itself meets it and reports it
+    if record is None:
+        return "it found no record where the parent's handler had written one"
+    data = record.data if isinstance(record.data, dict) else {}
+    if record.status is not IdempotencyStatus.PROCESSED or data.get("run") != settings.run_id:
+        return (
+            f"it found a record ({record.status.label}) other than the one the parent's "
+            "handler had written"
+        )
+    return None
 
 
 def _scalar(value: object) -> Any:
@@ -115,12 +167,13 @@ class StressWorker:
 
     # --- the flow ----------------------------------------------------------------------------
 
-    async def drain(self, queue: asyncio.Queue[str]) -> None:
-        while True:
-            try:
-                key = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
+    async def drain(self, keys: Iterator[str]) -> None:
+        """Deliver keys from ``keys`` (shared with the process's other workers) until none is left.
+
+        The workers of a process share one event loop, so they take turns at
+        the iterator: each key is delivered once, and nothing is built ahead.
+        """
+        for key in keys:
             self.outcomes[await self.deliver(key)] += 1
 
     async def deliver(self, key: str) -> DeliveryOutcome:
@@ -328,17 +381,25 @@ async def _run_process(
     ledger = EffectLedger(settings, pool_size=settings.workers)
     try:
         await handler.open()
-        queue: asyncio.Queue[str] = asyncio.Queue()
-        for key, _ in settings.deliveries_for(process):
-            queue.put_nowait(key)
+        unshared = await _unshared(handler, settings)
+        if unshared is not None:
+            journal.mark("unshared", reason=unshared)
+            barrier.abort()  # the others stop waiting too: the run cannot start
+            raise SystemExit(UNSHARED_EXIT)
+        keys = (key for key, _ in settings.deliveries_for(process))
         stall = asyncio.Event() if process == 0 and settings.stall_after_acquire > 0 else None
         workers = [
             StressWorker(settings, handler, ledger, journal, process, w, stall)
             for w in range(settings.workers)
         ]
-        await asyncio.to_thread(barrier.wait, settings.start_timeout)
+        try:
+            await asyncio.to_thread(barrier.wait, settings.start_timeout)
+        except threading.BrokenBarrierError:
+            # Another process could not start (or the start timed out): said by the parent.
+            journal.mark("not_started")
+            raise SystemExit(1) from None
         journal.mark("start")
-        await asyncio.gather(*(w.drain(queue) for w in workers))
+        await asyncio.gather(*(w.drain(keys) for w in workers))
         outcomes: Counter[DeliveryOutcome] = Counter()
         unnamed: Counter[str] = Counter()
         for w in workers:
@@ -358,5 +419,11 @@ async def _run_process(
 def process_main(
     settings: StressSettings, process: int, journal_path: str, barrier: Barrier
 ) -> None:
-    """Entry point of a spawned process (must be importable, hence module level)."""
+    """Entry point of a spawned process (must be importable, hence module level).
+
+    SIGTERM ends the handler processes it started and exits at once: the
+    parent is stopping the run (``dsm stress`` was interrupted, or its time
+    ran out) and reads whatever the journal holds.
+    """
+    stop_on_sigterm()
     asyncio.run(_run_process(settings, process, Path(journal_path), barrier))

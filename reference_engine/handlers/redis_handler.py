@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -49,7 +50,11 @@ from reference_engine.errors import (
     StoreError,
     StoreLostError,
 )
-from reference_engine.handlers.redis_pipeline import PipelinedConnection, pipelinable
+from reference_engine.handlers.redis_pipeline import (
+    DEFAULT_TIMEOUT_S,
+    PipelinedConnection,
+    pipelinable,
+)
 from reference_engine.handlers.redis_scripts import AUDIT_SLICE, RegisteredScripts
 from reference_engine.model import NEEDS_LOCK, SWEEP_ERROR_DETAIL, write_landed
 from reference_engine.record import StateRecord, check_settable, encode_data, is_lock_live
@@ -63,7 +68,14 @@ from reference_engine.status import (
     is_allowed,
 )
 
-__all__ = ["DEFAULT_PREFIX", "RedisKeyspace", "RedisStateHandler", "check_redis_url"]
+__all__ = [
+    "DEFAULT_COMMAND_TIMEOUT_S",
+    "DEFAULT_PREFIX",
+    "MAX_COMMAND_TIMEOUT_S",
+    "RedisKeyspace",
+    "RedisStateHandler",
+    "check_redis_url",
+]
 
 S = IdempotencyStatus
 T = TypeVar("T")
@@ -72,8 +84,27 @@ DEFAULT_PREFIX = "dsm"
 #: The ``maxmemory-policy`` values under which Redis may evict a key that has no TTL
 #: (``allkeys-lru``, ``allkeys-lfu``, ``allkeys-random``): a store that loses records.
 EVICTING_POLICY_PREFIX = "allkeys-"
+#: Seconds any Redis reply (or connect) may take before the call raises StoreError.
+DEFAULT_COMMAND_TIMEOUT_S = DEFAULT_TIMEOUT_S
+#: The longest command timeout accepted: past an hour a silent server is down, not slow.
+MAX_COMMAND_TIMEOUT_S = 3600.0
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def _checked_timeout(seconds: object) -> float:
+    """A command timeout: finite seconds above 0 and at most :data:`MAX_COMMAND_TIMEOUT_S`."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or not 0 < seconds <= MAX_COMMAND_TIMEOUT_S
+    ):
+        raise ConfigurationError(
+            f"command_timeout must be a finite number of seconds above 0 and at most "
+            f"{MAX_COMMAND_TIMEOUT_S:g}, got {seconds!r} (default {DEFAULT_COMMAND_TIMEOUT_S:g})"
+        )
+    return float(seconds)
 
 
 def _to_micros(instant: dt.datetime) -> int:
@@ -245,8 +276,12 @@ class RedisStateHandler:
         prefix: str = DEFAULT_PREFIX,
         delete_on_close: bool = False,
         single_connection: bool = False,
+        command_timeout: float = DEFAULT_COMMAND_TIMEOUT_S,
     ) -> None:
         self.url = check_redis_url(url)
+        #: Seconds any reply (and a connect) may take: the client's own bound, since a frozen
+        #: server enforces nothing.  A call past it raises StoreError.
+        self.command_timeout = _checked_timeout(command_timeout)
         self.clock = clock
         self.keys = RedisKeyspace(prefix)
         self.delete_on_close = delete_on_close
@@ -268,6 +303,7 @@ class RedisStateHandler:
                 self.clock,
                 prefix=self.keys.prefix,
                 single_connection=self.single_connection,
+                command_timeout=self.command_timeout,
             )
         except TypeError:
             return None
@@ -478,10 +514,12 @@ class RedisStateHandler:
                 self.url,
                 decode_responses=True,
                 single_connection_client=self.single_connection,
+                socket_timeout=self.command_timeout,
+                socket_connect_timeout=self.command_timeout,
             )
             self._scripts = RegisteredScripts.register(self._client)
             if not self.single_connection and pipelinable(self.url):
-                self._pipe = PipelinedConnection(self.url)
+                self._pipe = PipelinedConnection(self.url, timeout=self.command_timeout)
         return self._client
 
     async def _claim(self) -> str:

@@ -11,6 +11,12 @@ sends in order, resolve the callers' futures in order.  Eight callers
 cost one ``send`` and usually one ``recv``, and a lone caller pays only for
 its own command.
 
+Every reply is awaited at most ``timeout`` seconds (the handler's command
+timeout, as redis-py's ``socket_timeout`` bounds its own reads): a server
+that stops answering (frozen, a dead network path) fails the call with
+``redis.exceptions.TimeoutError``, and the connection is dropped, since a
+reply that comes later would answer the wrong caller.
+
 Deliberately small: RESP2 replies (status, error, integer, bulk string,
 array), ``AUTH`` and ``SELECT`` from the URL, TCP or a Unix socket.  A TLS
 URL (``rediss://``) is not handled here; the handler then keeps redis-py's
@@ -28,8 +34,12 @@ from typing import Any, cast
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["PipelinedConnection", "pipelinable"]
+__all__ = ["DEFAULT_TIMEOUT_S", "PipelinedConnection", "pipelinable"]
+
+#: Seconds a reply may take by default: redis-py's own default ``socket_timeout``.
+DEFAULT_TIMEOUT_S = 5.0
 
 _CRLF = b"\r\n"
 
@@ -151,8 +161,10 @@ class PipelinedConnection:
     any client) and the next call connects afresh.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.options = cast(Callable[[str], dict[str, Any]], parse_url)(url)
+        #: Seconds a reply (or a connect) may take before the call fails and the link drops.
+        self.timeout = timeout
         self._transport: asyncio.Transport | None = None
         self._connecting: asyncio.Future[None] | None = None
         self._pending: deque[asyncio.Future[Any]] = deque()
@@ -166,10 +178,31 @@ class PipelinedConnection:
             await self._connect()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue(_encode(args), future)
-        reply = await future
+        reply = await self._reply(future)
         if isinstance(reply, ResponseError):
             raise reply
         return reply
+
+    async def _reply(self, future: asyncio.Future[Any]) -> Any:
+        """``future``'s reply, or a timeout that drops the connection (a timer: no task)."""
+        timer = asyncio.get_running_loop().call_later(self.timeout, self._expire, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+
+    def _expire(self, future: asyncio.Future[Any]) -> None:
+        if future.done():
+            return
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.abort()
+        self._fail(
+            RedisTimeoutError(
+                f"Redis did not answer within {self.timeout:g}s (the handler's command "
+                "timeout): the server is frozen, overloaded or unreachable"
+            )
+        )
 
     async def evalsha(
         self, sha: str, script: str | bytes, keys: list[str], args: list[str | int]
@@ -198,11 +231,17 @@ class PipelinedConnection:
             try:
                 path = self.options.get("path")
                 if path:
-                    transport, _ = await loop.create_unix_connection(lambda: _Protocol(self), path)
+                    opening = loop.create_unix_connection(lambda: _Protocol(self), path)
                 else:
                     host = self.options.get("host", "localhost")
                     port = int(self.options.get("port", 6379))
-                    transport, _ = await loop.create_connection(lambda: _Protocol(self), host, port)
+                    opening = loop.create_connection(lambda: _Protocol(self), host, port)
+                transport, _ = await asyncio.wait_for(opening, self.timeout)
+            except TimeoutError as exc:
+                raise RedisTimeoutError(
+                    f"cannot connect to Redis within {self.timeout:g}s (the handler's command "
+                    "timeout)"
+                ) from exc
             except OSError as exc:
                 raise RedisConnectionError(f"cannot connect to Redis: {exc}") from exc
             # No isinstance check: other event loops (uvloop) have transport types of their own.
@@ -218,7 +257,7 @@ class PipelinedConnection:
             for command in setup:
                 future: asyncio.Future[Any] = loop.create_future()
                 self._queue(_encode(command), future)
-                reply = await future
+                reply = await self._reply(future)
                 if isinstance(reply, ResponseError):
                     self.close()
                     raise reply

@@ -10,21 +10,16 @@ that give up on ``database is locked``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
-import os
-import shutil
-import socket
 import sqlite3
-import subprocess
-import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from private_servers import PrivateServer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
@@ -229,91 +224,6 @@ def test_a_worker_killed_mid_transaction_is_swept_and_retried_once(postgres_url:
 # with the machine's binaries, restarts that one, and removes it.
 
 
-@dataclass(frozen=True)
-class PrivateServer:
-    """A PostgreSQL server of this test's own: its data directory, port and binaries."""
-
-    bin_dir: Path
-    data_dir: Path
-    port: int
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def ctl(self, *args: str) -> None:
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.data_dir}"
-        _as_postgres(
-            str(self.bin_dir / "pg_ctl"),
-            "-D",
-            str(self.data_dir),
-            "-w",
-            "-t",
-            "60",
-            "-o",
-            options,
-            "-l",
-            str(self.data_dir / "server.log"),
-            *args,
-        )
-
-    def restart(self) -> None:
-        self.ctl("-m", "fast", "restart")
-
-
-def _as_postgres(*command: str) -> None:
-    subprocess.run(
-        ["runuser", "-u", "postgres", "--", *command], check=True, timeout=90, capture_output=True
-    )
-
-
-def _postgres_bin() -> Path | None:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
-    return found[-1].parent if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason} (CI=true: a missing service is a failure, not a skip)")
-    pytest.skip(reason)
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[PrivateServer]:
-    """A fresh PostgreSQL server on a free port, stopped and deleted after the test."""
-    bin_dir = _postgres_bin()
-    if bin_dir is None or shutil.which("runuser") is None:
-        _unavailable("needs the PostgreSQL server binaries (initdb, pg_ctl) and runuser")
-    if os.geteuid() != 0:
-        _unavailable("needs root, to run a PostgreSQL server of its own as the postgres user")
-    assert bin_dir is not None
-    data_dir = Path(tempfile.mkdtemp(prefix="dsm-private-pg-"))
-    shutil.chown(data_dir, "postgres", "postgres")
-    server = PrivateServer(bin_dir, data_dir, _free_port())
-    try:
-        _as_postgres(
-            str(bin_dir / "initdb"),
-            "-D",
-            str(data_dir),
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "--no-sync",
-        )
-        server.ctl("start")
-        yield server
-    finally:
-        with contextlib.suppress(subprocess.SubprocessError, OSError):
-            server.ctl("-m", "immediate", "stop")
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
 async def _restarted_during_run(server: PrivateServer) -> tuple[StressReport, int]:
     settings = StressSettings(
         db_url=server.url,
@@ -392,6 +302,8 @@ def test_sqlite_database_is_locked_is_a_store_error_never_a_duplicate(tmp_path: 
     assert_recovered(report)
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        tenant = f"stress-{report.settings.run_id}"  # the run's records, not its store probe
         assert conn.execute(
-            f"SELECT count(*) FROM {TABLE_NAME} WHERE status = 'processed'"
+            f"SELECT count(*) FROM {TABLE_NAME} WHERE status = 'processed' AND tenant_id = ?",
+            (tenant,),
         ).fetchone() == (80,)

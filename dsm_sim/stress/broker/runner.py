@@ -31,6 +31,7 @@ from typing import Any
 from dsm_sim.checker import InvariantResult, check_history
 from dsm_sim.checker.leases import Violation
 from dsm_sim.history import OpName
+from dsm_sim.processes import end_processes
 from dsm_sim.stress.broker.settings import BrokerStressSettings, KillPlan
 from dsm_sim.stress.broker.worker import broker_process_main
 from dsm_sim.stress.history_builder import build_history, journal_outcomes
@@ -270,8 +271,7 @@ class _Processes:
             await asyncio.to_thread(process.join, max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 self.unexpected.append(f"worker p{index} did not stop within {grace:g}s")
-                process.kill()
-                await asyncio.to_thread(process.join, 5.0)
+                await asyncio.to_thread(end_processes, [process])
             elif process.exitcode != 0 and not self._planned_kill(index, process):
                 self.unexpected.append(f"worker p{index} exited with {process.exitcode}")
         self.live.clear()
@@ -501,9 +501,9 @@ async def run_broker_stress(
         cleaned = True
         return report
     finally:
-        for process in processes.all:
-            if process.is_alive():
-                process.kill()
+        # Also on Ctrl-C and SIGTERM (asyncio cancels the run): no consumer is left running,
+        # and the queue and exchange below are deleted.
+        end_processes(processes.all)
         try:
             if declared and not cleaned:
                 with contextlib.suppress(DsmError):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dsm_sim.history import OpName
+from dsm_sim.protocol.groups import stop_on_sigterm
 from dsm_sim.stress.broker.settings import BrokerStressSettings, KillPlan, KillPoint
 from dsm_sim.stress.journal import EventType, Journal
 from dsm_sim.stress.ledger import EffectLedger, EffectRow
@@ -337,5 +338,11 @@ def broker_process_main(
     stop: Event,
     plan: KillPlan | None,
 ) -> None:
-    """Entry point of a spawned worker process (module level, so ``spawn`` can import it)."""
+    """Entry point of a spawned worker process (module level, so ``spawn`` can import it).
+
+    SIGTERM ends the handler processes it started and exits at once: its
+    unacknowledged deliveries go back to the queue, and the parent is
+    stopping the run.
+    """
+    stop_on_sigterm()
     asyncio.run(_run(settings, process, Path(journal_path), Path(ack_path), stop, plan))

@@ -13,6 +13,14 @@ PostgreSQL's ``statement_timeout`` and ``lock_timeout``, MariaDB's
 timeout, and the time a connection may take to open.  Without it a row lock
 held by another session (a stuck transaction, an operator's ``SELECT ... FOR
 UPDATE``) would block a worker forever instead of failing its call.
+
+The server enforces those limits, so a server that does not answer at all
+(frozen by ``SIGSTOP``, a VM paused, a network path that drops packets
+without resetting) enforces nothing.  The client bounds every round trip
+too: asyncpg's ``command_timeout`` and asyncmy's ``read_timeout``, both
+:func:`client_timeout` (the statement timeout plus :data:`CLIENT_GRACE_S`,
+so the server's own limit, which names its cause, fires first whenever the
+server is there to fire it).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from sqlalchemy.schema import CreateSchema, DropSchema
 from reference_engine.errors import ConfigurationError
 
 __all__ = [
+    "CLIENT_GRACE_S",
     "DDL_LOCK_KEY",
     "DEFAULT_BUSY_TIMEOUT_S",
     "DEFAULT_STATEMENT_TIMEOUT_S",
@@ -37,6 +46,9 @@ __all__ = [
     "MAX_STATEMENT_TIMEOUT_S",
     "STATEMENT_TIMEOUT_OPTION",
     "SUPPORTED_BACKENDS",
+    "SYSTEM_SCHEMAS",
+    "ReservedSchemaError",
+    "client_timeout",
     "create_engine_for",
     "create_pg_schema",
     "drop_pg_schema",
@@ -55,6 +67,9 @@ DEFAULT_STATEMENT_TIMEOUT_S = 30.0
 MAX_STATEMENT_TIMEOUT_S = 3600.0
 #: How long a SQLite writer waits for another connection's write lock (the same setting).
 DEFAULT_BUSY_TIMEOUT_S = DEFAULT_STATEMENT_TIMEOUT_S
+#: How much longer than the statement timeout the client waits for an answer: the server's
+#: own limit fires first when the server is alive, this one when it does not answer.
+CLIENT_GRACE_S = 2.0
 #: The engine execution option that carries the timeout to the handler's error messages.
 STATEMENT_TIMEOUT_OPTION = "dsm_statement_timeout"
 SUPPORTED_BACKENDS = ("sqlite", "postgresql", "mariadb")
@@ -100,13 +115,43 @@ def is_memory_url(url: URL) -> bool:
     return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
 
 
+class ReservedSchemaError(ConfigurationError):
+    """A schema (MariaDB: database) name that belongs to the server itself.
+
+    The handler creates its table in the schema it is given and a run may
+    drop that schema afterwards; in ``information_schema``, ``pg_catalog``
+    or MariaDB's ``mysql`` that is at best refused by the server half-way,
+    at worst a write into the server's own catalogue.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"schema {name!r} belongs to the database server (PostgreSQL's "
+            "information_schema, pg_catalog, pg_toast and every pg_* name; MariaDB's "
+            "information_schema, mysql, performance_schema and sys); give a schema of your "
+            "own, e.g. 'dsm'"
+        )
+
+
+#: Schemas (MariaDB: databases) the servers keep for themselves; every ``pg_*`` name too.
+SYSTEM_SCHEMAS = frozenset(
+    {"information_schema", "pg_catalog", "pg_toast", "mysql", "performance_schema", "sys"}
+)
+
+
 def validate_schema_name(name: str) -> str:
-    """Only plain lower-case identifiers, so the name never needs quoting or escaping."""
+    """Only plain lower-case identifiers, so the name never needs quoting or escaping.
+
+    A server's own schemas are refused with :class:`ReservedSchemaError`.
+    """
     if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
         raise ConfigurationError(
             f"invalid PostgreSQL or MariaDB schema name {name!r}: use 1-63 lower-case "
             "letters, digits and underscores, starting with a letter or underscore"
         )
+    if name in SYSTEM_SCHEMAS or name.startswith("pg_"):
+        raise ReservedSchemaError(name)
     return name
 
 
@@ -133,6 +178,11 @@ def validate_statement_timeout(value: object) -> float:
             f"{MAX_STATEMENT_TIMEOUT_S:g}, got {shown} (default {DEFAULT_STATEMENT_TIMEOUT_S:g})"
         )
     return seconds
+
+
+def client_timeout(statement_timeout: float) -> float:
+    """How long the driver waits for any answer of the server: past the server's own limit."""
+    return statement_timeout + CLIENT_GRACE_S
 
 
 def statement_timeout_of(engine: AsyncEngine) -> float | None:
@@ -254,13 +304,20 @@ def create_engine_for(
         # lock_timeout equal to statement_timeout: a lock wait is named as such
         # when it fires first; the server's own setting, so the fast path's raw
         # asyncpg statements are bounded too.  ``timeout`` bounds the connect.
+        # ``command_timeout`` bounds every round trip on the client: a frozen server
+        # enforces no statement_timeout.
         milliseconds = str(_milliseconds(timeout))
         kwargs["connect_args"] = {
             "server_settings": {"statement_timeout": milliseconds, "lock_timeout": milliseconds},
             "timeout": timeout,
+            "command_timeout": client_timeout(timeout),
         }
     if backend == "mariadb":
-        kwargs["connect_args"] = {"connect_timeout": max(1, math.ceil(timeout))}
+        # ``read_timeout`` is asyncmy's bound on every read of an answer (see above).
+        kwargs["connect_args"] = {
+            "connect_timeout": max(1, math.ceil(timeout)),
+            "read_timeout": client_timeout(timeout),
+        }
     if backend == "sqlite":
         if schema is not None:
             raise ConfigurationError(

@@ -34,6 +34,8 @@ from reference_engine.errors import (
 )
 from reference_engine.handlers.sql.ddl import create_schema
 from reference_engine.handlers.sql.engine import (
+    CLIENT_GRACE_S,
+    client_timeout,
     create_engine_for,
     is_memory_url,
     statement_timeout_of,
@@ -114,11 +116,17 @@ def timeout_fired(exc: BaseException) -> str | None:
         from_mariadb = type(cause).__module__.startswith(("asyncmy", "pymysql", "MySQLdb"))
         if from_mariadb and args and isinstance(args[0], int) and args[0] in _MARIADB_TIMEOUTS:
             return f"MariaDB's {_MARIADB_TIMEOUTS[args[0]]}"
+        if from_mariadb and args and args[0] == 2013 and "read timeout" in str(cause):
+            return CLIENT_LIMIT  # asyncmy's read_timeout
         if isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause):
             return "SQLite's busy timeout"
         if isinstance(cause, TimeoutError):
-            return "a driver timeout (connecting, or a client-side command timeout)"
+            return CLIENT_LIMIT  # asyncpg's command_timeout, or a connect that got no answer
     return None
+
+
+#: What :func:`timeout_fired` says when the client gave up waiting (the server said nothing).
+CLIENT_LIMIT = "the client-side limit"
 
 
 def _check_text(value: object, field: str) -> None:
@@ -246,6 +254,15 @@ class SqlStateHandler:
         """A wait that hit the statement timeout: which limit, the usual cause, how to change it."""
         seconds = statement_timeout_of(self.engine)
         limit = "" if seconds is None else f" of {seconds:g} s"
+        if fired == CLIENT_LIMIT:
+            waited = "" if seconds is None else f" within {client_timeout(seconds):g} s"
+            return StoreError(
+                f"{operation} failed on the {self.engine.dialect.name} store: the server did "
+                f"not answer{waited} ({fired}: the statement_timeout{limit} plus "
+                f"{CLIENT_GRACE_S:g} s for a statement, the statement_timeout to connect), so "
+                "it is frozen, overloaded or unreachable, and its own limits cannot fire "
+                f"({type(exc).__name__}: {exc}); the outcome is unknown and retrying is safe"
+            )
         return StoreError(
             f"{operation} failed on the {self.engine.dialect.name} store: {fired} fired "
             f"({type(exc).__name__}: {exc}); the outcome is unknown and retrying is safe. The "

@@ -1,0 +1,269 @@
+"""Nothing is left running: SIGTERM is handled as Ctrl-C, and a handler ends with its whole group.
+
+* A handler command started through a launcher (``sh -c``), which forks a
+  helper and then hangs, is ended whole when its request times out: the
+  launcher, the handler and the helper.
+* ``SIGTERM`` to ``dsm run --jobs 2``, ``dsm stress`` and ``dsm stress
+  --broker`` ends the command with status 143 after the clean-up Ctrl-C
+  gets: worker processes, handler processes and their helpers are gone, the
+  stress run's own files and the broker run's queue are removed.
+* Ctrl-C of ``dsm serve --tcp`` with a connection open prints no traceback.
+
+Every command runs in a session of its own under a bound; whatever outlives
+a test is killed by it, after the test has looked for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from handler_servers import dsm_serve_command
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+#: How long a command may take to end after it was told to: far more than it needs.
+BOUND_S = 60.0
+FINE = """\
+name = "fine"
+[run]
+items = 4
+workers = 2
+arrival_window = "10s"
+faults_until = "20s"
+"""
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process whose chain of parents leads to ``root`` (read from /proc)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its parent has not read its status
+
+
+def _gone(pids: set[int], within_s: float = 10.0) -> set[int]:
+    """The pids of ``pids`` still alive after ``within_s`` seconds (empty when all ended)."""
+    until = time.monotonic() + within_s
+    while (left := {p for p in pids if _alive(p)}) and time.monotonic() < until:
+        time.sleep(0.1)
+    return left
+
+
+def _recorded(pidfile: Path) -> set[int]:
+    if not pidfile.exists():
+        return set()
+    return {int(line) for line in pidfile.read_text().split()}
+
+
+def _kill_all(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def spawned(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start ``dsm`` commands in sessions of their own; kill whatever they left afterwards."""
+    started: list[subprocess.Popen[str]] = []
+    seen: set[int] = set()
+
+    def start(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dsm_sim.cli", *argv],
+            cwd=tmp_path,
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        started.append(process)
+        return process
+
+    def remember() -> None:
+        for process in started:
+            seen.update(_descendants(process.pid))
+
+    start.remember = remember  # type: ignore[attr-defined]
+    yield start
+    for process in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.kill()
+        process.communicate()
+    _kill_all(seen | _recorded(tmp_path / "pids"))
+
+
+def _wait_for(condition: Callable[[], object], what: str, within_s: float = BOUND_S) -> None:
+    until = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > until:
+            pytest.fail(f"{what} did not happen within {within_s:g}s")
+        time.sleep(0.05)
+
+
+def _ended(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the command did not end within {BOUND_S:g}s of being told to")
+    return process.returncode, out, err
+
+
+def _forking(tmp_path: Path) -> str:
+    """The launcher command: the shell stays the parent of the handler that hangs."""
+    script = HERE / "forking_handler.py"
+    return f"exec:sh -c '{sys.executable} {script} {tmp_path / 'pids'}; :'"
+
+
+def test_a_launched_handler_that_hangs_is_ended_with_everything_it_forked(
+    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]]
+) -> None:
+    (tmp_path / "fine.toml").write_text(FINE, encoding="utf-8")
+    dsm = spawned(
+        "run", "fine.toml", "--seed", "1", "--handler", _forking(tmp_path),
+        env={"DSM_EXEC_TIMEOUT": "2"},
+    )  # fmt: skip
+    code, out, err = _ended(dsm)
+    assert code == 1, out + err
+    assert "did not answer request" in out, out  # the handler's request timed out
+    recorded = _recorded(tmp_path / "pids")
+    assert len(recorded) == 2, recorded  # the handler and its helper
+    assert _gone(recorded) == set()
+
+
+def test_sigterm_ends_dsm_run_jobs_with_its_workers_and_handlers(
+    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]]
+) -> None:
+    (tmp_path / "fine.toml").write_text(FINE, encoding="utf-8")
+    dsm = spawned(
+        "run", "fine.toml", "--seeds", "4", "--jobs", "2", "--handler", _forking(tmp_path),
+        env={"DSM_EXEC_TIMEOUT": "600"},
+    )  # fmt: skip
+    _wait_for(lambda: len(_recorded(tmp_path / "pids")) >= 4, "both workers' handlers hanging")
+    spawned.remember()  # type: ignore[attr-defined]
+    before = _descendants(dsm.pid) | _recorded(tmp_path / "pids")
+    dsm.send_signal(signal.SIGTERM)
+    code, out, err = _ended(dsm)
+    assert code == 143, out + err
+    assert "Traceback" not in err, err
+    assert _gone(before) == set()
+
+
+def test_sigterm_ends_dsm_stress_with_its_workers_and_removes_its_files(
+    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]]
+) -> None:
+    database = tmp_path / "stress.sqlite3"
+    dsm = spawned(
+        "stress", "--db", f"sqlite+aiosqlite:///{database}", "--keys", "100000",
+        "--processes", "2", "--workers", "2", "--timeout", "600",
+    )  # fmt: skip
+    effects = f"{database.name}.*.effects*"  # the run's own ledger, beside the user's file
+    _wait_for(
+        lambda: len(_descendants(dsm.pid)) >= 2 and list(tmp_path.glob(effects)),
+        "the workers starting",
+    )
+    time.sleep(1.0)  # the workers are delivering: the signal finds them at work
+    spawned.remember()  # type: ignore[attr-defined]
+    before = _descendants(dsm.pid)
+    dsm.send_signal(signal.SIGTERM)
+    code, out, err = _ended(dsm)
+    assert code == 143, out + err
+    assert "Traceback" not in err, err
+    assert _gone(before) == set()
+    assert list(tmp_path.glob(effects)) == []
+
+
+def test_sigterm_ends_dsm_stress_broker_and_deletes_its_queue(
+    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]], amqp_url: str
+) -> None:
+    database = tmp_path / "broker.sqlite3"
+    dsm = spawned(
+        "stress", "--broker", amqp_url, "--db", f"sqlite+aiosqlite:///{database}",
+        "--keys", "20000", "--processes", "2", "--workers", "2", "--kills", "0",
+        env={"TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    _wait_for(lambda: list(tmp_path.glob("dsm-broker-*/p*.jsonl")), "the consumers starting")
+    run_id = next(tmp_path.glob("dsm-broker-*")).name.split("-")[2]
+    queue = f"dsm-stress-{run_id}"
+    assert asyncio.run(_queue_exists(amqp_url, queue))
+    spawned.remember()  # type: ignore[attr-defined]
+    before = _descendants(dsm.pid)
+    dsm.send_signal(signal.SIGTERM)
+    code, out, err = _ended(dsm)
+    assert code == 143, out + err
+    assert "Traceback" not in err, err
+    assert _gone(before) == set()
+    assert not asyncio.run(_queue_exists(amqp_url, queue))
+
+
+async def _queue_exists(url: str, name: str) -> bool:
+    import aio_pika
+    from aio_pika.exceptions import ChannelNotFoundEntity
+
+    connection = await aio_pika.connect(url)
+    try:
+        channel = await connection.channel()
+        try:
+            await channel.declare_queue(name, passive=True)
+        except ChannelNotFoundEntity:
+            return False
+        return True
+    finally:
+        await connection.close()
+
+
+def test_ctrl_c_of_a_tcp_server_with_a_connection_open_prints_no_traceback(
+    tmp_path: Path,
+) -> None:
+    server = subprocess.Popen(
+        dsm_serve_command("reference_engine.handlers.memory:in_memory_handler"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert server.stdout is not None
+        announced = server.stdout.readline()
+        port = int(announced.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=BOUND_S) as connection:
+            request = {"id": 1, "op": "open", "now": "2026-01-01T09:00:00.000000Z", "protocol": 1}
+            connection.sendall((json.dumps(request) + "\n").encode())
+            assert b'"result"' in connection.recv(4096)
+            server.send_signal(signal.SIGINT)  # Ctrl-C, with the connection still open
+            _, err = server.communicate(timeout=BOUND_S)
+        assert server.returncode == 0, err
+        assert err == "", err
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.communicate()

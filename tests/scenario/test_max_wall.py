@@ -1,0 +1,134 @@
+"""``dsm run --max-wall`` is a deadline for the whole command, whatever the handler does.
+
+A handler process that stops answering, and a handler call that blocks its
+thread (which no event-loop timer can stop), are both stopped at the limit:
+in this process, in ``--jobs`` worker processes and on a Dask cluster.  The
+command then says it stopped at the wall-clock limit (``WallClockLimitError``,
+exit 2) and keeps what the finished runs reported.
+
+Each command runs in a process of its own, in a session of its own, under a
+bound far above the limit: a command that does not stop fails the test
+instead of hanging it, and whatever it left behind is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from stuck_handlers import STUCK_ZONE
+
+pytestmark = pytest.mark.scenario
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+#: The limit the commands are given, and how long a command may take before it is called hung.
+MAX_WALL_S = 3
+BOUND_S = 90
+FINE = """\
+name = "fine"
+[run]
+items = 2
+workers = 1
+arrival_window = "10s"
+faults_until = "20s"
+"""
+STUCK = FINE.replace('"fine"', '"stuck"') + f'host_timezone = "{STUCK_ZONE}"\n'
+
+
+def dsm_run(tmp_path: Path, *argv: str) -> tuple[int, str, str]:
+    """``dsm run`` in a process (and session) of its own; fails the test past ``BOUND_S``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+    command = [sys.executable, "-m", "dsm_sim.cli", "run", *argv]
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        pytest.fail(f"dsm run did not stop within {BOUND_S}s under --max-wall {MAX_WALL_S}:\n{err}")
+    finally:
+        # Nothing of the command's (worker processes, handlers) may outlive it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, out, err
+
+
+@pytest.fixture
+def scenarios(tmp_path: Path) -> Path:
+    (tmp_path / "fine.toml").write_text(FINE, encoding="utf-8")
+    (tmp_path / "stuck.toml").write_text(STUCK, encoding="utf-8")
+    return tmp_path
+
+
+def test_a_silent_handler_process_is_stopped_at_the_limit_not_reported_as_a_protocol_error(
+    tmp_path: Path, scenarios: Path
+) -> None:
+    silent = f"exec:{sys.executable} {HERE / 'stuck_handlers.py'}"
+    code, out, err = dsm_run(
+        tmp_path, "fine.toml", "--seed", "1", "--handler", silent, "--max-wall", str(MAX_WALL_S)
+    )
+    assert code == 2, out + err
+    assert (
+        "dsm run: WallClockLimitError: --max-wall 3s of real time expired while running fine" in err
+    )
+    # Cut by the limit, not by the handler's own request timeout (10 s, a protocol error).
+    assert "protocol error" not in out, out
+    assert "did not answer request" not in out + err
+
+
+@pytest.mark.parametrize(
+    "where", [[], ["--jobs", "2"], ["--cluster", "local", "--jobs", "2"]], ids=str
+)
+def test_a_handler_call_that_blocks_its_thread_is_stopped_at_the_limit(
+    tmp_path: Path, scenarios: Path, where: list[str]
+) -> None:
+    if where[:1] == ["--cluster"]:
+        pytest.importorskip("distributed")
+    code, out, err = dsm_run(
+        tmp_path,
+        "fine.toml",
+        "stuck.toml",
+        "--seed",
+        "1",
+        "--handler",
+        "stuck_handlers:make_handler",
+        "--max-wall",
+        str(MAX_WALL_S),
+        "--junit",
+        "junit.xml",
+        *where,
+    )
+    assert code == 2, out + err
+    assert "fine seed 1 (2 runs): PASS" in out
+    assert "1/1 runs kept every invariant" in out
+    assert (
+        "WallClockLimitError: --max-wall 3s of real time expired while running stuck seed 1" in err
+    )
+    assert "1 of 2 runs finished" in err
+    assert (tmp_path / "junit.xml").read_text(encoding="utf-8").count("<testcase") == 1
+    assert "Traceback" not in err
+
+
+def test_a_call_blocked_in_this_thread_is_interrupted_after_the_deadline() -> None:
+    """The serial path's guard: the blocked call raises, well before it would have returned."""
+    from dsm_sim.wall import WallClockLimitError, interrupt_at, wall_now
+
+    started = wall_now()
+    with pytest.raises(WallClockLimitError, match="blocked its thread"), interrupt_at(started):
+        time.sleep(BOUND_S)
+    assert wall_now() - started < BOUND_S
