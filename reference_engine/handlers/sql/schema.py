@@ -5,9 +5,11 @@ store on SQLite, PostgreSQL and MariaDB.  The partial unique index over the
 record key (``WHERE NOT superseded``) is what makes the atomic operations
 possible: it is the ``ON CONFLICT`` target of every insert-or-update, and it
 lets the superseded history of a key live beside its one current row.
-MariaDB has no partial index; :mod:`.mariadb` builds the same rule from a
-generated column, and the indexes here that it cannot use are created on
-the other backends only.
+SQLite indexes the key parts themselves.  PostgreSQL's index rows are too
+small for a key at its limits, so there the unique index is on a hash of the
+key (:mod:`.key_hash`).  MariaDB has no partial index;
+:mod:`.mariadb` builds the same rule from a generated column, and the
+indexes here that it cannot use are created on the other backends only.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ from sqlalchemy.types import DateTime, TypeDecorator, TypeEngine
 from reference_engine.clock import UTC, ensure_utc
 from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.handlers.sql.engine import lock_ddl
+from reference_engine.handlers.sql.key_hash import (
+    KEY_HASH_INDEX,
+    PARTS_INDEX,
+    check_key_hash,
+    key_hash_sql,
+)
 from reference_engine.status import IdempotencyStatus
 
 __all__ = [
@@ -252,21 +260,20 @@ def _has_partial_indexes(
     return dialect.name in _PARTIAL
 
 
-_PORTABLE_INDEXES = (
-    Index(
-        "ux_process_state_logs_current_key",
-        *KEY_COLUMNS,
-        unique=True,
-        sqlite_where=_CURRENT,
-        postgresql_where=_CURRENT,
-    ).ddl_if(callable_=_has_partial_indexes),
-    Index(
-        "ix_process_state_logs_lock_sweep",
-        process_state_logs.c.locked_until,
-        sqlite_where=_PROCESSING,
-        postgresql_where=_PROCESSING,
-    ).ddl_if(callable_=_has_partial_indexes),
-)
+#: SQLite's unique index over the key parts (its index rows have no size limit);
+#: PostgreSQL's is on the key's hash (:func:`_index_key_hash`).
+_PARTS_INDEX = Index(
+    PARTS_INDEX,
+    *KEY_COLUMNS,
+    unique=True,
+    sqlite_where=_CURRENT,
+).ddl_if(dialect="sqlite")
+_LOCK_SWEEP_INDEX = Index(
+    "ix_process_state_logs_lock_sweep",
+    process_state_logs.c.locked_until,
+    sqlite_where=_PROCESSING,
+    postgresql_where=_PROCESSING,
+).ddl_if(callable_=_has_partial_indexes)
 _RETENTION_INDEX = Index("ix_process_state_logs_retention", process_state_logs.c.retain_until)
 _MARIADB_INDEXES = (
     # The lookup of a key.  InnoDB keys hold at most 3072 bytes (768 characters of
@@ -292,18 +299,49 @@ def indexes_for(dialect_name: str) -> tuple[Index, ...]:
     """The indexes of the table that ``dialect_name`` creates and checks."""
     if dialect_name == "mariadb":
         return (*_MARIADB_INDEXES, _RETENTION_INDEX)
-    return (*_PORTABLE_INDEXES, _RETENTION_INDEX)
+    if dialect_name == "postgresql":
+        return (_LOCK_SWEEP_INDEX, _RETENTION_INDEX)
+    return (_PARTS_INDEX, _LOCK_SWEEP_INDEX, _RETENTION_INDEX)
 
 
 def _complete(conn: Connection, extra_indexes: tuple[str, ...] = ()) -> bool:
-    """Whether the table and every index exist: the read-only check of every normal start."""
+    """Whether the table and every index exist: the read-only check of every normal start.
+
+    On PostgreSQL that includes the index of the key's hash, and the absence
+    of the unique index over the parts that earlier versions created (a table
+    that still has it is migrated by :func:`_index_key_hash`).
+    """
     inspector = inspect(conn)
     schema = conn.schema_for_object(process_state_logs)
     if not inspector.has_table(TABLE_NAME, schema=schema):
         return False
     present = {index["name"] for index in inspector.get_indexes(TABLE_NAME, schema=schema)}
-    wanted = [index.name for index in indexes_for(conn.dialect.name)]
+    wanted: list[str | None] = [index.name for index in indexes_for(conn.dialect.name)]
+    if conn.dialect.name == "postgresql":
+        if PARTS_INDEX in present:
+            return False
+        wanted.append(KEY_HASH_INDEX)
     return all(name in present for name in (*wanted, *extra_indexes))
+
+
+def _index_key_hash(conn: Connection) -> None:
+    """PostgreSQL: the unique index on the key's hash, in place of the one over the parts.
+
+    Runs in the transaction of :func:`create_schema`, under its advisory lock.
+    On a table of an earlier version it builds the new index and drops the
+    old one, all or nothing: every current row is unique by its parts, hence
+    by its hash.  Building the index reads the table once and holds off
+    writers meanwhile; nothing is rewritten.
+    """
+    preparer = conn.dialect.identifier_preparer
+    schema = conn.schema_for_object(process_state_logs)
+    prefix = "" if schema is None else f"{preparer.quote_schema(schema)}."
+    expression = key_hash_sql(*(column.name for column in KEY_COLUMNS))
+    conn.exec_driver_sql(
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {KEY_HASH_INDEX} "
+        f"ON {prefix}{preparer.quote(TABLE_NAME)} (({expression})) WHERE superseded = false"
+    )
+    conn.exec_driver_sql(f"DROP INDEX IF EXISTS {prefix}{PARTS_INDEX}")
 
 
 def _create_missing(conn: Connection) -> None:
@@ -312,6 +350,8 @@ def _create_missing(conn: Connection) -> None:
     metadata.create_all(conn, checkfirst=True)
     for index in indexes_for(conn.dialect.name):
         index.create(conn, checkfirst=True)
+    if conn.dialect.name == "postgresql":
+        _index_key_hash(conn)
 
 
 async def create_schema(engine: AsyncEngine) -> None:
@@ -325,7 +365,9 @@ async def create_schema(engine: AsyncEngine) -> None:
     statement on its own, letting another process see the table before its
     unique index and fail its first upsert).  MariaDB commits every DDL
     statement by itself, so there the starts queue on a named lock instead
-    (:func:`.mariadb.create_mariadb_schema`).
+    (:func:`.mariadb.create_mariadb_schema`).  On PostgreSQL every start also
+    checks, with one read, that the server hashes keys as the handler does
+    (:func:`.key_hash.check_key_hash`).
     """
     if engine.dialect.name == "mariadb":
         # Imported here: .mariadb builds its statements on this module's table.
@@ -334,6 +376,8 @@ async def create_schema(engine: AsyncEngine) -> None:
         await create_mariadb_schema(engine, _complete, _create_missing)
         return
     async with engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            await conn.run_sync(check_key_hash)
         complete = await conn.run_sync(_complete)
         await conn.rollback()
     if complete:
