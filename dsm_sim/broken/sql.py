@@ -32,6 +32,7 @@ from reference_engine.context import StateHandlerContext
 from reference_engine.handlers.sql.engine import create_engine_for, create_pg_schema
 from reference_engine.handlers.sql.handler import SqlStateHandler
 from reference_engine.handlers.sql.mariadb import create_database
+from reference_engine.handlers.sql.prepared import conflict_target
 from reference_engine.handlers.sql.schema import CURRENT_ROW, KEY_COLUMNS, process_state_logs
 from reference_engine.model import effective_status
 from reference_engine.record import encode_data
@@ -116,7 +117,7 @@ class CheckThenInsertSqlHandler(SqlStateHandler):
                     **row
                 )
                 statement = insert.on_conflict_do_update(
-                    index_elements=[column.name for column in KEY_COLUMNS],
+                    index_elements=conflict_target(dialect),
                     index_where=CURRENT_ROW,
                     set_=stamp,
                 )

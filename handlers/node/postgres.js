@@ -128,15 +128,27 @@ const COLUMNS =
   "tenant_id, scope_id, scope_code, entity_id, item_entity_key, item_key, status, attempt, " +
   "locked_until, data_json, error_detail, entity_execution_id, source_app_id, created_at, " +
   "updated_at, retain_until";
-const KEY_COLUMNS = "tenant_id, scope_id, entity_id, item_entity_key, item_key";
-// The key's current row, as parameters $1..$5. Keys are "C"-collated text: compared byte for byte.
+// The SHA-256 of a record key whose parts are the SQL expressions given, each part framed by
+// its length in characters and a colon, so no two keys hash alike but through a collision.
+// A key part may be 256 characters of 4-byte UTF-8, and a B-tree index row holds at most
+// 2704 bytes: the unique index is on this hash, never on the parts. decode(.., 'escape') of
+// the text with its backslashes doubled is its bytes, and immutable, as a generated column
+// needs (convert_to is only stable).
+function keyHash(tenant, scope, entity, entityKey, key) {
+  const parts = [tenant, `CAST(${scope} AS text)`, entity, entityKey, key];
+  const framed = parts.map((part) => `CAST(length(${part}) AS text) || ':' || ${part}`).join(" || ");
+  return `sha256(decode(replace(${framed}, E'\\\\', E'\\\\\\\\'), 'escape'))`;
+}
+const KEY_HASH = keyHash("tenant_id", "scope_id", "entity_id", "item_entity_key", "item_key");
+// The key's current row, as parameters $1..$5: found through the hash's index, and compared
+// part by part. Keys are "C"-collated text: compared byte for byte.
 const KEY =
-  "tenant_id = $1::text AND scope_id = $2::bigint AND entity_id = $3::text " +
+  `key_hash = ${keyHash("$1::text", "$2::bigint", "$3::text", "$4::text", "$5::text")} ` +
+  "AND tenant_id = $1::text AND scope_id = $2::bigint AND entity_id = $3::text " +
   "AND item_entity_key = $4::text AND item_key = $5::text AND NOT superseded";
-const CONFLICT = `ON CONFLICT (${KEY_COLUMNS}) WHERE NOT superseded`;
+const CONFLICT = "ON CONFLICT (key_hash) WHERE NOT superseded";
 
 function ddl() {
-  const index = quote(`${(WHERE.table || "dsm_node_state").slice(0, 50)}_current`);
   const text = 'text COLLATE "C" NOT NULL';
   return [
     WHERE.schema ? `CREATE SCHEMA IF NOT EXISTS ${quote(WHERE.schema)}` : null,
@@ -148,10 +160,26 @@ function ddl() {
       data_json text, error_detail text,
       entity_execution_id text NOT NULL, source_app_id text NOT NULL,
       created_at bigint NOT NULL, updated_at bigint NOT NULL, retain_until bigint,
-      superseded boolean NOT NULL DEFAULT false)`,
-    `CREATE UNIQUE INDEX IF NOT EXISTS ${index} ON ${T} (${KEY_COLUMNS}) WHERE NOT superseded`,
+      superseded boolean NOT NULL DEFAULT false,
+      key_hash bytea GENERATED ALWAYS AS (${KEY_HASH}) STORED)`,
   ].filter(Boolean);
 }
+
+// A table kept from an earlier version (DSM_NODE_PG_TABLE, a stress run's) has no key_hash: it
+// gets the column, and its unique index over the parts goes. Run only when the column is
+// missing, so a normal start takes no exclusive lock on the table.
+function migration() {
+  const prefix = WHERE.schema ? quote(WHERE.schema) + "." : "";
+  return [
+    `ALTER TABLE ${T} ADD COLUMN key_hash bytea GENERATED ALWAYS AS (${KEY_HASH}) STORED`,
+    `DROP INDEX IF EXISTS ${prefix}${quote(`${indexPrefix()}_current`)}`,
+  ];
+}
+const HAS_KEY_HASH =
+  "SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'key_hash' AND NOT attisdropped";
+const indexPrefix = () => (WHERE.table || "dsm_node_state").slice(0, 50);
+const keyIndex = () =>
+  `CREATE UNIQUE INDEX IF NOT EXISTS ${quote(`${indexPrefix()}_key_hash`)} ON ${T} (key_hash) WHERE NOT superseded`;
 
 // SQL for "the row's effective status is one of `statuses`" at `now` (the parameter named
 // by `now`): an expired, unswept lock counts as Failed, a live one as Processing. "none" (no
@@ -288,6 +316,10 @@ async function createTable(on) {
     await client.query("BEGIN");
     await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [LOCK_CLASS, T]);
     for (const statement of ddl()) await client.query(statement);
+    if (!(await client.query(HAS_KEY_HASH, [T])).rows.length) {
+      for (const statement of migration()) await client.query(statement);
+    }
+    await client.query(keyIndex());
     await client.query("COMMIT");
   } catch (err) {
     await client.query("ROLLBACK").catch(() => {});

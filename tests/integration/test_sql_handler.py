@@ -46,6 +46,7 @@ from reference_engine.handlers.sql.factory import (
     sqlite_memory_handler,
 )
 from reference_engine.handlers.sql.handler import SqlStateHandler
+from reference_engine.handlers.sql.key_hash import KEY_HASH_INDEX
 from reference_engine.handlers.sql.mariadb import CURRENT_KEY_INDEX
 from reference_engine.handlers.sql.schema import process_state_logs
 from reference_engine.handlers.sql.statements import count_statements
@@ -619,7 +620,11 @@ def test_open_recreates_a_missing_index_of_an_existing_table(build: Builder) -> 
             return
         unique = next(i for i in T.indexes if i.unique)
         async with handler.engine.begin() as conn:
-            await conn.run_sync(unique.drop)
+            if handler.engine.dialect.name == "postgresql":
+                # PostgreSQL's unique index is on the key's hash (key_hash.py).
+                await conn.exec_driver_sql(f"DROP INDEX {handler.schema_name}.{KEY_HASH_INDEX}")
+            else:
+                await conn.run_sync(unique.drop)
         with pytest.raises(StoreError):
             await handler.try_acquire_lock(base().for_item("needs-the-index"))
         await handler.open()

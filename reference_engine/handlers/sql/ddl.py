@@ -12,8 +12,15 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from reference_engine.handlers.sql.engine import lock_ddl
+from reference_engine.handlers.sql.key_hash import (
+    KEY_HASH_INDEX,
+    PARTS_INDEX,
+    check_key_hash,
+    key_hash_sql,
+)
 from reference_engine.handlers.sql.mariadb import create_mariadb_schema
 from reference_engine.handlers.sql.schema import (
+    KEY_COLUMNS,
     TABLE_NAME,
     indexes_for,
     metadata,
@@ -24,14 +31,43 @@ __all__ = ["create_schema"]
 
 
 def _complete(conn: Connection, extra_indexes: tuple[str, ...] = ()) -> bool:
-    """Whether the table and every index exist: the read-only check of every normal start."""
+    """Whether the table and every index exist: the read-only check of every normal start.
+
+    On PostgreSQL that includes the index of the key's hash, and the absence
+    of the unique index over the parts that earlier versions created (a table
+    that still has it is migrated by :func:`_index_key_hash`).
+    """
     inspector = inspect(conn)
     schema = conn.schema_for_object(process_state_logs)
     if not inspector.has_table(TABLE_NAME, schema=schema):
         return False
     present = {index["name"] for index in inspector.get_indexes(TABLE_NAME, schema=schema)}
-    wanted = [index.name for index in indexes_for(conn.dialect.name)]
+    wanted: list[str | None] = [index.name for index in indexes_for(conn.dialect.name)]
+    if conn.dialect.name == "postgresql":
+        if PARTS_INDEX in present:
+            return False
+        wanted.append(KEY_HASH_INDEX)
     return all(name in present for name in (*wanted, *extra_indexes))
+
+
+def _index_key_hash(conn: Connection) -> None:
+    """PostgreSQL: the unique index on the key's hash, in place of the one over the parts.
+
+    Runs in the transaction of :func:`create_schema`, under its advisory lock.
+    On a table of an earlier version it builds the new index and drops the
+    old one, all or nothing: every current row is unique by its parts, hence
+    by its hash.  Building the index reads the table once and holds off
+    writers meanwhile; nothing is rewritten.
+    """
+    preparer = conn.dialect.identifier_preparer
+    schema = conn.schema_for_object(process_state_logs)
+    prefix = "" if schema is None else f"{preparer.quote_schema(schema)}."
+    expression = key_hash_sql(*(column.name for column in KEY_COLUMNS))
+    conn.exec_driver_sql(
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {KEY_HASH_INDEX} "
+        f"ON {prefix}{preparer.quote(TABLE_NAME)} (({expression})) WHERE superseded = false"
+    )
+    conn.exec_driver_sql(f"DROP INDEX IF EXISTS {prefix}{PARTS_INDEX}")
 
 
 def _create_missing(conn: Connection) -> None:
@@ -40,6 +76,8 @@ def _create_missing(conn: Connection) -> None:
     metadata.create_all(conn, checkfirst=True)
     for index in indexes_for(conn.dialect.name):
         index.create(conn, checkfirst=True)
+    if conn.dialect.name == "postgresql":
+        _index_key_hash(conn)
 
 
 async def create_schema(engine: AsyncEngine) -> None:
@@ -53,12 +91,16 @@ async def create_schema(engine: AsyncEngine) -> None:
     statement on its own, letting another process see the table before its
     unique index and fail its first upsert).  MariaDB commits every DDL
     statement by itself, so there the starts queue on a named lock instead
-    (:func:`.mariadb.create_mariadb_schema`).
+    (:func:`.mariadb.create_mariadb_schema`).  On PostgreSQL every start also
+    checks, with one read, that the server hashes keys as the handler does
+    (:func:`.key_hash.check_key_hash`).
     """
     if engine.dialect.name == "mariadb":
         await create_mariadb_schema(engine, _complete, _create_missing)
         return
     async with engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            await conn.run_sync(check_key_hash)
         complete = await conn.run_sync(_complete)
         await conn.rollback()
     if complete:

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Column,
     ColumnElement,
     Insert,
+    LargeBinary,
     Select,
     Update,
     and_,
@@ -41,9 +42,15 @@ from sqlalchemy.dialects.postgresql import Insert as PgInsert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
+from sqlalchemy.sql.elements import Grouping
+from sqlalchemy.sql.operators import OperatorType
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from reference_engine.context import RecordKey, StateHandlerContext
+from reference_engine.handlers.sql.key_hash import key_hash_of, key_hash_sql
 from reference_engine.handlers.sql.schema import (
     CURRENT_ROW,
     KEY_COLUMNS,
@@ -67,6 +74,7 @@ __all__ = [
     "acquire_row",
     "acquire_statement",
     "begin_statement",
+    "conflict_target",
     "effective_status_in",
     "fenced_params",
     "fenced_statement",
@@ -123,17 +131,72 @@ def _param(column: Column[Any]) -> BindParameter[Any]:
     return bindparam(f"p_{column.name}", type_=column.type)
 
 
-#: "This is the key's current row", as parameters ``p_tenant_id`` .. ``p_item_key``.
-KEY_MATCH = and_(*(column == _param(column) for column in KEY_COLUMNS), CURRENT_ROW)
+class KeyMatch(ColumnElement[bool]):
+    """The key's current row: every key part equal to its value, and not superseded.
+
+    On PostgreSQL it also compares the key's hash, as the unique index
+    computes it from the row, with ``p_key_hash`` (:func:`key_params`), so the
+    lookup runs on that index (PostgreSQL indexes no wide key; see
+    :mod:`.key_hash`).  Elsewhere it is the plain comparison of the parts.
+    ``values`` are the bound parameters of the five parts, in key order.
+    """
+
+    __visit_name__ = "dsm_key_match"
+    inherit_cache = True
+    _traverse_internals = [("plain", InternalTraversal.dp_clauseelement)]
+
+    def __init__(self, values: tuple[BindParameter[Any], ...]) -> None:
+        self.plain = and_(
+            *(column == value for column, value in zip(KEY_COLUMNS, values, strict=True)),
+            CURRENT_ROW,
+        )
+
+    @property
+    def _from_objects(self) -> list[Any]:
+        return self.plain._from_objects
+
+    def self_group(self, against: OperatorType | None = None) -> ColumnElement[Any]:
+        # In parentheses exactly where the AND it renders would be.
+        return self if self.plain.self_group(against) is self.plain else Grouping(self)
+
+
+#: The key's hash as the lookup sends it; only PostgreSQL's statements name it.
+KEY_HASH: BindParameter[bytes] = bindparam("p_key_hash", type_=LargeBinary())
+
+
+@compiles(KeyMatch)
+def _plain_key_match(element: KeyMatch, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.plain, **kw)
+
+
+@compiles(KeyMatch, "postgresql")
+def _hashed_key_match(element: KeyMatch, compiler: SQLCompiler, **kw: Any) -> str:
+    indexed = key_hash_sql(*(compiler.process(column, **kw) for column in KEY_COLUMNS))
+    hashed = f"{indexed} = {compiler.process(KEY_HASH, **kw)}"
+    return f"{hashed} AND {compiler.process(element.plain, **kw)}"
+
+
+#: "This is the key's current row", as parameters ``p_tenant_id`` .. ``p_item_key``
+#: (and ``p_key_hash`` on PostgreSQL).
+KEY_MATCH = KeyMatch(tuple(_param(column) for column in KEY_COLUMNS))
+
+
+def conflict_target(dialect_name: str) -> list[str | ColumnElement[Any]]:
+    """The ``ON CONFLICT`` target: the unique index (``WHERE NOT superseded``) of a backend."""
+    if dialect_name == "postgresql":
+        return [literal_column(f"({key_hash_sql(*_KEY_NAMES)})")]
+    return list(_KEY_NAMES)
 
 
 def key_params(key: RecordKey) -> dict[str, Any]:
+    """The parameters of :data:`KEY_MATCH`; the backends that do not hash ignore ``p_key_hash``."""
     return {
         "p_tenant_id": key.tenant_id,
         "p_scope_id": key.scope_id,
         "p_entity_id": key.entity_id,
         "p_item_entity_key": key.item_entity_key,
         "p_item_key": key.item_key,
+        "p_key_hash": key_hash_of(key),
     }
 
 
@@ -204,7 +267,7 @@ def acquire_statement(dialect_name: str) -> ReturningInsert[Any]:
     """
     insert = _insert(dialect_name).values(acquire_row())
     return insert.on_conflict_do_update(
-        index_elements=_KEY_NAMES,
+        index_elements=conflict_target(dialect_name),
         index_where=CURRENT_ROW,
         set_=acquire_changes(insert.excluded),
         where=ACQUIRABLE_NOW,

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Row, and_, update
+from sqlalchemy import ColumnElement, Row, update
 from sqlalchemy.dialects.mysql import Insert as MariaInsert
 from sqlalchemy.dialects.mysql import insert as mariadb_insert
 from sqlalchemy.dialects.postgresql import Insert as PgInsert
@@ -51,7 +51,7 @@ from reference_engine.handlers.sql import mariadb as M
 from reference_engine.handlers.sql import prepared as P
 from reference_engine.handlers.sql.fastpath import PgFastPath
 from reference_engine.handlers.sql.prepared import effective_status_in, sources_of
-from reference_engine.handlers.sql.schema import CURRENT_ROW, KEY_COLUMNS, process_state_logs
+from reference_engine.handlers.sql.schema import CURRENT_ROW, process_state_logs
 from reference_engine.model import NEEDS_LOCK, effective_status, require_holder, write_landed
 from reference_engine.record import StateRecord, is_lock_live
 from reference_engine.status import (
@@ -67,24 +67,12 @@ __all__ = ["ProcessStateLogRepository", "effective_status_in", "sources_of"]
 
 S = IdempotencyStatus
 T = process_state_logs
-_KEY_NAMES = [column.name for column in KEY_COLUMNS]
 #: How often an operation is re-run when a concurrent writer changed the row
 #: between its statement and the follow-up read (PostgreSQL, READ COMMITTED).
 #: Each lost race means another writer finished, so retries always progress;
 #: the bound only turns pathological contention into a StoreError.
 _RACE_RETRIES = 10
 R = TypeVar("R")
-
-
-def _key(key: RecordKey) -> ColumnElement[bool]:
-    return and_(
-        T.c.tenant_id == key.tenant_id,
-        T.c.scope_id == key.scope_id,
-        T.c.entity_id == key.entity_id,
-        T.c.item_entity_key == key.item_entity_key,
-        T.c.item_key == key.item_key,
-        CURRENT_ROW,
-    )
 
 
 def _retain_until(ctx: StateHandlerContext, now: dt.datetime) -> dt.datetime | None:
@@ -259,7 +247,10 @@ class ProcessStateLogRepository:
         if isinstance(insert, MariaInsert):
             return M.guarded_upsert(insert, changes, where)
         return insert.on_conflict_do_update(
-            index_elements=_KEY_NAMES, index_where=CURRENT_ROW, set_=changes, where=where
+            index_elements=P.conflict_target(self.dialect_name),
+            index_where=CURRENT_ROW,
+            set_=changes,
+            where=where,
         ).returning(returning)
 
     def _applied(self, result: Any, *, upsert: bool) -> bool:
@@ -460,7 +451,7 @@ class ProcessStateLogRepository:
         else:
             statement = (
                 update(T)
-                .where(_key(key), effective_status_in(sources, now))
+                .where(P.KEY_MATCH, effective_status_in(sources, now))
                 .values(
                     status=status.value,
                     locked_until=None,
@@ -471,9 +462,12 @@ class ProcessStateLogRepository:
             if not self.mariadb:
                 statement = statement.returning(T.c.id)
 
+        # The insert names its key in its values; the update finds it by KEY_MATCH's parameters.
+        params = None if inserts else P.key_params(key)
+
         async def attempt() -> tuple[bool, StateRecord | None]:
             async with self._transaction() as conn:
-                if self._applied(await conn.execute(statement), upsert=inserts):
+                if self._applied(await conn.execute(statement, params), upsert=inserts):
                     return True, None
                 return False, await self._current(conn, key)
 
@@ -517,7 +511,7 @@ class ProcessStateLogRepository:
         key = ctx.record_key
         supersede: Any = (
             update(T)
-            .where(_key(key), effective_status_in(sources_of(S.SUPERSEDED) - {S.PROCESSING}, now))
+            .where(P.KEY_MATCH, effective_status_in(sources_of(S.SUPERSEDED) - {S.PROCESSING}, now))
             .values(status=S.SUPERSEDED.value, superseded=True, updated_at=now)
         )
         if self.mariadb:
@@ -537,7 +531,7 @@ class ProcessStateLogRepository:
             insert, changes, effective_status_in(fresh, now), returning=T.c.attempt
         )
         async with self._transaction() as conn:
-            superseded = await conn.execute(supersede)
+            superseded = await conn.execute(supersede, P.key_params(key))
             if self.mariadb:
                 previous = superseded.lastrowid if superseded.rowcount else None
             else:

@@ -5,9 +5,11 @@ store on SQLite, PostgreSQL and MariaDB.  The partial unique index over the
 record key (``WHERE NOT superseded``) is what makes the atomic operations
 possible: it is the ``ON CONFLICT`` target of every insert-or-update, and it
 lets the superseded history of a key live beside its one current row.
-MariaDB has no partial index; :mod:`.mariadb` builds the same rule from a
-generated column, and the indexes here that it cannot use are created on
-the other backends only.  :mod:`.ddl` creates the table.
+SQLite indexes the key parts themselves.  PostgreSQL's index rows are too
+small for a key at its limits, so there the unique index is on a hash of the
+key (:mod:`.key_hash`).  MariaDB has no partial index;
+:mod:`.mariadb` builds the same rule from a generated column, and the
+indexes here that it cannot use are created on the other backends only.  :mod:`.ddl` creates the table.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from sqlalchemy.types import DateTime, TypeDecorator, TypeEngine
 
 from reference_engine.clock import UTC, ensure_utc
 from reference_engine.context import MAX_KEY_LENGTH
+from reference_engine.handlers.sql.key_hash import PARTS_INDEX
 from reference_engine.status import IdempotencyStatus
 
 __all__ = [
@@ -247,21 +250,20 @@ def _has_partial_indexes(
     return dialect.name in _PARTIAL
 
 
-_PORTABLE_INDEXES = (
-    Index(
-        "ux_process_state_logs_current_key",
-        *KEY_COLUMNS,
-        unique=True,
-        sqlite_where=_CURRENT,
-        postgresql_where=_CURRENT,
-    ).ddl_if(callable_=_has_partial_indexes),
-    Index(
-        "ix_process_state_logs_lock_sweep",
-        process_state_logs.c.locked_until,
-        sqlite_where=_PROCESSING,
-        postgresql_where=_PROCESSING,
-    ).ddl_if(callable_=_has_partial_indexes),
-)
+#: SQLite's unique index over the key parts (its index rows have no size limit);
+#: PostgreSQL's is on the key's hash (:func:`_index_key_hash`).
+_PARTS_INDEX = Index(
+    PARTS_INDEX,
+    *KEY_COLUMNS,
+    unique=True,
+    sqlite_where=_CURRENT,
+).ddl_if(dialect="sqlite")
+_LOCK_SWEEP_INDEX = Index(
+    "ix_process_state_logs_lock_sweep",
+    process_state_logs.c.locked_until,
+    sqlite_where=_PROCESSING,
+    postgresql_where=_PROCESSING,
+).ddl_if(callable_=_has_partial_indexes)
 _RETENTION_INDEX = Index("ix_process_state_logs_retention", process_state_logs.c.retain_until)
 _MARIADB_INDEXES = (
     # The lookup of a key.  InnoDB keys hold at most 3072 bytes (768 characters of
@@ -287,4 +289,6 @@ def indexes_for(dialect_name: str) -> tuple[Index, ...]:
     """The indexes of the table that ``dialect_name`` creates and checks."""
     if dialect_name == "mariadb":
         return (*_MARIADB_INDEXES, _RETENTION_INDEX)
-    return (*_PORTABLE_INDEXES, _RETENTION_INDEX)
+    if dialect_name == "postgresql":
+        return (_LOCK_SWEEP_INDEX, _RETENTION_INDEX)
+    return (_PARTS_INDEX, _LOCK_SWEEP_INDEX, _RETENTION_INDEX)
