@@ -25,6 +25,7 @@ from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import (
     DsmError,
     ForbiddenTransitionError,
+    InstantOutOfRangeError,
     InvalidItemError,
     LockHeldError,
     LockNotHeldError,
@@ -65,6 +66,7 @@ ERROR_KINDS: dict[str, type[DsmError]] = {
     "payload_too_large": PayloadTooLargeError,
     "invalid_item": InvalidItemError,
     "store_error": StoreError,
+    "instant_out_of_range": InstantOutOfRangeError,
 }
 
 
@@ -238,6 +240,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "payload_too_large": ("size", "limit"),
     "invalid_item": ("field",),
     "store_error": (),
+    "instant_out_of_range": ("option", "now", "duration"),
 }
 
 
@@ -277,6 +280,10 @@ def decode_error(body: Mapping[str, Any], ctx: StateHandlerContext | None) -> Ds
         error = PayloadTooLargeError(size=body.get("size", -1), limit=body.get("limit", -1))
     elif cls is InvalidItemError:
         error = InvalidItemError(body["message"], field=body.get("field", ""))
+    elif cls is InstantOutOfRangeError:
+        error = InstantOutOfRangeError(
+            option=body.get("option", "?"), now=body.get("now", "?"), duration=body.get("duration", "?")
+        )
     else:
         error = StoreError(body["message"])
     error.args = (body["message"],)
