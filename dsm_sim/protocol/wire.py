@@ -282,7 +282,9 @@ def decode_error(body: Mapping[str, Any], ctx: StateHandlerContext | None) -> Ds
         error = InvalidItemError(body["message"], field=body.get("field", ""))
     elif cls is InstantOutOfRangeError:
         error = InstantOutOfRangeError(
-            option=body.get("option", "?"), now=body.get("now", "?"), duration=body.get("duration", "?")
+            option=body.get("option", "?"),
+            now=body.get("now", "?"),
+            duration=body.get("duration", "?"),
         )
     else:
         error = StoreError(body["message"])

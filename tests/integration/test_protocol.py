@@ -523,6 +523,22 @@ def test_java_handler_without_fencing_is_caught(java_classes: Path) -> None:
     )
 
 
+def test_an_instant_past_year_9999_crosses_the_wire_as_its_own_kind() -> None:
+    # A handler's year-9999 refusal reaches the kit as the error the model raises.
+    from dsm_sim.protocol import wire
+    from dsm_sim.protocol.schema import problem
+    from reference_engine.errors import InstantOutOfRangeError
+
+    error = InstantOutOfRangeError(option="retention", now="9999-12-31T23:00:00", duration="30d")
+    body = wire.encode_error(error)
+    assert body["kind"] == "instant_out_of_range"
+    assert problem("error", body) is None
+    back = wire.decode_error(body, CTX)
+    assert type(back) is InstantOutOfRangeError
+    assert (back.option, back.now, back.duration) == ("retention", "9999-12-31T23:00:00", "30d")
+    assert str(back) == str(error)
+
+
 def test_payloads_travel_as_canonical_json_text() -> None:
     # A handler stores this text as is, so 1.0 stays a float and 2**64 exact.
     from dsm_sim.protocol import wire
