@@ -39,7 +39,7 @@ from dsm_sim.protocol.errors import (
 )
 from reference_engine.clock import ManualClock
 from reference_engine.context import StateHandlerContext
-from reference_engine.errors import DsmError, StaleLockError
+from reference_engine.errors import DsmError, StaleLockError, StoreError
 from reference_engine.status import IdempotencyStatus
 
 pytestmark = pytest.mark.integration
@@ -75,6 +75,12 @@ FAKE = textwrap.dedent(
             if mode == "die_on_open":
                 sys.stderr.write("fatal: cannot reach the store at db:5432\\n")
                 sys.exit(3)
+            if mode == "refuse_open_with_helper":
+                # A helper process (as "dotnet run" or a shell wrapper starts) keeps stderr open.
+                import subprocess
+                subprocess.Popen(["sleep", "3"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                say({"id": rid, "error": {"kind": "store_error", "message": "store unreachable"}})
+                continue
             say({"id": rid, "result": {"protocol": 2 if mode == "version" else 1, "concurrent": True}})
         elif req["op"] == "close":
             say({"id": rid, "result": None})
@@ -222,6 +228,19 @@ def test_a_process_dying_on_open_is_reported_with_its_stderr_tail(fake: Any) -> 
         _run(fake("die_on_open").open())
     assert "cannot reach the store" in str(caught.value)
     assert "open" in caught.value.request
+
+
+def test_a_handler_whose_open_was_refused_closes_quietly(fake: Any) -> None:
+    # The kit closes a peer whose open failed; a helper process still holding the
+    # stderr pipe made that close raise CancelledError out of the whole run.
+    handler = fake("refuse_open_with_helper")
+
+    async def open_then_close() -> None:
+        with pytest.raises(StoreError, match="store unreachable"):
+            await handler.open()
+        await handler.close()
+
+    _run(open_then_close())
 
 
 def test_a_silent_process_times_out_and_is_killed(fake: Any) -> None:
