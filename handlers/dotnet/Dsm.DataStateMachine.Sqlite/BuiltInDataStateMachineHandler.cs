@@ -8,6 +8,7 @@
 // as fixed-width text from the handler's clock, never the database's.
 
 using System;
+using System.Collections.Generic;
 using System.Data.Common;
 using System.Globalization;
 using System.IO;
@@ -84,6 +85,7 @@ namespace Dsm.DataStateMachine.Sqlite
         private readonly SqliteStoreLocation store;
         private readonly SemaphoreSlim gate = new SemaphoreSlim(1, 1);
         private DbConnection connection;
+        private readonly Dictionary<string, DbCommand> commands = new Dictionary<string, DbCommand>();
 
         public BuiltInDataStateMachineHandler(IClock clock, SqliteStoreLocation store, Lifecycle rules = null)
         {
@@ -129,28 +131,31 @@ namespace Dsm.DataStateMachine.Sqlite
                 {
                     foreach (var statement in Schema)
                     {
-                        using (var command = Command(statement)) await command.ExecuteNonQueryAsync(cancellationToken);
+                        await Command(statement).ExecuteNonQueryAsync(cancellationToken);
                     }
                     return true;
                 }, cancellationToken);
             }
             catch (DbException error)
             {
-                if (connection != null) connection.Dispose();
-                connection = null;
+                ReleaseConnection();
                 throw Failed(error);
             }
         }
 
         public Task CloseAsync(bool dropStore, CancellationToken cancellationToken)
         {
-            if (connection != null)
-            {
-                connection.Dispose();
-                connection = null;
-            }
+            ReleaseConnection();
             if (store.RemovedOnClose || (dropStore && store.Droppable)) store.Remove();
             return Task.FromResult(0);
+        }
+
+        private void ReleaseConnection()
+        {
+            foreach (var command in commands.Values) command.Dispose();
+            commands.Clear();
+            if (connection != null) connection.Dispose();
+            connection = null;
         }
 
         // --- reads ----------------------------------------------------------------------------
@@ -217,7 +222,7 @@ namespace Dsm.DataStateMachine.Sqlite
                 if (outcome.Current == null) return true;
                 if (outcome.Superseded != null)
                 {
-                    using (var command = Command(SupersedeRow))
+                    var command = Command(SupersedeRow);
                     {
                         Bind(command, "@updatedAt", Text(outcome.Superseded.UpdatedAt));
                         Bind(command, "@id", current.Id);
@@ -237,7 +242,7 @@ namespace Dsm.DataStateMachine.Sqlite
             var now = Text(clock.UtcNow);
             return WriteAsync(async () =>
             {
-                using (var command = Command(ResetExpiredLocks))
+                var command = Command(ResetExpiredLocks);
                 {
                     Bind(command, "@detail", Lifecycle.SweepErrorDetail);
                     Bind(command, "@now", now);
@@ -251,7 +256,7 @@ namespace Dsm.DataStateMachine.Sqlite
             var now = Text(clock.UtcNow);
             return WriteAsync(async () =>
             {
-                using (var command = Command(ExpirePastRetention))
+                var command = Command(ExpirePastRetention);
                 {
                     Bind(command, "@now", now);
                     return await command.ExecuteNonQueryAsync(cancellationToken);
@@ -277,7 +282,7 @@ namespace Dsm.DataStateMachine.Sqlite
         /// <summary>The key's current row, or <c>null</c>. Inside a write transaction, nothing changes it until the commit.</summary>
         protected async Task<Row> ReadCurrentAsync(RecordKey key, CancellationToken cancellationToken)
         {
-            using (var command = Command(SelectCurrent))
+            var command = Command(SelectCurrent);
             {
                 BindKey(command, key);
                 using (var reader = await command.ExecuteReaderAsync(cancellationToken))
@@ -304,7 +309,7 @@ namespace Dsm.DataStateMachine.Sqlite
         /// <summary>Writes <paramref name="record"/> as the key's current row: over <paramref name="current"/>, or as a new row.</summary>
         protected async Task SaveCurrentAsync(StateHandlerContext context, Row current, StateRecord record, CancellationToken cancellationToken)
         {
-            using (var command = Command(current == null ? InsertRow : UpdateRow))
+            var command = Command(current == null ? InsertRow : UpdateRow);
             {
                 if (current == null)
                 {
@@ -341,12 +346,12 @@ namespace Dsm.DataStateMachine.Sqlite
         /// <summary>The transaction of <see cref="WriteAsync{T}"/>, for a caller that holds the connection already.</summary>
         protected async Task<T> InWriteTransactionAsync<T>(Func<Task<T>> work, CancellationToken cancellationToken)
         {
-            using (var begin = Command("BEGIN IMMEDIATE")) await begin.ExecuteNonQueryAsync(cancellationToken);
+            await Command("BEGIN IMMEDIATE").ExecuteNonQueryAsync(cancellationToken);
             bool committed = false;
             try
             {
                 T result = await work();
-                using (var commit = Command("COMMIT")) await commit.ExecuteNonQueryAsync(cancellationToken);
+                await Command("COMMIT").ExecuteNonQueryAsync(cancellationToken);
                 committed = true;
                 return result;
             }
@@ -354,7 +359,7 @@ namespace Dsm.DataStateMachine.Sqlite
             {
                 if (!committed)
                 {
-                    using (var rollback = Command("ROLLBACK")) rollback.ExecuteNonQuery();
+                    Command("ROLLBACK").ExecuteNonQuery();
                 }
             }
         }
@@ -387,10 +392,18 @@ namespace Dsm.DataStateMachine.Sqlite
             return new StoreException("the SQLite store at " + store.Path + " failed: " + error.Message, error);
         }
 
+        /// <summary>
+        /// The command for <paramref name="sql"/> on this connection, each of its parameters rebound by <see cref="Bind"/>.
+        /// Commands are kept for the connection's life, so each statement is prepared once
+        /// rather than on every call (most of a call's cost otherwise).
+        /// </summary>
         protected DbCommand Command(string sql)
         {
-            var command = connection.CreateCommand();
+            DbCommand command;
+            if (commands.TryGetValue(sql, out command)) return command;
+            command = connection.CreateCommand();
             command.CommandText = sql;
+            commands.Add(sql, command);
             return command;
         }
 
@@ -405,6 +418,12 @@ namespace Dsm.DataStateMachine.Sqlite
 
         protected static void Bind(DbCommand command, string name, object value)
         {
+            int at = command.Parameters.IndexOf(name);
+            if (at >= 0)
+            {
+                command.Parameters[at].Value = value ?? DBNull.Value;
+                return;
+            }
             var parameter = command.CreateParameter();
             parameter.ParameterName = name;
             parameter.Value = value ?? DBNull.Value;
