@@ -19,7 +19,7 @@ mapfile -t sqlite < <(sources Dsm.DataStateMachine.Sqlite)
 mapfile -t broken < <(sources Broken)
 mapfile -t examples < <(sources Examples)
 
-build -t:library -pkg:newtonsoft-json -r:System.Data \
+build -t:library -r:System.Data \
   -out:"$out/Dsm.DataStateMachine.dll" "${core[@]}"
 build -t:library -r:"$out/Dsm.DataStateMachine.dll" -r:System.Data -r:Mono.Data.Sqlite \
   -out:"$out/Dsm.DataStateMachine.Sqlite.dll" "${sqlite[@]}"

@@ -4,7 +4,6 @@ using System;
 using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
-using Newtonsoft.Json;
 
 namespace Dsm.DataStateMachine.Protocol
 {
@@ -44,7 +43,7 @@ namespace Dsm.DataStateMachine.Protocol
             {
                 request = ProtocolRequest.Parse(line);
             }
-            catch (Exception error) when (error is JsonException || error is OverflowException || error is InvalidCastException)
+            catch (JsonLineException error)
             {
                 Log("a request is not JSON (" + error.Message + "); ignored: " + Shorten(line));
                 return;

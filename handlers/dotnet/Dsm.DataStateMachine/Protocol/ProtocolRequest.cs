@@ -1,13 +1,11 @@
-// One request line of the handler protocol (docs/protocol.md), read with Newtonsoft.Json's
-// token reader: no object model is built, and no string is ever taken for a date.
+// One request line of the handler protocol (docs/protocol.md), read field by field
+// (JsonLine): no object model is built, and no text is ever taken for a date or a number.
 //
 // data_json arrives as a JSON string whose content is the payload's canonical JSON text;
 // it is handed to the handler exactly as sent. Nothing here parses a payload, so no number
 // in it can lose a digit, a sign or its ".0" on the way.
 
 using System;
-using System.IO;
-using Newtonsoft.Json;
 
 namespace Dsm.DataStateMachine.Protocol
 {
@@ -40,69 +38,65 @@ namespace Dsm.DataStateMachine.Protocol
             }
         }
 
-        /// <summary>The request a line holds. Throws <see cref="JsonException"/> when the line is not JSON.</summary>
+        /// <summary>The request a line holds. Throws <see cref="JsonLineException"/> when the line is not JSON.</summary>
         public static ProtocolRequest Parse(string line)
         {
             var request = new ProtocolRequest();
+            var json = new JsonLine(line);
             string now = null;
-            using (var reader = new JsonTextReader(new StringReader(line)))
+            string name;
+            bool first = true;
+            while (json.NextMember(first, out name))
             {
-                reader.DateParseHandling = DateParseHandling.None;
-                reader.FloatParseHandling = FloatParseHandling.Double;
-                if (!reader.Read() || reader.TokenType != JsonToken.StartObject)
+                first = false;
+                switch (name)
                 {
-                    throw new JsonReaderException("a request is a JSON object");
-                }
-                while (reader.Read() && reader.TokenType == JsonToken.PropertyName)
-                {
-                    string name = (string)reader.Value;
-                    reader.Read();
-                    switch (name)
-                    {
-                        case "id":
-                            long id;
-                            if (TryInteger(reader, out id) && id >= 1)
-                            {
-                                request.Id = id;
-                                request.HasId = true;
-                            }
-                            break;
-                        case "op":
-                            request.Op = reader.TokenType == JsonToken.String ? (string)reader.Value : null;
-                            break;
-                        case "now":
-                            now = reader.TokenType == JsonToken.String ? (string)reader.Value : null;
-                            break;
-                        case "protocol":
-                            long version;
-                            if (TryInteger(reader, out version)) request.ProtocolVersion = version;
-                            break;
-                        case "store":
-                            request.Store = reader.TokenType == JsonToken.String ? (string)reader.Value : null;
-                            break;
-                        case "drop_store":
-                            request.DropStore = reader.TokenType == JsonToken.Boolean && (bool)reader.Value;
-                            break;
-                        case "context":
-                            request.Context = ReadContext(reader, request);
-                            break;
-                        case "status":
-                            request.HasStatus = true;
-                            request.StatusText = reader.TokenType == JsonToken.String ? (string)reader.Value : null;
-                            break;
-                        case "data_json":
-                            request.HasData = reader.TokenType == JsonToken.String || reader.TokenType == JsonToken.Null;
-                            request.Data = reader.TokenType == JsonToken.String ? (string)reader.Value : null;
-                            break;
-                        case "error_detail":
-                            request.ErrorDetail = reader.TokenType == JsonToken.String ? (string)reader.Value : null;
-                            break;
-                        default:
-                            reader.Skip();
-                            break;
-                    }
+                    case "id":
+                        long id;
+                        if (Integer(json, out id) && id >= 1)
+                        {
+                            request.Id = id;
+                            request.HasId = true;
+                        }
+                        break;
+                    case "op":
+                        request.Op = Text(json);
+                        break;
+                    case "now":
+                        now = Text(json);
+                        break;
+                    case "protocol":
+                        long version;
+                        if (Integer(json, out version)) request.ProtocolVersion = version;
+                        break;
+                    case "store":
+                        request.Store = Text(json);
+                        break;
+                    case "drop_store":
+                        var kind = json.Peek();
+                        if (kind == JsonKind.True || kind == JsonKind.False) request.DropStore = json.ReadBoolean();
+                        else json.Skip();
+                        break;
+                    case "context":
+                        request.Context = ReadContext(json, request);
+                        break;
+                    case "status":
+                        request.HasStatus = true;
+                        request.StatusText = Text(json);
+                        break;
+                    case "data_json":
+                        request.HasData = json.Peek() == JsonKind.String || json.Peek() == JsonKind.Null;
+                        request.Data = Text(json);
+                        break;
+                    case "error_detail":
+                        request.ErrorDetail = Text(json);
+                        break;
+                    default:
+                        json.Skip();
+                        break;
                 }
             }
+            json.End();
             request.Check(now);
             return request;
         }
@@ -164,20 +158,40 @@ namespace Dsm.DataStateMachine.Protocol
             if (Problem == null) Problem = problem;
         }
 
-        private static bool TryInteger(JsonReader reader, out long value)
+        /// <summary>An integer value, or false when the value is anything else (which is read all the same).</summary>
+        private static bool Integer(JsonLine json, out long value)
         {
             value = 0;
-            if (reader.TokenType != JsonToken.Integer || !(reader.Value is long)) return false;
-            value = (long)reader.Value;
+            if (json.Peek() == JsonKind.Number) return json.TryReadInteger(out value);
+            json.Skip();
+            return false;
+        }
+
+        /// <summary>A string value, or null when the value is anything else (which is read all the same).</summary>
+        private static string Text(JsonLine json)
+        {
+            if (json.Peek() == JsonKind.String) return json.ReadString();
+            json.Skip();
+            return null;
+        }
+
+        /// <summary>An integer of at least 1, or null: true when the value is one of the two.</summary>
+        private static bool PositiveOrNull(JsonLine json, out long? value)
+        {
+            value = null;
+            if (json.TakeNull()) return true;
+            long number;
+            if (!Integer(json, out number) || number < 1) return false;
+            value = number;
             return true;
         }
 
-        private static StateHandlerContext ReadContext(JsonTextReader reader, ProtocolRequest request)
+        private static StateHandlerContext ReadContext(JsonLine json, ProtocolRequest request)
         {
-            if (reader.TokenType != JsonToken.StartObject)
+            if (json.Peek() != JsonKind.Object)
             {
                 request.Refuse("'context' must be an object");
-                reader.Skip();
+                json.Skip();
                 return null;
             }
             string tenant = null, sourceApp = null, scopeCode = null, entity = null, execution = null;
@@ -185,36 +199,34 @@ namespace Dsm.DataStateMachine.Protocol
             long scopeId = 0, lockDuration = 0;
             long? retention = null, token = null;
             bool hasScope = false, hasLock = false, hasRetention = false, hasToken = false;
-            while (reader.Read() && reader.TokenType == JsonToken.PropertyName)
+            string name;
+            bool first = true;
+            while (json.NextMember(first, out name))
             {
-                string name = (string)reader.Value;
-                reader.Read();
-                long number;
+                first = false;
                 switch (name)
                 {
-                    case "tenant_id": tenant = Text(reader); break;
-                    case "source_app_id": sourceApp = Text(reader); break;
-                    case "scope_code": scopeCode = Text(reader); break;
-                    case "entity_id": entity = Text(reader); break;
-                    case "entity_execution_id": execution = Text(reader); break;
-                    case "item_entity_key": itemEntityKey = Text(reader); break;
-                    case "item_key": itemKey = Text(reader); break;
+                    case "tenant_id": tenant = Text(json); break;
+                    case "source_app_id": sourceApp = Text(json); break;
+                    case "scope_code": scopeCode = Text(json); break;
+                    case "entity_id": entity = Text(json); break;
+                    case "entity_execution_id": execution = Text(json); break;
+                    case "item_entity_key": itemEntityKey = Text(json); break;
+                    case "item_key": itemKey = Text(json); break;
                     case "scope_id":
-                        hasScope = TryInteger(reader, out scopeId) && scopeId >= int.MinValue && scopeId <= int.MaxValue;
+                        hasScope = Integer(json, out scopeId) && scopeId >= int.MinValue && scopeId <= int.MaxValue;
                         break;
                     case "lock_duration_us":
-                        hasLock = TryInteger(reader, out lockDuration) && lockDuration >= 1;
+                        hasLock = Integer(json, out lockDuration) && lockDuration >= 1 && lockDuration <= MaxDurationMicroseconds;
                         break;
                     case "retention_us":
-                        hasRetention = reader.TokenType == JsonToken.Null || (TryInteger(reader, out number) && number >= 1);
-                        if (reader.TokenType != JsonToken.Null && hasRetention) retention = (long)reader.Value;
+                        hasRetention = PositiveOrNull(json, out retention) && (retention ?? 0) <= MaxDurationMicroseconds;
                         break;
                     case "lock_token":
-                        hasToken = reader.TokenType == JsonToken.Null || (TryInteger(reader, out number) && number >= 1);
-                        if (reader.TokenType != JsonToken.Null && hasToken) token = (long)reader.Value;
+                        hasToken = PositiveOrNull(json, out token);
                         break;
                     default:
-                        reader.Skip();
+                        json.Skip();
                         break;
                 }
             }
@@ -233,11 +245,7 @@ namespace Dsm.DataStateMachine.Protocol
                 tenant, sourceApp, (int)scopeId, scopeCode, entity, execution, itemEntityKey, itemKey, config, token);
         }
 
-        private static string Text(JsonReader reader)
-        {
-            if (reader.TokenType == JsonToken.String) return (string)reader.Value;
-            if (reader.TokenType == JsonToken.StartObject || reader.TokenType == JsonToken.StartArray) reader.Skip();
-            return null;
-        }
+        /// <summary>The longest duration a TimeSpan holds in whole microseconds (far beyond any option).</summary>
+        private static readonly long MaxDurationMicroseconds = TimeSpan.MaxValue.Ticks / 10;
     }
 }
