@@ -65,27 +65,40 @@ namespace Dsm.DataStateMachine
             "none", "processing", "processed", "failed", "superseded", "skipped", "expired",
         };
 
-        /// <summary>For each status, the statuses that may follow it.</summary>
-        public static readonly IReadOnlyDictionary<IdempotencyStatus, StatusSet> Transitions =
-            new Dictionary<IdempotencyStatus, StatusSet>
+        // Indexed by status: the table every check reads (a dictionary keyed by an enum would
+        // cost every process the kit starts a JIT-compiled comparer before its first answer).
+        private static readonly StatusSet[] Table =
+        {
+            Set(IdempotencyStatus.Processing, IdempotencyStatus.Skipped),
+            Set(IdempotencyStatus.Processed, IdempotencyStatus.Failed, IdempotencyStatus.Skipped, IdempotencyStatus.Expired),
+            Set(IdempotencyStatus.Superseded, IdempotencyStatus.Skipped, IdempotencyStatus.Expired),
+            Set(IdempotencyStatus.Processing, IdempotencyStatus.Skipped, IdempotencyStatus.Expired),
+            Set(IdempotencyStatus.Skipped, IdempotencyStatus.Expired),
+            Set(IdempotencyStatus.Skipped, IdempotencyStatus.Expired),
+            Set(IdempotencyStatus.Processing, IdempotencyStatus.Skipped),
+        };
+
+        private static readonly string[] Labels =
+        {
+            "None", "Processing", "Processed", "Failed", "Superseded", "Skipped", "Expired",
+        };
+
+        /// <summary>For each status, the statuses that may follow it (the table of reference_engine/status.py).</summary>
+        public static IReadOnlyDictionary<IdempotencyStatus, StatusSet> Transitions
+        {
+            get
             {
-                { IdempotencyStatus.None, Set(IdempotencyStatus.Processing, IdempotencyStatus.Skipped) },
-                {
-                    IdempotencyStatus.Processing,
-                    Set(IdempotencyStatus.Processed, IdempotencyStatus.Failed, IdempotencyStatus.Skipped, IdempotencyStatus.Expired)
-                },
-                {
-                    IdempotencyStatus.Processed,
-                    Set(IdempotencyStatus.Superseded, IdempotencyStatus.Skipped, IdempotencyStatus.Expired)
-                },
-                {
-                    IdempotencyStatus.Failed,
-                    Set(IdempotencyStatus.Processing, IdempotencyStatus.Skipped, IdempotencyStatus.Expired)
-                },
-                { IdempotencyStatus.Superseded, Set(IdempotencyStatus.Skipped, IdempotencyStatus.Expired) },
-                { IdempotencyStatus.Skipped, Set(IdempotencyStatus.Skipped, IdempotencyStatus.Expired) },
-                { IdempotencyStatus.Expired, Set(IdempotencyStatus.Processing, IdempotencyStatus.Skipped) },
-            };
+                var table = new Dictionary<IdempotencyStatus, StatusSet>();
+                for (int i = 0; i < Table.Length; i++) table.Add((IdempotencyStatus)i, Table[i]);
+                return table;
+            }
+        }
+
+        /// <summary>The statuses that may follow <paramref name="source"/>.</summary>
+        public static StatusSet AllowedAfter(IdempotencyStatus source)
+        {
+            return Table[(int)source];
+        }
 
         /// <summary>Statuses for which <c>ExistsAsync</c> answers true: the work is done or decided against.</summary>
         public static readonly StatusSet Completed =
@@ -120,7 +133,7 @@ namespace Dsm.DataStateMachine
         /// <summary>The name errors and tables show: "Processing".</summary>
         public static string Label(this IdempotencyStatus status)
         {
-            return status.ToString();
+            return Labels[(int)status];
         }
 
         /// <summary>The status a wire value names, or false for text that names none.</summary>
@@ -133,14 +146,14 @@ namespace Dsm.DataStateMachine
 
         public static bool IsAllowed(IdempotencyStatus source, IdempotencyStatus target)
         {
-            return Transitions[source].Contains(target);
+            return Table[(int)source].Contains(target);
         }
 
         /// <summary>Throws <see cref="ForbiddenTransitionException"/> unless the table allows the step.</summary>
         public static void CheckTransition(IdempotencyStatus source, IdempotencyStatus target, string itemKey)
         {
             if (IsAllowed(source, target)) return;
-            var allowed = Transitions[source].Select(s => s.Label()).OrderBy(s => s, StringComparer.Ordinal).ToArray();
+            var allowed = Table[(int)source].Select(s => s.Label()).OrderBy(s => s, StringComparer.Ordinal).ToArray();
             throw new ForbiddenTransitionException(source.Label(), target.Label(), allowed, itemKey);
         }
 

@@ -1,20 +1,25 @@
 // The in-memory handler: the current record of each key and the superseded history, behind
 // one lock that makes every read-decide-write atomic. For tests, and as the smallest
 // complete handler a .NET reader can compare theirs with.
+//
+// Nothing here awaits (the store is memory), so the operations return finished tasks
+// instead of being async methods (whose builders Mono would JIT-compile again in every
+// process the kit starts); a refusal still arrives in the returned task, as from any
+// other handler.
 
 using System;
 using System.Collections.Generic;
 using System.Threading;
 using System.Threading.Tasks;
 
-// Nothing here awaits (the store is memory), yet every operation is async, so that a refusal
-// reaches the caller in the returned task as it does from any other handler.
-#pragma warning disable 1998
-
 namespace Dsm.DataStateMachine.Handlers
 {
     public class InMemoryDataStateMachineHandler : IDataStateMachineHandler
     {
+        private static readonly Task<bool> True = Task.FromResult(true);
+        private static readonly Task<bool> False = Task.FromResult(false);
+        private static readonly Task<long?> NotAcquired = Task.FromResult((long?)null);
+
         private readonly IClock clock;
         private readonly Lifecycle rules;
         private readonly object gate = new object();
@@ -33,65 +38,103 @@ namespace Dsm.DataStateMachine.Handlers
             return current.TryGetValue(context.RecordKey, out record) ? record : null;
         }
 
-        public async Task<bool> ExistsAsync(StateHandlerContext context, CancellationToken cancellationToken)
+        public Task<bool> ExistsAsync(StateHandlerContext context, CancellationToken cancellationToken)
         {
-            var now = clock.UtcNow;
-            lock (gate)
+            try
             {
-                return rules.Exists(Current(context), now);
+                var now = clock.UtcNow;
+                lock (gate)
+                {
+                    return rules.Exists(Current(context), now) ? True : False;
+                }
+            }
+            catch (Exception error)
+            {
+                return Failed<bool>(error);
             }
         }
 
-        public async Task<StateRecord> GetAsync(StateHandlerContext context, CancellationToken cancellationToken)
+        public Task<StateRecord> GetAsync(StateHandlerContext context, CancellationToken cancellationToken)
         {
             lock (gate)
             {
-                return Current(context);
+                return Task.FromResult(Current(context));
             }
         }
 
-        public async Task<long?> TryAcquireLockAsync(StateHandlerContext context, CancellationToken cancellationToken)
+        public Task<long?> TryAcquireLockAsync(StateHandlerContext context, CancellationToken cancellationToken)
         {
-            var now = clock.UtcNow;
-            lock (gate)
+            try
             {
-                var taken = rules.Acquire(context, Current(context), now);
-                if (taken == null) return null;
-                current[context.RecordKey] = taken;
-                return taken.Attempt;
+                var now = clock.UtcNow;
+                lock (gate)
+                {
+                    var taken = rules.Acquire(context, Current(context), now);
+                    if (taken == null) return NotAcquired;
+                    current[context.RecordKey] = taken;
+                    return Task.FromResult((long?)taken.Attempt);
+                }
+            }
+            catch (Exception error)
+            {
+                return Failed<long?>(error);
             }
         }
 
-        public async Task SetAsync(StateHandlerContext context, IdempotencyStatus status, string data, CancellationToken cancellationToken)
+        public Task SetAsync(StateHandlerContext context, IdempotencyStatus status, string data, CancellationToken cancellationToken)
         {
-            var now = clock.UtcNow;
-            lock (gate)
+            try
             {
-                Store(context, rules.Set(context, status, data, Current(context), now));
+                var now = clock.UtcNow;
+                lock (gate)
+                {
+                    Store(context, rules.Set(context, status, data, Current(context), now));
+                }
+                return True;
+            }
+            catch (Exception error)
+            {
+                return Failed<bool>(error);
             }
         }
 
-        public async Task ReleaseLockAsFailedAsync(StateHandlerContext context, string errorDetail, CancellationToken cancellationToken)
+        public Task ReleaseLockAsFailedAsync(StateHandlerContext context, string errorDetail, CancellationToken cancellationToken)
         {
-            var now = clock.UtcNow;
-            lock (gate)
+            try
             {
-                Store(context, rules.Release(context, errorDetail, Current(context), now));
+                var now = clock.UtcNow;
+                lock (gate)
+                {
+                    Store(context, rules.Release(context, errorDetail, Current(context), now));
+                }
+                return True;
+            }
+            catch (Exception error)
+            {
+                return Failed<bool>(error);
             }
         }
 
-        public async Task UpsertAsync(StateHandlerContext context, string data, CancellationToken cancellationToken)
+        public Task UpsertAsync(StateHandlerContext context, string data, CancellationToken cancellationToken)
         {
-            var now = clock.UtcNow;
-            lock (gate)
+            try
             {
-                var outcome = rules.Upsert(context, data, Current(context), now);
-                if (outcome.Superseded != null) superseded.Add(outcome.Superseded);
-                Store(context, outcome.Current);
+                var now = clock.UtcNow;
+                lock (gate)
+                {
+                    var outcome = rules.Upsert(context, data, Current(context), now);
+                    if (outcome.Superseded != null) superseded.Add(outcome.Superseded);
+                    Store(context, outcome.Current);
+                }
+                return True;
+            }
+            catch (Exception error)
+            {
+                return Failed<bool>(error);
             }
         }
 
-        public async Task<int> ResetExpiredLocksAsync(CancellationToken cancellationToken)
+        public Task<int> ResetExpiredLocksAsync(CancellationToken cancellationToken)
         {
             var now = clock.UtcNow;
             lock (gate)
@@ -103,11 +146,11 @@ namespace Dsm.DataStateMachine.Handlers
                     if (reset != null) swept.Add(reset);
                 }
                 foreach (var record in swept) current[record.Key] = record;
-                return swept.Count;
+                return Task.FromResult(swept.Count);
             }
         }
 
-        public async Task<int> ExpirePastRetentionAsync(CancellationToken cancellationToken)
+        public Task<int> ExpirePastRetentionAsync(CancellationToken cancellationToken)
         {
             var now = clock.UtcNow;
             lock (gate)
@@ -127,13 +170,20 @@ namespace Dsm.DataStateMachine.Handlers
                     superseded[i] = done;
                     count++;
                 }
-                return count;
+                return Task.FromResult(count);
             }
         }
 
         private void Store(StateHandlerContext context, StateRecord record)
         {
             if (record != null) current[context.RecordKey] = record;
+        }
+
+        private static Task<T> Failed<T>(Exception error)
+        {
+            var failed = new TaskCompletionSource<T>();
+            failed.SetException(error);
+            return failed.Task;
         }
     }
 }

@@ -3,7 +3,6 @@
 // inside a character), records with every field, instants to the microsecond.
 
 using System;
-using System.Collections.Generic;
 using System.Data.Common;
 using System.Globalization;
 using System.Reflection;
@@ -141,82 +140,13 @@ namespace Dsm.DataStateMachine.Protocol
         public static void Error(StringBuilder into, Exception error)
         {
             error = Unwrap(error);
-            string kind;
-            var fields = new List<KeyValuePair<string, object>>();
-            if (error is PayloadTooLargeException)
-            {
-                var e = (PayloadTooLargeException)error;
-                kind = "payload_too_large";
-                fields.Add(Field("size", e.Size));
-                fields.Add(Field("limit", e.Limit));
-            }
-            else if (error is InvalidItemException)
-            {
-                kind = "invalid_item";
-                fields.Add(Field("field", ((InvalidItemException)error).Field ?? ""));
-            }
-            else if (error is LockHeldException)
-            {
-                var e = (LockHeldException)error;
-                kind = "lock_held";
-                fields.Add(Field("item_key", e.ItemKey));
-                fields.Add(Field("locked_until", e.LockedUntil));
-            }
-            else if (error is LockNotHeldException)
-            {
-                var e = (LockNotHeldException)error;
-                kind = "lock_not_held";
-                fields.Add(Field("item_key", e.ItemKey));
-                fields.Add(Field("operation", e.Operation));
-            }
-            else if (error is StaleLockException)
-            {
-                var e = (StaleLockException)error;
-                kind = "stale_lock";
-                fields.Add(Field("item_key", e.ItemKey));
-                fields.Add(Field("token", e.Token));
-                fields.Add(Field("current_token", e.CurrentToken));
-                fields.Add(Field("status", e.Status));
-            }
-            else if (error is ForbiddenTransitionException)
-            {
-                var e = (ForbiddenTransitionException)error;
-                kind = "forbidden_transition";
-                fields.Add(Field("source", e.SourceStatus));
-                fields.Add(Field("target", e.TargetStatus));
-                fields.Add(Field("allowed", e.Allowed));
-                fields.Add(Field("item_key", e.ItemKey));
-            }
-            else if (error is UnsupportedStatusException)
-            {
-                var e = (UnsupportedStatusException)error;
-                kind = "unsupported_status";
-                fields.Add(Field("status", e.Status));
-                fields.Add(Field("use", e.Use));
-            }
-            else if (error is InstantOutOfRangeException)
-            {
-                var e = (InstantOutOfRangeException)error;
-                kind = "instant_out_of_range";
-                fields.Add(Field("option", e.Option));
-                fields.Add(Field("now", e.Now));
-                fields.Add(Field("duration", e.Duration));
-            }
-            else if (error is StoreException)
-            {
-                kind = "store_error";
-            }
-            else if (error is DbException)
+            if (error is DbException)
             {
                 // A database failure the handler did not wrap: the store failed, the outcome is unknown.
-                kind = "store_error";
                 error = new StoreException("the store failed: " + error.GetType().Name + ": " + error.Message, error);
             }
-            else if (error is BadRequestException)
-            {
-                kind = "bad_request";
-            }
-            else
+            string kind = KindOf(error);
+            if (kind == null)
             {
                 // No kind says what happened: the harness reports it with the type and the trace.
                 into.Append("{\"kind\":\"internal\",\"message\":");
@@ -228,37 +158,93 @@ namespace Dsm.DataStateMachine.Protocol
             }
             into.Append("{\"kind\":\"").Append(kind).Append("\",\"message\":");
             String(into, error.Message);
-            foreach (var field in fields)
+            var tooLarge = error as PayloadTooLargeException;
+            var invalid = error as InvalidItemException;
+            var held = error as LockHeldException;
+            var notHeld = error as LockNotHeldException;
+            var stale = error as StaleLockException;
+            var forbidden = error as ForbiddenTransitionException;
+            var unsupported = error as UnsupportedStatusException;
+            var outOfRange = error as InstantOutOfRangeException;
+            if (tooLarge != null)
             {
-                into.Append(",\"").Append(field.Key).Append("\":");
-                Value(into, field.Value);
+                Field(into, "size", tooLarge.Size);
+                Field(into, "limit", tooLarge.Limit);
+            }
+            else if (invalid != null)
+            {
+                Field(into, "field", invalid.Field ?? "");
+            }
+            else if (held != null)
+            {
+                Field(into, "item_key", held.ItemKey);
+                Field(into, "locked_until", held.LockedUntil);
+            }
+            else if (notHeld != null)
+            {
+                Field(into, "item_key", notHeld.ItemKey);
+                Field(into, "operation", notHeld.Operation);
+            }
+            else if (stale != null)
+            {
+                Field(into, "item_key", stale.ItemKey);
+                Field(into, "token", stale.Token);
+                Field(into, "current_token", stale.CurrentToken);
+                Field(into, "status", stale.Status);
+            }
+            else if (forbidden != null)
+            {
+                Field(into, "source", forbidden.SourceStatus);
+                Field(into, "target", forbidden.TargetStatus);
+                into.Append(",\"allowed\":[");
+                for (int i = 0; i < forbidden.Allowed.Count; i++)
+                {
+                    if (i > 0) into.Append(',');
+                    String(into, forbidden.Allowed[i]);
+                }
+                into.Append(']');
+                Field(into, "item_key", forbidden.ItemKey);
+            }
+            else if (unsupported != null)
+            {
+                Field(into, "status", unsupported.Status);
+                Field(into, "use", unsupported.Use);
+            }
+            else if (outOfRange != null)
+            {
+                Field(into, "option", outOfRange.Option);
+                Field(into, "now", outOfRange.Now);
+                Field(into, "duration", outOfRange.Duration);
             }
             into.Append('}');
         }
 
-        private static KeyValuePair<string, object> Field(string name, object value)
+        /// <summary>The protocol's kind for an exception, or null for one no kind names.</summary>
+        private static string KindOf(Exception error)
         {
-            return new KeyValuePair<string, object>(name, value);
+            if (error is PayloadTooLargeException) return "payload_too_large";
+            if (error is InvalidItemException) return "invalid_item";
+            if (error is LockHeldException) return "lock_held";
+            if (error is LockNotHeldException) return "lock_not_held";
+            if (error is StaleLockException) return "stale_lock";
+            if (error is ForbiddenTransitionException) return "forbidden_transition";
+            if (error is UnsupportedStatusException) return "unsupported_status";
+            if (error is InstantOutOfRangeException) return "instant_out_of_range";
+            if (error is StoreException) return "store_error";
+            if (error is BadRequestException) return "bad_request";
+            return null;
         }
 
-        private static void Value(StringBuilder into, object value)
+        private static void Field(StringBuilder into, string name, string value)
         {
-            if (value == null) into.Append("null");
-            else if (value is string) String(into, (string)value);
-            else if (value is long) into.Append(((long)value).ToString(CultureInfo.InvariantCulture));
-            else if (value is IEnumerable<string>)
-            {
-                into.Append('[');
-                bool first = true;
-                foreach (var item in (IEnumerable<string>)value)
-                {
-                    if (!first) into.Append(',');
-                    first = false;
-                    String(into, item);
-                }
-                into.Append(']');
-            }
-            else throw new ArgumentException("no JSON form for " + value.GetType());
+            into.Append(",\"").Append(name).Append("\":");
+            String(into, value);
+        }
+
+        private static void Field(StringBuilder into, string name, long? value)
+        {
+            into.Append(",\"").Append(name).Append("\":");
+            Number(into, value);
         }
     }
 
