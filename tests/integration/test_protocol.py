@@ -75,8 +75,8 @@ FAKE = textwrap.dedent(
             if mode == "die_on_open":
                 sys.stderr.write("fatal: cannot reach the store at db:5432\\n")
                 sys.exit(3)
-            if mode == "refuse_open_with_helper":
-                # A helper process (as "dotnet run" or a shell wrapper starts) keeps stderr open.
+            if mode == "refuse_open_with_child":
+                # A child process (as "dotnet run" or a shell wrapper starts) keeps stderr open.
                 import subprocess
                 subprocess.Popen(["sleep", "3"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
                 say({"id": rid, "error": {"kind": "store_error", "message": "store unreachable"}})
@@ -231,9 +231,9 @@ def test_a_process_dying_on_open_is_reported_with_its_stderr_tail(fake: Any) -> 
 
 
 def test_a_handler_whose_open_was_refused_closes_quietly(fake: Any) -> None:
-    # The kit closes a peer whose open failed; a helper process still holding the
+    # The kit closes a peer whose open failed; a child process still holding the
     # stderr pipe made that close raise CancelledError out of the whole run.
-    handler = fake("refuse_open_with_helper")
+    handler = fake("refuse_open_with_child")
 
     async def open_then_close() -> None:
         with pytest.raises(StoreError, match="store unreachable"):

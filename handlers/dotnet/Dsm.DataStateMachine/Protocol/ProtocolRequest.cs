@@ -19,7 +19,6 @@ namespace Dsm.DataStateMachine.Protocol
         public string Store;
         public bool DropStore;
         public StateHandlerContext Context;
-        public bool HasStatus;
         public IdempotencyStatus Status;
         public string StatusText;
         public bool HasData;
@@ -27,16 +26,6 @@ namespace Dsm.DataStateMachine.Protocol
         public string ErrorDetail;
         /// <summary>What is wrong with the request (answered as bad_request), or null.</summary>
         public string Problem;
-
-        /// <summary>A short description for logs: "request 7 (try_acquire_lock 'INV-1')".</summary>
-        public string Label
-        {
-            get
-            {
-                string item = Context == null ? "" : " " + DsmException.Echo(Context.ItemKey);
-                return "request " + Id + " (" + Op + item + ")";
-            }
-        }
 
         /// <summary>The request a line holds. Throws <see cref="JsonLineException"/> when the line is not JSON.</summary>
         public static ProtocolRequest Parse(string line)
@@ -81,7 +70,6 @@ namespace Dsm.DataStateMachine.Protocol
                         request.Context = ReadContext(json, request);
                         break;
                     case "status":
-                        request.HasStatus = true;
                         request.StatusText = Text(json);
                         break;
                     case "data_json":
