@@ -2,11 +2,13 @@
 
 Two tables.  The first times single operations through each transport: the
 in-memory handler in process (the baseline), the Node.js handler, the Java
-handler (when a JDK is installed) and ``dsm serve`` of the in-memory handler
-over stdin/stdout.  ``get`` one at a time is the full round trip; ``exists``
-with 10 in flight shows what pipelining recovers.  The second runs the whole
-conformance kit on the Node handler and on the in-memory handler in process,
-same profile and seed, side by side: the issue's bar is Node within 3x.
+handler (when a JDK is installed), the C# handlers behind their protocol host
+(when Mono is installed) and ``dsm serve`` of the in-memory handler over
+stdin/stdout.  ``get`` one at a time is the full round trip; ``exists`` with
+10 in flight shows what pipelining recovers.  The second runs the whole
+conformance kit on the Node handler, on the C# in-memory handler and on the
+in-memory handler in process, same profile and seed, side by side: the bar
+is each within 3x of in process.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from common import BenchSkipped, Table, timed
 __all__ = ["TITLE", "run"]
 
 TITLE = "Handler protocol: round trip per operation (µs), each transport vs in process"
-VERIFY_TITLE = "dsm verify --exec on the Node handler vs the in-memory handler in process"
+VERIFY_TITLE = "dsm verify --exec on the Node and C# handlers vs the in-memory handler in process"
 ROOT = Path(__file__).resolve().parent.parent
 NODE_HANDLER = ROOT / "handlers" / "node" / "memory.js"
 JAVA_HANDLER = ROOT / "handlers" / "java" / "MemoryHandler.java"
+DOTNET_BUILD = ROOT / "handlers" / "dotnet" / "build.sh"
 MEMORY = "reference_engine.handlers.memory:in_memory_handler"
-#: The issue's bar: Node through the protocol within this many times in process.
+#: The bar: a handler through the protocol within this many times in process.
 TARGET_RATIO = 3.0
 #: Full mode runs each verification this many times, alternating, and keeps the fastest.
 ROUNDS = 3
@@ -78,6 +81,18 @@ def _java_command(workdir: Path) -> list[str] | None:
     return [java, *flags, "-cp", str(workdir), "MemoryHandler"]
 
 
+def _dotnet_commands(workdir: Path) -> dict[str, list[str]]:
+    """The C# handlers built with Mono's mcs, by name; none where Mono is missing."""
+    mono = shutil.which("mono")
+    if mono is None or shutil.which("mcs") is None:
+        return {}
+    subprocess.run(["bash", str(DOTNET_BUILD), str(workdir)], check=True, timeout=300)
+    return {
+        "C# MemoryHandler.exe (mono)": [mono, str(workdir / "MemoryHandler.exe")],
+        "C# SqliteHandler.exe (mono)": [mono, str(workdir / "SqliteHandler.exe")],
+    }
+
+
 def _transports(node: str, workdir: Path) -> dict[str, Callable[[Any], Any]]:
     from dsm_sim.protocol.client import exec_factory
     from reference_engine.registry import load_factory
@@ -89,6 +104,8 @@ def _transports(node: str, workdir: Path) -> dict[str, Callable[[Any], Any]]:
     java = _java_command(workdir)
     if java is not None:
         transports["java MemoryHandler"] = exec_factory(java)
+    for name, command in _dotnet_commands(workdir / "dotnet").items():
+        transports[name] = exec_factory(command)
     serve = [sys.executable, "-m", "dsm_sim.cli", "serve", MEMORY]
     transports["dsm serve in_memory_handler"] = exec_factory(serve)
     return transports
@@ -141,35 +158,34 @@ def run(short: bool) -> list[Table]:
     # Alternated, best of ROUNDS each: other jobs on the machine slow one run or
     # the other, and the fastest run of each is the least disturbed.
     rounds = 1 if short else ROUNDS
-    runs: dict[str, list[tuple[float, int, bool]]] = {"in": [], "node": []}
-    for _ in range(rounds):
-        runs["in"].append(_verify_seconds(load_factory(MEMORY), short))
-        runs["node"].append(_verify_seconds(exec_factory([node, str(NODE_HANDLER)]), short))
-    in_process, through_node = min(runs["in"]), min(runs["node"])
-    ratio = through_node[0] / in_process[0]
-    verdict = "within" if ratio <= TARGET_RATIO else "over"
+    with tempfile.TemporaryDirectory(prefix="dsm-bench-dotnet-") as tmp:
+        sides: dict[str, Callable[[], Callable[[Any], Any]]] = {
+            "in process (in_memory_handler)": lambda: load_factory(MEMORY),
+            "node handlers/node/memory.js": lambda: exec_factory([node, str(NODE_HANDLER)]),
+        }
+        dotnet = _dotnet_commands(Path(tmp)).get("C# MemoryHandler.exe (mono)")
+        if dotnet is not None:
+            sides["C# MemoryHandler.exe (mono)"] = lambda: exec_factory(dotnet)
+        runs: dict[str, list[tuple[float, int, bool]]] = {name: [] for name in sides}
+        for _ in range(rounds):
+            for name, make in sides.items():
+                runs[name].append(_verify_seconds(make(), short))
+    best = {name: min(results) for name, results in runs.items()}
+    in_process = best["in process (in_memory_handler)"]
+    rows = []
+    verdicts = []
+    for name, (seconds, cases, passed) in best.items():
+        ratio = seconds / in_process[0]
+        rows.append((name, profile, cases, seconds, "PASSED" if passed else "FAILED", ratio))
+        if name != "in process (in_memory_handler)":
+            verdicts.append(
+                f"{name.split()[0]} {ratio:.2f} ({'within' if ratio <= TARGET_RATIO else 'over'})"
+            )
     side_by_side = Table(
         VERIFY_TITLE,
-        ("handler", "profile", "test cases", "seconds", "verdict", "node/in-process"),
-        [
-            (
-                "in process (in_memory_handler)",
-                profile,
-                in_process[1],
-                in_process[0],
-                "PASSED" if in_process[2] else "FAILED",
-                1.0,
-            ),
-            (
-                "node handlers/node/memory.js",
-                profile,
-                through_node[1],
-                through_node[0],
-                "PASSED" if through_node[2] else "FAILED",
-                ratio,
-            ),
-        ],
-        note=f"seed 0 for both, best of {rounds} alternating runs; the bar is "
-        f"node/in-process <= {TARGET_RATIO:g} ({verdict} it)",
+        ("handler", "profile", "test cases", "seconds", "verdict", "x/in-process"),
+        rows,
+        note=f"seed 0 for all, best of {rounds} alternating runs; the bar is "
+        f"x/in-process <= {TARGET_RATIO:g}: " + ", ".join(verdicts),
     )
     return [trips, side_by_side]

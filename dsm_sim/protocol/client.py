@@ -545,7 +545,9 @@ class ExecHandler:
                 await process.wait()
             returncode = process.returncode
         for task in (self._reader, self._stderr_reader):
-            if task is None:
+            if task is None or task.done():
+                # Done already, or cancelled by an earlier shutdown (open's, when open
+                # failed): awaiting a cancelled task again would raise CancelledError.
                 continue
             # On a timeout wait_for cancels it: a grandchild process keeps the pipe open.
             with contextlib.suppress(TimeoutError):

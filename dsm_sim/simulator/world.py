@@ -312,7 +312,7 @@ class World:
         if twin is None:
             mine = self.handler
         else:
-            self.driver.complete(twin.open(), "open()")
+            self._stopping_on_protocol_errors(twin.open(), "open()")
             mine = twin
         self.instances[process] = mine
         return mine
@@ -380,8 +380,16 @@ class World:
 
     def _reading(self, reads: Coroutine[Any, Any, T]) -> T:
         """Run a probe's reads; a handler process that broke the protocol stops the run."""
+        return self._stopping_on_protocol_errors(reads, "get()")
+
+    def _stopping_on_protocol_errors(self, call: Coroutine[Any, Any, T], what: str) -> T:
+        """Run ``call`` to its end; a handler process that broke the protocol stops the run.
+
+        For the calls the world makes itself (read-backs, a worker's peer opening
+        on the run's store), outside the workers' own error handling.
+        """
         try:
-            return self.driver.complete(reads, "get()")
+            return self.driver.complete(call, what)
         except DsmError as exc:
             # Imported here: the protocol package is not needed by in-process runs.
             from dsm_sim.protocol.errors import ProtocolError

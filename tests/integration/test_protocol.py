@@ -40,7 +40,7 @@ from dsm_sim.protocol.errors import (
 )
 from reference_engine.clock import ManualClock
 from reference_engine.context import StateHandlerContext
-from reference_engine.errors import DsmError, StaleLockError
+from reference_engine.errors import DsmError, StaleLockError, StoreError
 from reference_engine.status import IdempotencyStatus
 
 pytestmark = pytest.mark.integration
@@ -76,6 +76,12 @@ FAKE = textwrap.dedent(
             if mode == "die_on_open":
                 sys.stderr.write("fatal: cannot reach the store at db:5432\\n")
                 sys.exit(3)
+            if mode == "refuse_open_with_child":
+                # A child process (as "dotnet run" or a shell wrapper starts) keeps stderr open.
+                import subprocess
+                subprocess.Popen(["sleep", "3"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                say({"id": rid, "error": {"kind": "store_error", "message": "store unreachable"}})
+                continue
             say({"id": rid, "result": {"protocol": 2 if mode == "version" else 1, "concurrent": True}})
         elif req["op"] == "close":
             say({"id": rid, "result": None})
@@ -223,6 +229,19 @@ def test_a_process_dying_on_open_is_reported_with_its_stderr_tail(fake: Any) -> 
         _run(fake("die_on_open").open())
     assert "cannot reach the store" in str(caught.value)
     assert "open" in caught.value.request
+
+
+def test_a_handler_whose_open_was_refused_closes_quietly(fake: Any) -> None:
+    # The kit closes a peer whose open failed; a child process still holding the
+    # stderr pipe made that close raise CancelledError out of the whole run.
+    handler = fake("refuse_open_with_child")
+
+    async def open_then_close() -> None:
+        with pytest.raises(StoreError, match="store unreachable"):
+            await handler.open()
+        await handler.close()
+
+    _run(open_then_close())
 
 
 def test_a_silent_process_times_out_and_is_killed(fake: Any) -> None:
@@ -522,6 +541,22 @@ def test_java_handler_without_fencing_is_caught(java_classes: Path) -> None:
         ["stale_write_rejected"],
         ["spent_token_rejected"],
     )
+
+
+def test_an_instant_past_year_9999_crosses_the_wire_as_its_own_kind() -> None:
+    # A handler's year-9999 refusal reaches the kit as the error the model raises.
+    from dsm_sim.protocol import wire
+    from dsm_sim.protocol.schema import problem
+    from reference_engine.errors import InstantOutOfRangeError
+
+    error = InstantOutOfRangeError(option="retention", now="9999-12-31T23:00:00", duration="30d")
+    body = wire.encode_error(error)
+    assert body["kind"] == "instant_out_of_range"
+    assert problem("error", body) is None
+    back = wire.decode_error(body, CTX)
+    assert type(back) is InstantOutOfRangeError
+    assert (back.option, back.now, back.duration) == ("retention", "9999-12-31T23:00:00", "30d")
+    assert str(back) == str(error)
 
 
 def test_payloads_travel_as_canonical_json_text() -> None:

@@ -162,6 +162,48 @@ def test_dsm_run_takes_exec_as_dsm_verify_does(capsys: pytest.CaptureFixture[str
     assert "not --handler and --exec" in capsys.readouterr().err
 
 
+def test_a_peer_process_dying_on_open_stops_the_run_with_its_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A worker's own process on the run's store exits on open: the run stops and says
+    # why, instead of SimPy failing to rebuild the error (a traceback, exit status 3).
+    script = tmp_path / "peerless.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import json, os, sys
+            for line in sys.stdin:
+                req = json.loads(line)
+                if req["op"] == "open":
+                    marker = os.path.join(sys.argv[1], req.get("store", "none"))
+                    if os.path.exists(marker):
+                        sys.stderr.write("peer: cannot reach the store\\n")
+                        sys.exit(3)
+                    open(marker, "w").close()
+                    answer = {"protocol": 1, "concurrent": True, "named_store": True}
+                    print(json.dumps({"id": req["id"], "result": answer}), flush=True)
+                elif req["op"] == "close":
+                    print(json.dumps({"id": req["id"], "result": None}), flush=True)
+                    break
+                else:
+                    result = False if req["op"] == "exists" else None
+                    print(json.dumps({"id": req["id"], "result": result}), flush=True)
+            """
+        ),
+        encoding="utf-8",
+    )
+    command = f"{sys.executable} {script} {tmp_path}"
+    code = main(["run", str(SLOW_WORKER), "--seed", "1", "--handler", f"exec:{command}"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert (
+        "FAIL slow-worker seed 1: the handler broke the protocol, so the run stopped: "
+        "HandlerExitedError: the handler process exited with status 3 before answering "
+        "request 1 (open)"
+    ) in out
+    assert "cannot reach the store" in out
+
+
 # --- --exec-tcp ------------------------------------------------------------------------------
 
 

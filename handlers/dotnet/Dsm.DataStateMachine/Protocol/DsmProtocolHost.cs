@@ -1,0 +1,101 @@
+// The protocol host: a handler class, verified as it is, with one line in a Main.
+//
+//   static int Main(string[] args) =>
+//       DsmProtocolHost.Run(args, clock => new MyHandler(clock));
+//
+// It speaks docs/protocol.md on stdin/stdout: framing, pipelining, ids, open and close in
+// order with everything else, named stores and peers, the mapping of the named exceptions to
+// error kinds, instants to the microsecond and the year-9999 limit. The handler sees only
+// its own contract: IDataStateMachineHandler, a StateHandlerContext, a clock.
+
+using System;
+using System.IO;
+using System.Text;
+
+namespace Dsm.DataStateMachine.Protocol
+{
+    public static class DsmProtocolHost
+    {
+        /// <summary>The protocol version this host speaks.</summary>
+        public const int ProtocolVersion = 1;
+
+        /// <summary>
+        /// Serves a handler whose store lives in the process (or is named by its own
+        /// configuration): each process the harness starts is one store.
+        /// </summary>
+        public static int Run(string[] args, Func<IClock, IDataStateMachineHandler> factory, HostOptions options = null)
+        {
+            if (factory == null) throw new ArgumentNullException("factory");
+            return Serve(args, options, (clock, store) => factory(clock), false);
+        }
+
+        /// <summary>
+        /// Serves a handler that can work in a store the harness names on <c>open</c> (a
+        /// file, a schema, a key prefix): <paramref name="factory"/> gets the name, or
+        /// <c>null</c> when none is named. Every process opened with the same name must reach
+        /// the same records; the harness then races its workers through several processes.
+        /// </summary>
+        public static int Run(string[] args, Func<IClock, string, IDataStateMachineHandler> factory, HostOptions options = null)
+        {
+            if (factory == null) throw new ArgumentNullException("factory");
+            return Serve(args, options, factory, true);
+        }
+
+        private static int Serve(string[] args, HostOptions options, Func<IClock, string, IDataStateMachineHandler> factory, bool namedStores)
+        {
+            options = options ?? new HostOptions();
+            foreach (var arg in args ?? new string[0])
+            {
+                if (arg == "--serial") options.Concurrent = false;
+            }
+            var answers = new AnswerStream(Console.OpenStandardOutput());
+            var session = new HostSession(factory, namedStores, options, answers);
+            return Pump(Console.OpenStandardInput(), session, answers);
+        }
+
+        /// <summary>
+        /// Reads whatever the pipe holds, answers every complete line in it, then writes the
+        /// answers in one go: a burst of pipelined requests costs one read and one write.
+        /// </summary>
+        private static int Pump(Stream input, HostSession session, AnswerStream answers)
+        {
+            var chunk = new byte[1 << 16];
+            var partial = new MemoryStream();
+            while (!session.Closed)
+            {
+                int read = input.Read(chunk, 0, chunk.Length);
+                if (read <= 0) break;
+                answers.BeginBatch();
+                try
+                {
+                    int start = 0;
+                    for (int i = 0; i < read && !session.Closed; i++)
+                    {
+                        if (chunk[i] != (byte)'\n') continue;
+                        string line;
+                        if (partial.Length == 0)
+                        {
+                            line = Encoding.UTF8.GetString(chunk, start, i - start);
+                        }
+                        else
+                        {
+                            partial.Write(chunk, start, i - start);
+                            line = Encoding.UTF8.GetString(partial.GetBuffer(), 0, (int)partial.Length);
+                            partial.SetLength(0);
+                        }
+                        start = i + 1;
+                        session.HandleLine(line);
+                    }
+                    if (!session.Closed && start < read) partial.Write(chunk, start, read - start);
+                }
+                finally
+                {
+                    answers.EndBatch();
+                }
+            }
+            if (!session.Closed) session.EndOfInput();
+            answers.Flush();
+            return 0;
+        }
+    }
+}

@@ -1,0 +1,384 @@
+"""The C# handlers (``handlers/dotnet``) through their protocol host, built with Mono's ``mcs``.
+
+The in-memory handler and the built-in SQLite handler must pass the kit at
+the ``dev`` profile with seed 0, the SQLite one raced through several
+processes on the store the kit names; each deliberately broken C# variant
+must be caught (the read-then-write acquire through those processes);
+payload text, the year-9999 limit, the order of ``close`` and a store that
+cannot open are checked directly.  Needs Mono (``mcs``, ``mono``),
+Mono.Data.Sqlite and Debian's Newtonsoft.Json: skipped where one is missing,
+and a failure under ``CI=true`` (``.ci/run`` installs them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsm_sim.conformance.runner import VerificationReport, verify
+from dsm_sim.protocol.client import ExecHandler, exec_factory
+from dsm_sim.protocol.replay import replay
+from dsm_sim.scenario import load_scenarios
+from dsm_sim.simulator.run import run_scenario
+from reference_engine.clock import ManualClock
+from reference_engine.config import HandlerConfig
+from reference_engine.context import StateHandlerContext
+from reference_engine.errors import DsmError, StoreError
+from reference_engine.handlers.memory import in_memory_handler
+from reference_engine.status import TRANSITIONS, IdempotencyStatus
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DOTNET = ROOT / "handlers" / "dotnet"
+#: What the build needs besides mcs and mono (Debian's libmono-sqlite4.0-cil and
+#: libnewtonsoft-json-cil-dev).
+LIBRARIES = (
+    Path("/usr/lib/mono/4.5/Mono.Data.Sqlite.dll"),
+    Path("/usr/lib/pkgconfig/newtonsoft-json.pc"),
+)
+UTC = dt.UTC
+S = IdempotencyStatus
+
+
+def _missing(message: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message} (CI=true: a missing toolchain is a failure, not a skip)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The handlers built by ``handlers/dotnet/build.sh`` into a fresh directory."""
+    for tool in ("mcs", "mono"):
+        if shutil.which(tool) is None:
+            _missing(f"{tool} is not installed (apt-get install mono-devel)")
+    for library in LIBRARIES:
+        if not library.exists():
+            _missing(
+                f"{library} is missing (apt-get install libmono-sqlite4.0-cil libnewtonsoft-json-cil-dev)"
+            )
+    out = tmp_path_factory.mktemp("dotnet-build")
+    subprocess.run(["bash", str(DOTNET / "build.sh"), str(out)], check=True, timeout=300)
+    return out
+
+
+@pytest.fixture
+def stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the SQLite handler keeps the stores it is named (inherited by its processes)."""
+    directory = tmp_path / "stores"
+    monkeypatch.setenv("DSM_DOTNET_SQLITE_DIR", str(directory))
+    return directory
+
+
+def _mono(build: Path, program: str, *args: str) -> list[str]:
+    mono = shutil.which("mono")
+    assert mono is not None
+    return [mono, str(build / program), *args]
+
+
+def _assert_passed(report: VerificationReport) -> None:
+    assert report.passed, "\n\n".join(v.render() for v in report.violations) or report.error
+    assert report.test_cases > 0 and report.steps > 0
+
+
+def _ctx(
+    item: str = "INV-1", *, retention: dt.timedelta | None = dt.timedelta(days=30)
+) -> StateHandlerContext:
+    return StateHandlerContext(
+        scope_id=4,
+        scope_code="Element",
+        entity_id="invoice-dispatch",
+        entity_execution_id="run-1",
+        tenant_id="t1",
+        source_app_id="billing",
+        handler_config=HandlerConfig(lock_duration=dt.timedelta(minutes=30), retention=retention),
+    ).for_item(item)
+
+
+# --- the contract ------------------------------------------------------------------------------
+
+
+def test_the_transition_table_is_the_python_one(build: Path, tmp_path: Path) -> None:
+    probe = tmp_path / "Probe.cs"
+    probe.write_text(
+        """
+        using System;
+        using System.Linq;
+        using Dsm.DataStateMachine;
+        static class Probe {
+            static void Main() {
+                foreach (var entry in Statuses.Transitions)
+                    Console.WriteLine(entry.Key.WireValue() + ":" +
+                        string.Join(",", entry.Value.Select(s => s.WireValue()).OrderBy(s => s)));
+            }
+        }
+        """,
+        encoding="utf-8",
+    )
+    exe = tmp_path / "Probe.exe"
+    subprocess.run(
+        ["mcs", "-nologo", f"-r:{build / 'Dsm.DataStateMachine.dll'}", f"-out:{exe}", str(probe)],
+        check=True,
+        timeout=120,
+    )
+    shutil.copy(build / "Dsm.DataStateMachine.dll", tmp_path)
+    out = subprocess.run(["mono", str(exe)], check=True, capture_output=True, text=True, timeout=60)
+    table = {
+        source: set(filter(None, targets.split(",")))
+        for source, targets in (line.split(":") for line in out.stdout.splitlines())
+    }
+    assert table == {s.value: {t.value for t in TRANSITIONS[s]} for s in IdempotencyStatus}
+
+
+# --- the kit -----------------------------------------------------------------------------------
+
+
+def test_the_in_memory_handler_passes_the_kit(build: Path) -> None:
+    _assert_passed(verify(exec_factory(_mono(build, "MemoryHandler.exe")), profile="dev", seed=0))
+
+
+def test_the_sqlite_handler_passes_the_kit_through_processes_on_one_store(
+    build: Path, stores: Path
+) -> None:
+    report = verify(
+        exec_factory(_mono(build, "SqliteHandler.exe")), profile="dev", seed=0, max_examples=12
+    )
+    _assert_passed(report)
+    # Each test case's store was named on open and dropped by the close that said so.
+    assert stores.is_dir() and not list(stores.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("variant", "caught"),
+    [
+        ("no_fencing", {"stale_write_rejected", "spent_token_rejected"}),
+        ("live_lock_takeover", {"at_most_one_live_lock"}),
+        ("parsed_payload", {"data_round_trip"}),
+        ("read_then_write_acquire", {"at_most_one_live_lock"}),
+    ],
+)
+def test_a_broken_variant_is_caught(
+    build: Path, stores: Path, variant: str, caught: set[str]
+) -> None:
+    factory = exec_factory(_mono(build, "BrokenHandler.exe", variant))
+    report = verify(factory, profile="dev", seed=0, stop_on_first=True)
+    assert [v.name for v in report.violations] and {v.name for v in report.violations} <= caught, [
+        v.render() for v in report.violations
+    ] or report.error
+
+
+# --- the simulator -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("program", "scenario"),
+    [
+        ("MemoryHandler.exe", "slow-worker"),
+        ("SqliteHandler.exe", "lost-replies"),
+        ("SqliteHandler.exe", "crash-mid-dispatch"),
+    ],
+)
+def test_a_handler_keeps_every_invariant_of_a_scenario(
+    build: Path, stores: Path, program: str, scenario: str
+) -> None:
+    (loaded,) = load_scenarios(ROOT / "scenarios" / f"{scenario}.toml")
+    command = _mono(build, program)
+    result = run_scenario(loaded, 1, exec_factory(command), handler_name=f"exec:{program}")
+    assert result.passed, result.violated
+    assert result.stats["side_effects"], result.stats
+
+
+# --- the host ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["MemoryHandler.exe", "SqliteHandler.exe"])
+def program(request: pytest.FixtureRequest, build: Path, stores: Path) -> list[str]:
+    """The command of each C# handler (the SQLite one keeps its stores under ``stores``)."""
+    return _mono(build, str(request.param))
+
+
+#: The numbers a store's own conversion gets wrong, as the canonical text the harness sends.
+PAYLOAD = (
+    '{"big":18446744073709551616,"double":1e+300,"exact":9007199254740993,'
+    '"float":1.0,"huge":' + "9" * 100 + ',"negative_zero":-0.0,"tiny":5e-324,'
+    '"text":"caf\\u00e9 \\ud83d\\ude00 \\u0000"}'
+)
+
+
+def test_payload_text_comes_back_exactly_as_sent(program: list[str]) -> None:
+    now = "2026-03-02T09:00:00.000000Z"
+    context = {
+        "tenant_id": "t1",
+        "source_app_id": "billing",
+        "scope_id": 4,
+        "scope_code": "Element",
+        "entity_id": "invoice-dispatch",
+        "entity_execution_id": "run-1",
+        "item_entity_key": "",
+        "item_key": "INV-1",
+        "lock_duration_us": 1_800_000_000,
+        "retention_us": None,
+        "lock_token": None,
+    }
+    requests: list[dict[str, Any]] = [
+        {"id": 1, "op": "open", "now": now, "protocol": 1, "store": "dsm_payload"},
+        {"id": 2, "op": "upsert", "now": now, "context": context, "data_json": PAYLOAD},
+        {"id": 3, "op": "get", "now": now, "context": context},
+        {"id": 4, "op": "close", "now": now, "drop_store": True},
+    ]
+    pairs, broken = replay(requests, exec_factory(program))
+    assert broken is None
+    answers = {pair.request["id"]: pair.answer for pair in pairs}
+    assert answers[2] == {"id": 2, "result": None}
+    record = answers[3]["result"]
+    assert record["data_json"] == PAYLOAD
+    assert math.copysign(1.0, json.loads(record["data_json"])["negative_zero"]) == -1.0
+
+
+def test_everything_sent_before_close_is_answered_before_it(build: Path, stores: Path) -> None:
+    # The broken acquire awaits between its read and its write, so its answer comes from
+    # another thread, after the host has read close: close must wait for it.
+    now = "2026-03-02T09:00:00.000000Z"
+    context = {
+        "tenant_id": "t1",
+        "source_app_id": "a",
+        "scope_id": 4,
+        "scope_code": "Element",
+        "entity_id": "e",
+        "entity_execution_id": "r",
+        "item_entity_key": "",
+        "item_key": "INV-1",
+        "lock_duration_us": 1_000_000,
+        "retention_us": None,
+        "lock_token": None,
+    }
+    requests: list[dict[str, Any]] = [
+        {"id": 1, "op": "open", "now": now, "protocol": 1, "store": "dsm_close_order"},
+        *(
+            {
+                "id": 2 + n,
+                "op": "try_acquire_lock",
+                "now": now,
+                "context": {**context, "item_key": f"INV-{n}"},
+            }
+            for n in range(5)
+        ),
+        {"id": 7, "op": "close", "now": now, "drop_store": True},
+    ]
+    factory = exec_factory(_mono(build, "BrokenHandler.exe", "read_then_write_acquire"))
+    pairs, broken = replay(requests, factory, pipelined=True)
+    assert broken is None
+    assert [pair.answer for pair in pairs[1:6]] == [{"id": 2 + n, "result": 1} for n in range(5)]
+    assert pairs[6].answer == {"id": 7, "result": None}
+
+
+def _outcomes(handler: Any) -> list[str]:
+    """What each call near the end of year 9999 does: the class of its result or of its error."""
+    steps: list[Callable[[], Any]] = [
+        lambda: handler.try_acquire_lock(_ctx("A")),
+        lambda: handler.set(_ctx("A"), S.SKIPPED, {"n": 1}),
+        lambda: handler.set(_ctx("A"), S.PROCESSING, None),  # refused before the instant
+        lambda: handler.set(_ctx("A"), S.SKIPPED, {"blob": "x" * 300_000}),  # too large first
+        lambda: handler.release_lock_as_failed(_ctx("A"), "no token"),  # no token first
+        lambda: handler.upsert(_ctx("A"), {"n": 2}),
+        lambda: handler.upsert(_ctx("B", retention=None), {"n": 3}),  # kept forever: fine
+        lambda: handler.get(_ctx("A")),
+        lambda: handler.exists(_ctx("B", retention=None)),
+        lambda: handler.reset_expired_locks(),
+    ]
+
+    async def calls() -> list[str]:
+        seen: list[str] = []
+        await handler.open()
+        try:
+            for step in steps:
+                try:
+                    seen.append(type(await step()).__name__)
+                except DsmError as exc:
+                    seen.append(type(exc).__name__)
+        finally:
+            await handler.close()
+        return seen
+
+    return asyncio.run(calls())
+
+
+def test_instants_past_year_9999_are_refused_as_the_model_refuses_them(program: list[str]) -> None:
+    # 23:45 on the last day: now + 30 min of lock and now + 30 days of retention are past it.
+    end = dt.datetime(9999, 12, 31, 23, 45, tzinfo=UTC)
+    expected = _outcomes(in_memory_handler(ManualClock(end)))
+    assert expected.count("InstantOutOfRangeError") == 3, expected
+    assert _outcomes(ExecHandler(program, ManualClock(end), store="dsm_year_9999")) == expected
+
+
+def test_a_store_that_cannot_open_is_a_store_error(build: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("", encoding="utf-8")
+    handler = ExecHandler(
+        _mono(build, "SqliteHandler.exe"),
+        ManualClock(),
+        env={"DSM_DOTNET_SQLITE_DIR": str(blocker / "stores")},
+        store="dsm_unopenable",
+    )
+
+    async def open_it() -> None:
+        try:
+            await handler.open()
+        finally:
+            await handler.close()
+
+    with pytest.raises(StoreError, match="cannot prepare the SQLite store"):
+        asyncio.run(open_it())
+
+
+# --- the quick start ---------------------------------------------------------------------------
+
+
+def test_the_quick_start_main_runs_a_handler_class_as_it_is(build: Path, tmp_path: Path) -> None:
+    # Step 2 of docs/dotnet.md, compiled as printed around a handler of a team's own.
+    doc = (ROOT / "docs" / "dotnet.md").read_text(encoding="utf-8")
+    step = doc[doc.index("**2. Give it a `Main`.**") :]
+    main = re.search(r"```csharp\n(.*?)```", step, re.S)
+    assert main is not None
+    usings = "using Dsm.DataStateMachine;\nusing Dsm.DataStateMachine.Handlers;\n"
+    handler = """
+        public sealed class MyHandler : InMemoryDataStateMachineHandler {
+            public MyHandler(IClock clock, string connectionString) : base(clock) { }
+        }
+    """
+    source = tmp_path / "Program.cs"
+    source.write_text(usings + main.group(1) + handler, encoding="utf-8")
+    exe = tmp_path / "MyHandler.Verify.exe"
+    subprocess.run(
+        ["mcs", "-nologo", f"-r:{build / 'Dsm.DataStateMachine.dll'}", f"-out:{exe}", str(source)],
+        check=True,
+        timeout=120,
+    )
+    for dll in build.glob("*.dll"):
+        shutil.copy(dll, tmp_path)
+    report = verify(exec_factory(["mono", str(exe)]), profile="dev", seed=0, max_examples=2)
+    _assert_passed(report)
+
+
+# --- the invoice node --------------------------------------------------------------------------
+
+
+def test_the_invoice_node_charges_each_invoice_once_on_both_handlers(build: Path) -> None:
+    out = subprocess.run(
+        _mono(build, "InvoiceExample.exe"), capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    checks = [line for line in out.stdout.splitlines() if line.startswith("  ")]
+    assert len(checks) == 14 and all(line.startswith("  ok") for line in checks), out.stdout
