@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, TextIO
 
 from dsm_sim.conformance.cache import CACHE_DIR_ENV
 from dsm_sim.options import positive_seconds
+from dsm_sim.outputs import OutputKind, ReportWriteError, check_output
 from dsm_sim.printable import printable_stream
 from dsm_sim.profiles import PROFILES
-from reference_engine.errors import ConfigurationError
+from reference_engine.errors import ConfigurationError, DsmError
 
 if TYPE_CHECKING:
     from dsm_sim.conformance.runner import PropertyResult, VerificationReport
@@ -145,6 +146,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="stop at the first violation instead of settling every property",
     )
+    parser.add_argument(
+        "--waive",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="accept that NAME was not exercised (a property, or peers, matrix, probe:<name>); "
+        "repeatable. Without it, anything not exercised fails the verdict",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="FILE", help="also write the report as JSON"
+    )
+    parser.add_argument(
+        "--junit",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write JUnit XML: one test case per property and per part not exercised",
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write an HTML report: DIR/index.html, and a page per counterexample",
+    )
 
 
 def _header(report: VerificationReport) -> str:
@@ -163,11 +189,12 @@ def render_plain(report: object, out: TextIO) -> None:
     assert isinstance(report, VerificationReport)
     out.write(f"dsm verify {report.factory} ({_header(report)})\n")
     out.write(f"explored: {report.explored()}\n")
+    out.write(f"{report.coverage.render()}\n")
     width = max(len(r.name) for r in report.results)
     for result in report.results:
         stopped = f"  {result.stopped} later test cases stopped here" if result.stopped else ""
         if result.status.value == "waived":
-            stopped = f"  by design: {result.message}"
+            stopped = f"  {result.message}"
         out.write(
             f"  {result.name:<{width}}  {result.status.value.upper():<13} "
             f"{result.checks:>6} checks{stopped}\n"
@@ -194,21 +221,29 @@ def _write_details(report: object, out: TextIO) -> None:
         out.write("\n" + result.render() + "\n")
     if report.error:
         out.write(f"\nThe run did not complete: {report.error}\n")
+    missing = report.not_exercised
+    if missing:
+        out.write("\n" + "\n".join(missing) + "\n")
+        out.write(
+            "A property or part of the run that was not exercised is no evidence: give it a "
+            "chance to run (another --seed, the thorough profile, a handler that opens its "
+            "peers), or accept it by name with --waive NAME.\n"
+        )
+    for name, why in report.waived.items():
+        gap = next((g for g in report.gaps if g.name == name), None)
+        if gap is not None:
+            out.write(f"waived {name}: {gap.what}: {gap.reason}\n")
+        else:
+            out.write(f"waived {name}: {why}\n")
     out.write(_conditional_note(report))
     out.write(f"\n{verdict(report)}\n")
 
 
 def verdict(report: VerificationReport) -> str:
     """One line a CI log ends with; never a bare count with nothing to act on."""
-    if report.passed:
-        return "PASSED"
-    violations = report.violations
-    if not violations:
-        return "FAILED (the run did not complete; see above)"
-    flaky = sum(1 for v in violations if v.flaky)
-    names = ", ".join(v.name for v in violations)
-    extra = f", {flaky} of them flaky" if flaky else ""
-    return f"FAILED ({len(violations)} violated{extra}: {names})"
+    from dsm_sim.conformance.tell.outputs import verdict as told
+
+    return told(report)
 
 
 def _render_rich(report: object, out: TextIO) -> None:
@@ -221,7 +256,7 @@ def _render_rich(report: object, out: TextIO) -> None:
     console = Console(file=out)
     table = Table(
         title=f"dsm verify {report.factory}",
-        caption=f"{_header(report)}: {report.explored()}",
+        caption=f"{_header(report)}: {report.explored()}; {report.coverage.render()}",
     )
     table.add_column("property")
     table.add_column("result")
@@ -338,23 +373,28 @@ def import_path_hint(spec: str) -> str:
     )
 
 
-def _progress_bar(total: int) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+def _progress_bar() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
+    """A progress line on a terminal: which stage runs, and how far it is."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    bar = Progress(TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), transient=True)
-    task = bar.add_task("verify", total=total)
+    bar = Progress(
+        TextColumn("verifying: {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        transient=True,
+    )
+    task = bar.add_task("starting", total=None)
     bar.start()
 
-    def update(done: int, planned: int) -> None:
-        bar.update(task, completed=min(done, planned), total=planned)
+    def update(stage: str, done: int, planned: int) -> None:
+        bar.update(task, description=stage, completed=min(done, planned), total=planned)
 
     return update, bar.stop
 
 
 def main(args: argparse.Namespace) -> int:
     from dsm_sim.conformance.cache import cache_dir, use_cache_dir
-    from dsm_sim.conformance.runner import ResultStatus, verify
-    from dsm_sim.profiles import budget
+    from dsm_sim.conformance.runner import verify
     from reference_engine.clock import ManualClock
     from reference_engine.registry import build_handler, load_factory
 
@@ -415,11 +455,23 @@ def main(args: argparse.Namespace) -> int:
             if not result.flaky:
                 replays.append((result, list(exec_handlers.last_transcript)))
 
+    outputs = (
+        ("--json", args.json, OutputKind.FILE),
+        ("--junit", args.junit, OutputKind.FILE),
+        ("--report", args.report, OutputKind.DIRECTORY),
+    )
+    try:
+        for option, path, kind in outputs:
+            if path is not None:
+                check_output(option, path, kind)
+    except DsmError as exc:
+        sys.stderr.write(f"dsm verify: {exc}\n")
+        return EXIT_USAGE
     tty = sys.stdout.isatty()
-    update: Callable[[int, int], None] | None = None
+    update: Callable[[str, int, int], None] | None = None
     stop: Callable[[], None] = lambda: None  # noqa: E731
     if tty:
-        update, stop = _progress_bar(budget(args.profile).test_cases)
+        update, stop = _progress_bar()
     try:
         report = verify(
             factory,
@@ -428,8 +480,9 @@ def main(args: argparse.Namespace) -> int:
             clock_mode=args.clock,
             stop_on_first=args.stop_on_first,
             time_zone=args.tz,
-            progress=update,
+            stage=update,
             on_violation=on_violation,
+            waive=getattr(args, "waive", ()),
             semantics=getattr(args, "semantics", None),
             call_timeout_s=getattr(args, "call_timeout", None),
         )
@@ -449,6 +502,7 @@ def main(args: argparse.Namespace) -> int:
         render_plain(report, printable_stream(sys.stdout))
     if out_of_process:
         _write_protocol_failures(factory, printable_stream(sys.stdout))
+    written = _write_outputs(report, args)
     if not report.passed:
         print(f"replay this run: {report.replay_command()}", file=sys.stderr)
         if replays:
@@ -456,13 +510,28 @@ def main(args: argparse.Namespace) -> int:
                 replays, factory, args.replay_dir or cache_dir(args.cache_dir) / "replays"
             )
         return EXIT_VIOLATION
-    unexercised = [r.name for r in report.results if r.status is ResultStatus.NOT_EXERCISED]
-    if unexercised and args.profile != "dev":
-        # A check that never ran is not a pass under ci or thorough.
-        print(
-            f"not exercised under profile {args.profile}: {', '.join(unexercised)}; "
-            "nothing was verified for these properties",
-            file=sys.stderr,
-        )
-        return EXIT_VIOLATION
-    return EXIT_OK
+    return EXIT_OK if written else EXIT_USAGE
+
+
+def _write_outputs(report: VerificationReport, args: argparse.Namespace) -> bool:
+    """Write --json, --junit and --report; False (and a named error said) if one failed."""
+    from dsm_sim.conformance.tell.outputs import write_html, write_json, write_junit
+
+    ok = True
+    writers = (
+        ("--json", args.json, write_json),
+        ("--junit", args.junit, write_junit),
+        ("--report", args.report, write_html),
+    )
+    for option, path, write in writers:
+        if path is None:
+            continue
+        try:
+            written = write(report, path)
+        except OSError as exc:
+            error = ReportWriteError(option=option, path=str(path), reason=exc.strerror or str(exc))
+            print(f"dsm verify: {error}", file=sys.stderr)
+            ok = False
+            continue
+        print(f"dsm verify: {option} written to {written}", file=sys.stderr)
+    return ok

@@ -38,6 +38,7 @@ def probe_findings(
     *,
     found: Callable[[], frozenset[str]],
     probes: Sequence[Probe] = PROBES,
+    on_probe: Callable[[Probe], None] | None = None,
 ) -> Iterator[ProbeFinding]:
     """Run each probe against the handler ``machine`` builds; yield the ones that break a property.
 
@@ -51,5 +52,7 @@ def probe_findings(
         machine.stats.disabled = found()
         program = probe.program
         violation = replay(machine, program, unbuildable=True)
+        if on_probe is not None:
+            on_probe(probe)
         if violation is not None:
             yield ProbeFinding(probe, violation, program)

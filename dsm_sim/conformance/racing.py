@@ -275,12 +275,13 @@ def run_matrix(verification: Verification) -> None:
         return  # a handler that cannot be built or opened: the search reports how
     explorer.controlled = not out_of_process(probe.handler)
     try:
-        for cell in listed:
+        for done, cell in enumerate(listed, start=1):
             if plan.stop_on_first and verification.found:
                 break
             if verification.all_found():
                 break
             explorer.explore(cell)
+            plan.tell("race matrix (cells)", done, len(listed))
     finally:
         explorer.close()
     verification.checks.update(stats.checks)

@@ -53,6 +53,7 @@ from dsm_sim.conformance.verification import (
     TOP_UP_RUNS,
     Plan,
     Progress,
+    Stage,
     Verification,
     trimmed,
 )
@@ -153,6 +154,7 @@ def verify(
     probes: bool = True,
     matrix: bool = True,
     waive: Iterable[str] = (),
+    stage: Stage | None = None,
 ) -> VerificationReport:
     """Run the conformance kit against ``factory``; never raises on a violation.
 
@@ -174,6 +176,7 @@ def verify(
     ``call_timeout_s`` bounds every handler call, ``open`` and ``close`` included
     (default :func:`~dsm_sim.conformance.execute.loop.default_call_timeout`, 10 s;
     none of its own for a handler out of process, whose client has ``--exec-timeout``).
+    ``stage`` is told (stage, done, planned) as each stage goes, for a progress line.
     ``probes`` runs the edge probes and ``matrix`` the race matrix before the
     search.  ``waive`` names properties or gaps (``peers``, ``matrix``,
     ``probe:<name>``) whose NOT EXERCISED must not fail the verdict.
@@ -215,6 +218,7 @@ def verify(
         user_waived=_waivers(waive),
         on_violation=on_violation,
         progress=progress,
+        stage=stage,
     )
     verification = Verification(plan)
     if probes:

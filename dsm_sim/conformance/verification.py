@@ -41,7 +41,15 @@ from dsm_sim.conformance.tell.trim import replay, trim
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
-__all__ = ["CONFIRMATIONS", "TOP_UP_RUNS", "Plan", "Progress", "Verification", "trimmed"]
+__all__ = [
+    "CONFIRMATIONS",
+    "TOP_UP_RUNS",
+    "Plan",
+    "Progress",
+    "Stage",
+    "Verification",
+    "trimmed",
+]
 
 #: Clean runs (each on a new seed) added, at most, while some property has not been exercised.
 TOP_UP_RUNS = 2
@@ -49,6 +57,8 @@ TOP_UP_RUNS = 2
 CONFIRMATIONS = 2
 #: Called with (test cases run so far, test cases the profile plans in all).
 Progress = Callable[[int, int], None]
+#: Called with (the stage running, its units done, its units planned).
+Stage = Callable[[str, int, int], None]
 
 
 def _summary(name: str) -> str:
@@ -125,6 +135,12 @@ class Plan:
     user_waived: Mapping[str, str]
     on_violation: Callable[[PropertyResult], None] | None
     progress: Progress | None
+    #: Called with (stage, done, planned) as each stage goes: probes, matrix cells, test cases.
+    stage: Stage | None = None
+
+    def tell(self, stage: str, done: int, planned: int) -> None:
+        if self.stage is not None:
+            self.stage(stage, done, planned)
 
     def machine(self, stats: RunStats) -> type[ConformanceMachine]:
         kwargs: dict[str, Any] = {"clock_mode": self.mode, "stats": stats, "name": self.name}
@@ -269,7 +285,13 @@ class Verification:
         self.probe_steps = sum(len(probe.calls) for probe in applied)
         hung_before = timeouts_seen()
         with call_timeout(plan.limit):
-            findings = probe_findings(machine, found=self.known)
+            done = [0]
+
+            def probed(_: object) -> None:
+                done[0] += 1
+                plan.tell("edge probes", done[0], len(applied))
+
+            findings = probe_findings(machine, found=self.known, on_probe=probed)
             while True:
                 try:
                     finding = next(findings)
@@ -302,11 +324,12 @@ class Verification:
             if run_seed not in self.seeds:
                 self.seeds.append(run_seed)
             before = self.test_cases
-            on_case = (
-                None
-                if plan.progress is None
-                else (lambda n, before=before: plan.progress(before + n, planned))  # type: ignore[misc]
-            )
+
+            def on_case(n: int, before: int = before) -> None:
+                if plan.progress is not None:
+                    plan.progress(before + n, planned)
+                plan.tell("search (test cases)", before + n, planned)
+
             stats = RunStats(self.known(), on_case)
             machine = hypothesis_seed(run_seed)(plan.machine(stats))
             violation: PropertyViolation | None = None

@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
 
 from dsm_sim.conformance import properties as P
 from dsm_sim.conformance.execute.operations import OperationRules
 from dsm_sim.conformance.execute.recording import step
+from dsm_sim.conformance.generate import draws as W
 from dsm_sim.conformance.generate.worlds import Role, World
 from dsm_sim.model import ItemRef
 
@@ -104,29 +109,59 @@ class EdgeSteps(OperationRules):
         the end, and the story tells the loop in one line (with the last
         round in full), so a counter that stops at 127 reads as such.
         """
+        ref = self._ref(item)
+
+        def once() -> None:
+            self._acquire(worker, ref)
+            self._release(worker, ref, "retry")
+
+        self._repeated(
+            ref, times, once, "try_acquire_lock and release_lock_as_failed in turn", "acquire"
+        )
+
+    @rule(worker=W.WORKER, item=W.ITEMS, times=st.sampled_from((7, 9, 17)))
+    @step
+    def upsert_many(self, worker: int, item: Role, times: int) -> None:
+        """``times`` upserts of ``item``: a history of ``times - 1`` superseded rows, or more.
+
+        A store that keeps, indexes or sweeps only the newest few history rows
+        shows when an item has more of them than it keeps; the retention
+        sweep's count is where a lost or never-expired row is seen.
+        """
+        ref = self._ref(item)
+        round_ = [0]
+
+        def once() -> None:
+            round_[0] += 1
+            self._upsert(worker, ref, {"n": round_[0]})
+
+        self._repeated(ref, times, once, "upsert in turn, each with new data", "upsert")
+
+    def _repeated(
+        self, ref: ItemRef, times: int, once: Callable[[], None], told: str, operation: str
+    ) -> None:
+        """Run ``once`` ``times`` times quietly; read back at the end; tell it in one line."""
         if self.diverged:
             return
-        ref = self._ref(item)
         first = len(self.steps)
         self._quiet = True
         try:
             for _ in range(times):
-                self._acquire(worker, ref)
-                self._release(worker, ref, "retry")
+                once()
         except P.PropertyViolation as violation:
             self._quiet = False
-            self._fold_steps(first, ref)
-            told = P.PropertyViolation(
+            self._fold_steps(first, ref, told)
+            raised = P.PropertyViolation(
                 violation.finding, self._story(violation.finding.message), self.zone
             )
-            told.program = violation.program
-            raise told from None
+            raised.program = violation.program
+            raise raised from None
         finally:
             self._quiet = False
-        self._fold_steps(first, ref)
-        self._after_step("acquire")
+        self._fold_steps(first, ref, told)
+        self._after_step(operation, steps=2 * times)
 
-    def _fold_steps(self, first: int, ref: ItemRef) -> None:
+    def _fold_steps(self, first: int, ref: ItemRef, told: str) -> None:
         """Steps ``first``.. as one line, but for the last two (the last round, or the failing one)."""
         looped = self.steps[first:]
         if len(looped) <= 4:
@@ -134,10 +169,9 @@ class EdgeSteps(OperationRules):
         head, tail = looped[0], looped[-2:]
         summary = dataclasses.replace(
             head,
-            action=f"{len(looped) - 2} calls on {ref.name}, try_acquire_lock and "
-            "release_lock_as_failed in turn",
+            action=f"{len(looped) - 2} calls on {ref.name}, {told}",
             outcome="each as the spec says (the next two follow)",
         )
         self.steps[first:] = [summary, *tail]
-        for index, told in enumerate(self.steps):
-            self.steps[index] = dataclasses.replace(told, index=index + 1)
+        for index, line in enumerate(self.steps):
+            self.steps[index] = dataclasses.replace(line, index=index + 1)

@@ -91,6 +91,11 @@ class HandlerInstances:
         self.peers[worker] = made
         return made
 
+    def leave(self, worker: int) -> Outcome:
+        """Close worker ``worker``'s peer; its next call opens a new one on the same store."""
+        peer = self.peers.pop(worker)
+        return self.driver.outcome(peer.close)
+
     def close_peers(self) -> list[tuple[int, Outcome]]:
         """Close every peer (before the owner, whose close may remove the store)."""
         closed = [(worker, self.driver.outcome(peer.close)) for worker, peer in self.peers.items()]

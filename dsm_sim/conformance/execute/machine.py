@@ -24,6 +24,7 @@ from dsm_sim.conformance.execute import bookkeeping as K
 from dsm_sim.conformance.execute.begin import BeginRules, begins_natively
 from dsm_sim.conformance.execute.boundaries import BoundaryRules
 from dsm_sim.conformance.execute.clocks import ClockMode
+from dsm_sim.conformance.execute.deployments import DeploymentRules
 from dsm_sim.conformance.execute.edges import EdgeSteps
 from dsm_sim.conformance.execute.lifecycle import LifecycleRules
 from dsm_sim.conformance.execute.pairs import PairSteps
@@ -44,7 +45,13 @@ S = IdempotencyStatus
 
 
 class ConformanceMachine(
-    PairSteps, ReplyRules, SpellingRules, LifecycleRules, BoundaryRules, EdgeSteps
+    PairSteps,
+    ReplyRules,
+    SpellingRules,
+    LifecycleRules,
+    BoundaryRules,
+    DeploymentRules,
+    EdgeSteps,
 ):
     """The operations, plus races, crashes, stalls, lost replies and boundary contention."""
 

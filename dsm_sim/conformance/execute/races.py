@@ -77,7 +77,7 @@ from reference_engine.begin import Acquired, Completed, begin
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import LockError
 from reference_engine.handler import StateHandler
-from reference_engine.record import StateRecord
+from reference_engine.record import StateRecord, encode_data
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["ClockMove", "Instant", "RaceOp", "RaceRules"]
@@ -148,15 +148,39 @@ def _model_begin(model: ReferenceModel, ctx: StateHandlerContext, now: dt.dateti
     return ("locked",) if token is None else ("acquired", token)
 
 
-async def _read(handler: StateHandler, ctx: StateHandlerContext) -> tuple[Any, ...] | None:
-    """What a racing ``get`` saw, as the model can say it: the status and token of the record."""
-    record = await handler.get(ctx)
-    return None if record is None else (record.status, record.attempt)
+def _seen_record(record: StateRecord | None, whole: bool = True) -> tuple[Any, ...] | None:
+    """What a racing ``get`` saw, as the model can say it: every field a write sets together.
+
+    A ``get`` that reads the row and its payload apart returns a record no
+    write ever made (one write's status with another's data); compared whole,
+    it matches no order of the calls.
+    """
+    if record is None:
+        return None
+    if not whole:
+        return (record.status, record.attempt, None, None, None, None)
+    data = None if record.data is None else encode_data(record.data)
+    return (
+        record.status,
+        record.attempt,
+        record.locked_until,
+        data,
+        record.error_detail,
+        record.retain_until,
+    )
 
 
-def _model_read(model: ReferenceModel, ctx: StateHandlerContext) -> tuple[Any, ...] | None:
+async def _read(
+    handler: StateHandler, ctx: StateHandlerContext, whole: bool
+) -> tuple[Any, ...] | None:
+    return _seen_record(await handler.get(ctx), whole)
+
+
+def _model_read(
+    model: ReferenceModel, ctx: StateHandlerContext, whole: bool
+) -> tuple[Any, ...] | None:
     record = model.current.get(ctx.record_key)
-    return None if record is None else (record.status, record.attempt)
+    return None if record is None else _seen_record(record.to_state_record(), whole)
 
 
 def _copied(model: ReferenceModel, calls: Sequence[_Call]) -> ReferenceModel:
@@ -181,8 +205,13 @@ def _seen(outcome: Outcome) -> str:
         return type(outcome.error).__name__
     if outcome.value is None:
         return "no record"
-    status, attempt = outcome.value
-    return f"{status.label} with token {attempt}"
+    status, attempt, _, data, detail, _ = outcome.value
+    shown = f"{status.label} with token {attempt}"
+    if data is not None:
+        shown += f", data {J.short_data(data)}"
+    if detail is not None:
+        shown += f", error detail {J.short_data(detail)}"
+    return shown
 
 
 def _judge_begun(
@@ -461,10 +490,11 @@ class RaceRules(OperationRules):
                 lambda model, now: model.set(ctx, S.EXPIRED, None, now),
             )  # fmt: skip
         if op is RaceOp.GET:
+            whole = semantics.strict  # a library's own resolutions: its status and token only
             return _Call(
                 op, actor, worker, ctx, None, f"get({ref.name})",
-                lambda: _read(handler, ctx),
-                lambda model, now: _model_read(model, ctx),
+                lambda: _read(handler, ctx, whole),
+                lambda model, now: _model_read(model, ctx, whole),
             )  # fmt: skip
         return _Call(
             op, actor, worker, ctx, None, f"exists({ref.name})",

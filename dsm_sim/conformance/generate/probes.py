@@ -315,7 +315,7 @@ def _split_probe() -> Probe:
 
 def _bulk_probe() -> Probe:
     """One item retried 260 times; every item locked, expired and swept at once; one
-    item superseded four times, then expired.
+    item superseded forty times, then expired.
 
     A token counter in a narrow column, a sweep that works in batches (a
     ``LIMIT``), or a history that keeps only the newest rows, shows only when
@@ -336,7 +336,8 @@ def _bulk_probe() -> Probe:
         _call("set", worker=2, item=Role.ENTITY, status=S.EXPIRED, data=None),
         _call("exists", worker=2, item=Role.ENTITY),
     ]
-    calls += [_call("upsert", worker=3, item=Role.HOT, data={"n": n}) for n in range(1, 5)]
+    # A history longer than a store that keeps the newest few rows holds (4, 8, 32).
+    calls.append(_call("upsert_many", worker=3, item=Role.HOT, times=40))
     calls += [_call("clock_jumps_past_retention", item=Role.HOT), _call("expire_past_retention")]
     # Expired by the retention worker's instance: no longer done, whoever asks.
     calls += [_call("exists", worker=2, item=role) for role in ROLES]
