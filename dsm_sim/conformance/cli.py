@@ -194,12 +194,17 @@ def render_plain(report: object, out: TextIO) -> None:
     for result in report.results:
         stopped = f"  {result.stopped} later test cases stopped here" if result.stopped else ""
         if result.status.value == "waived":
-            stopped = f"  {result.message}"
+            stopped = f"  {_waived_why(result.message)}"
         out.write(
             f"  {result.name:<{width}}  {result.status.value.upper():<13} "
             f"{result.checks:>6} checks{stopped}\n"
         )
     _write_details(report, out)
+
+
+def _waived_why(message: str) -> str:
+    """A profile's waiver is by design; the user's says so itself."""
+    return message if message.startswith("waived by the user") else f"by design: {message}"
 
 
 def _conditional_note(report: VerificationReport) -> str:
@@ -277,7 +282,7 @@ def _render_rich(report: object, out: TextIO) -> None:
             f"[{style[result.status]}]{result.status.value}[/]",
             str(result.checks),
             str(result.stopped) if result.stopped else "",
-            f"by design: {result.message}"
+            _waived_why(result.message)
             if result.status is ResultStatus.WAIVED
             else result.summary,
         )

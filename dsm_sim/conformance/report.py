@@ -108,11 +108,10 @@ class PropertyResult:
             name = "" if self.found_by == "race matrix" else f" {self.found_by!r}"
             parts[1:1] = ["", f"Found by {what}{name}, before the search."]
         if self.reproduction:
-            again = ""
+            parts += ["", "Minimal reproduction (paste and run):", self.reproduction]
             if self.confirmed is not None:
                 hit, tried = self.confirmed
-                again = f" It broke the property again in {hit} of {tried} replays."
-            parts += ["", f"Minimal reproduction (paste and run).{again}", self.reproduction]
+                parts += [f"(It broke the property again in {hit} of {tried} replays.)"]
         if self.flaky:
             parts += ["", f"Flaky: {FLAKY_EXPLANATION}."]
         return "\n".join(parts)

@@ -254,7 +254,8 @@ def test_ctrl_c_of_a_tcp_server_with_a_connection_open_prints_no_traceback(
     try:
         assert server.stdout is not None
         announced = server.stdout.readline()
-        port = int(announced.rsplit(":", 1)[1])
+        # "dsm serve: listening on 127.0.0.1:PORT (secret in ...)"
+        port = int(announced.split()[4].rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=BOUND_S) as connection:
             request = {"id": 1, "op": "open", "now": "2026-01-01T09:00:00.000000Z", "protocol": 1}
             connection.sendall((json.dumps(request) + "\n").encode())

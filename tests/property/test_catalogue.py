@@ -72,6 +72,9 @@ def test_broken_handler_is_caught(
     assert re.search(r"^state = HandlerConformance\(\)$", caught.reproduction, re.MULTILINE)
     assert caught.reproduction.rstrip().endswith("state.teardown()")
     assert caught.examples_to_failure is not None
+    # Every story is short enough to read, and its program fails every time it runs.
+    assert caught.story_steps <= 6, caught.render()
+    assert caught.confirmed is not None and caught.confirmed[0] == caught.confirmed[1]
 
 
 @pytest.mark.parametrize("name", ["no_fencing", "tenant_missing_from_key"])

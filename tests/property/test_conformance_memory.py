@@ -166,11 +166,28 @@ def test_every_property_is_reported_once() -> None:
 def test_a_run_that_misses_a_property_is_topped_up_before_it_is_called_unexercised() -> None:
     # One step per test case reaches almost nothing: the clean run is followed by
     # the top-up runs, and what none of them reached is reported as not exercised.
-    starved = verify(in_memory_handler, "ci", seed=5, max_examples=2, step_count=1)
-    assert starved.passed
+    starved = verify(
+        in_memory_handler, "ci", seed=5, max_examples=2, step_count=1, probes=False, matrix=False
+    )
     assert starved.runs == 1 + TOP_UP_RUNS
     unreached = [r for r in starved.results if r.status is ResultStatus.NOT_EXERCISED]
     assert unreached and all(r.checks == 0 for r in unreached)
+    # What was not exercised is no pass: the verdict says so, property by property.
+    assert not starved.passed and not starved.violations
+    assert {line.split(":")[0] for line in starved.not_exercised} == {
+        f"NOT EXERCISED {r.name}" for r in unreached
+    }
+    waived = verify(
+        in_memory_handler,
+        "ci",
+        seed=5,
+        max_examples=2,
+        step_count=1,
+        probes=False,
+        matrix=False,
+        waive=[r.name for r in unreached],
+    )
+    assert waived.passed
     # Under dev a miss is only a skip, and the quick look stays one run.
     assert verify(in_memory_handler, "dev", seed=5, max_examples=2, step_count=1).runs == 1
     # A budget that reaches every property needs no top-up: one run per seed of the profile.

@@ -29,7 +29,11 @@ pytestmark = pytest.mark.property
 
 
 class SerialisedUpserts(InMemoryStateHandler):
-    """Correct: every upsert runs alone, and holds its turn across one ``await``."""
+    """Correct: every upsert runs alone, and holds its turn across an ``await`` on each side.
+
+    The first ``await`` comes before the write reads the clock: an upsert that
+    started before a clock move may write after it.
+    """
 
     def __init__(self, clock: Clock) -> None:
         super().__init__(clock)
@@ -40,6 +44,7 @@ class SerialisedUpserts(InMemoryStateHandler):
 
     async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
         async with self._turn:
+            await asyncio.sleep(0)  # the request travels to the store
             await super().upsert(ctx, data)
             await asyncio.sleep(0)  # the reply travels back while the next caller waits
 
@@ -61,7 +66,8 @@ def _race_then_sweep(factory: Any, *, past_both: bool = False) -> None:
             item=Role.HOT,
             ops=[RaceOp.UPSERT, RaceOp.UPSERT],
             workers=[1, 2, 3],
-            schedule=(),
+            # The first upsert takes its turn and waits; the clock moves; then the second.
+            schedule=(0, 2),
             instant=Instant.NOW,
             move=ClockMove.PAST_LOCK,
             data={"amount": 1},

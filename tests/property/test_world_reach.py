@@ -31,6 +31,7 @@ from dsm_sim.conformance.generate.worlds import (
     _spelling,
 )
 from dsm_sim.model import WORLD_CONFIGS, WORLD_START, ItemRef
+from reference_engine.config import HandlerConfig
 from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.record import MAX_INT_DIGITS
 from reference_engine.scope import Scope
@@ -140,7 +141,8 @@ def test_the_longest_retention_ends_past_2038() -> None:
 
 
 def test_worlds_print_as_python_that_builds_them_again() -> None:
-    namespace = {"World": World, "ItemRef": ItemRef, "Scope": Scope}
+    namespace = {"World": World, "ItemRef": ItemRef, "Scope": Scope, "datetime": dt}
+    namespace["HandlerConfig"] = HandlerConfig
     world = _found("worlds", lambda world: world.apps != PLAIN_APPS and bool(world.executions))
     assert eval(repr(world), namespace) == world  # as the printed reproduction does
 

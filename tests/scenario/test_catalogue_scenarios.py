@@ -240,6 +240,7 @@ NOT_OBSERVABLE = frozenset(
         "error_detail_truncated_in_bytes",
         "fencing_by_execution_id",
         "joins_key_parts_with_colon",
+        "retention_sweep_keeps_version",
         "retention_sweep_selects_then_updates",
         "set_without_data_clears_data",
         "upsert_checks_then_writes",

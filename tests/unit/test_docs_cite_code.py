@@ -55,6 +55,7 @@ NOT_OURS: dict[str, str] = {
     "delete_item": "DynamoDB's API, which the Powertools layer calls",
     "update_item": "DynamoDB's API, which the Powertools layer calls",
     "final_failed": "a run statistic, named final_<status> by the code",
+    "synchronous_commit": "a PostgreSQL setting",
 }
 
 _SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
@@ -96,8 +97,13 @@ def code_tokens() -> frozenset[str]:
 def code_flags() -> frozenset[str]:
     """Every ``"--flag"`` a parser in the repository defines (bench scripts, nox sessions)."""
     found: set[str] = set()
-    for folder in ("bench", "dsm_sim", "reference_engine"):
-        for path in (ROOT / folder).rglob("*.py"):
+    for folder, suffix in (
+        ("bench", "*.py"),
+        ("dsm_sim", "*.py"),
+        ("reference_engine", "*.py"),
+        ("handlers", "*.cs"),
+    ):
+        for path in (ROOT / folder).rglob(suffix):
             found.update(re.findall(r"[\"'](--[a-z][a-z0-9-]*)[\"']", path.read_text("utf-8")))
     return frozenset(found)
 

@@ -244,6 +244,13 @@ class OperationRules(RuleBasedStateMachine):
 
         return self.driver.run(read_all())
 
+    def _in_world(self, ref: ItemRef) -> ItemRef | None:
+        """The world's item with ``ref``'s key (a redeploy changed its options), or None."""
+        if ref in self.observers:
+            return ref
+        key = ref.record_key
+        return next((r for r in self.world if r.record_key == key), None)
+
     def _observe_one(self, ref: ItemRef) -> Outcome:
         """One item's record as the handler reads it."""
         ctx = self.observers[ref]
@@ -292,7 +299,7 @@ class OperationRules(RuleBasedStateMachine):
             # Only the item in focus can have changed (the race matrix's cells, one
             # item each): the others keep their last reading.
             observed = {self.focus: self._observe_one(self.focus)}
-        elif observed is None and item is not None:
+        elif observed is None and item is not None and (item := self._in_world(item)) is not None:
             # A call on one item: that item is read after it, every item after
             # every FULL_READ_EVERY-th such call (a store that mixes items up
             # shows there, at most a few steps late).

@@ -331,8 +331,10 @@ class RaceRules(OperationRules):
         log = happened.log
         if read_all or any(c.op.sweeps for c in calls):
             observed = self._observe()
+        elif (seen := self._in_world(ref)) is not None:
+            observed = {seen: self._observe_one(seen)}
         else:
-            observed = {ref: self._observe_one(ref)}
+            observed = self._observe()
         view = {r: o.value for r, o in observed.items() if o.error is None}
         if len(view) < len(observed):
             view = {}  # a read that failed explains nothing: no order is consistent

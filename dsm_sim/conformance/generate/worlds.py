@@ -289,8 +289,9 @@ EXECUTIONS: tuple[str, ...] = ("", "\u5b9f\u884c/", "e" * (MAX_KEY_LENGTH - 12) 
 
 
 @st.composite
-def _names(draw: st.DrawFn) -> tuple[str, str, str, str]:
-    """The hot item's tenant, entity, entity key and key head, from their whole domain.
+def _names(draw: st.DrawFn) -> tuple[bool, str, str, str | None, str]:
+    """Whether the names are the plain ones; the hot item's tenant, entity, entity key
+    (None: drawn later, as the plain world's is) and key head.
 
     Most often the plain names (stories read ``t1``, ``flow-1``, ``INV-1``);
     else each part drawn on its own; else every part at its documented limit
@@ -300,17 +301,18 @@ def _names(draw: st.DrawFn) -> tuple[str, str, str, str]:
     how = draw(st.sampled_from(("plain", "plain", "plain", "drawn", "drawn", "limits")))
     if how == "plain":
         head = draw(st.sampled_from(("INV", "inv", "Rechnung", "請求書", "x")))
-        return "t1", ENTITY_ID, "", head
+        return True, "t1", ENTITY_ID, None, head
     if how == "drawn":
         return (
+            False,
             draw(key_text("t1", blank=False)),
             draw(key_text(ENTITY_ID, blank=False)),
-            "",
+            None,
             draw(key_text("INV")),
         )
     width = draw(st.sampled_from((4, 3, 2)))
     parts = [draw(wide_text(width, MAX_KEY_LENGTH)) for _ in range(4)]
-    return parts[0], parts[1], parts[2], parts[3]
+    return False, parts[0], parts[1], parts[2], parts[3]
 
 
 def _apart(text: str, draw: st.DrawFn) -> str:
@@ -330,8 +332,7 @@ def _config(draw: st.DrawFn, names: tuple[str, ...] = tuple(WORLD_CONFIGS)) -> H
 
 @st.composite
 def _worlds(draw: st.DrawFn) -> World:
-    base_tenant, base_entity, _, head = draw(_names())
-    plain = base_tenant == "t1" and base_entity == ENTITY_ID
+    plain, base_tenant, base_entity, limit_entity_key, head = draw(_names())
     separator = draw(st.sampled_from(SEPARATORS))
     tail = draw(st.sampled_from(("1", "2026-0001"))) + draw(KEY_TAIL)
     base = (head + separator + tail)[:MAX_KEY_LENGTH] if plain else head
@@ -349,7 +350,7 @@ def _worlds(draw: st.DrawFn) -> World:
     if entity_key == "line":
         entity_key += draw(KEY_TAIL)
     if not plain:
-        entity_key = draw(key_text("line-2"))
+        entity_key = limit_entity_key or draw(key_text("line-2"))
     if plain:
         tenant = draw(st.sampled_from(("t2", "T1", "t1 ", " t1", "t1\u200b")))
         entity = draw(st.sampled_from(("flow-2", "FLOW-1", ENTITY_ID + " ", "flow\u20101")))

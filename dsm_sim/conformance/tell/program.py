@@ -24,8 +24,8 @@ __all__ = ["HEADER", "Call", "Program", "expression"]
 
 #: The imports every printed program starts with: the names its arguments use.
 HEADER: tuple[str, ...] = (
-    "import datetime",
     "from dsm_sim.conformance.execute.machine import build_machine",
+    "import datetime",
     "from dsm_sim.conformance.execute.spellings import KeyText",
     "from dsm_sim.conformance.generate.steps import (",
     "    ClockMove, Instant, LandedWrite, NodeCall, RaceOp, RefusedKey, StartState,",
