@@ -282,9 +282,7 @@ def _render_rich(report: object, out: TextIO) -> None:
             f"[{style[result.status]}]{result.status.value}[/]",
             str(result.checks),
             str(result.stopped) if result.stopped else "",
-            _waived_why(result.message)
-            if result.status is ResultStatus.WAIVED
-            else result.summary,
+            _waived_why(result.message) if result.status is ResultStatus.WAIVED else result.summary,
         )
     console.print(table)
     _write_details(report, out)

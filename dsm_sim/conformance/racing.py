@@ -43,6 +43,7 @@ from dsm_sim.conformance.tell.program import Call, Program
 from dsm_sim.conformance.tell.trim import replay
 from dsm_sim.conformance.verification import Verification
 from dsm_sim.model import WORLD_CONFIGS, ItemRef
+from reference_engine.errors import ConfigurationError
 from reference_engine.scope import Scope
 
 __all__ = ["Cell", "MatrixBudget", "cells", "matrix_world", "one_state_per_pair", "run_matrix"]
@@ -259,16 +260,21 @@ def _alphabet(machine: type[ConformanceMachine]) -> tuple[RaceOp, ...]:
     return tuple(op for op in MATRIX_OPS if op is not RaceOp.BEGIN or hasattr(machine, "begin"))
 
 
-def run_matrix(verification: Verification) -> None:
-    """Run every applicable cell under the profile's budget, booking what breaks."""
+def run_matrix(verification: Verification, budget: str | None = None) -> None:
+    """Run every applicable cell under a profile's budget (the plan's), booking what breaks."""
     plan = verification.plan
-    budget = BUDGETS.get(plan.profile, BUDGETS["ci"])
+    chosen = budget or plan.profile
+    if chosen not in BUDGETS:
+        raise ConfigurationError(
+            f"unknown race-matrix budget {chosen!r}; choose one of {', '.join(BUDGETS)}"
+        )
+    budget_ = BUDGETS[chosen]
     stats = RunStats(verification.known())
     machine = plan.machine(stats)
     ops = _alphabet(machine)
     every = [cell for cell in cells(ops) if cell.applies()]
-    listed = every if budget.every_state else one_state_per_pair(ops)
-    explorer = _Explorer(machine, verification, budget)
+    listed = every if budget_.every_state else one_state_per_pair(ops)
+    explorer = _Explorer(machine, verification, budget_)
     try:
         probe = explorer._fresh()
     except Exception:

@@ -152,7 +152,7 @@ def verify(
     semantics: SemanticsProfile | str | None = None,
     call_timeout_s: float | None = None,
     probes: bool = True,
-    matrix: bool = True,
+    matrix: bool | str = True,
     waive: Iterable[str] = (),
     stage: Stage | None = None,
 ) -> VerificationReport:
@@ -178,7 +178,8 @@ def verify(
     none of its own for a handler out of process, whose client has ``--exec-timeout``).
     ``stage`` is told (stage, done, planned) as each stage goes, for a progress line.
     ``probes`` runs the edge probes and ``matrix`` the race matrix before the
-    search.  ``waive`` names properties or gaps (``peers``, ``matrix``,
+    search (a profile name: the race matrix of that profile's budget, as a test
+    on a slow store may ask for ``"dev"``'s).  ``waive`` names properties or gaps (``peers``, ``matrix``,
     ``probe:<name>``) whose NOT EXERCISED must not fail the verdict.
     """
     semantics_of = resolve_semantics(semantics, factory)
@@ -224,7 +225,7 @@ def verify(
     if probes:
         verification.run_probes()
     if matrix and not verification.done:
-        run_matrix(verification)
+        run_matrix(verification, budget=matrix if isinstance(matrix, str) else profile)
     if not verification.done:
         verification.run_search()
     return verification.report(call_timeout_s)

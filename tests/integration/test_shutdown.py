@@ -30,6 +30,8 @@ from pathlib import Path
 import pytest
 from handler_servers import dsm_serve_command
 
+from dsm_sim.protocol.secret import client_secret
+
 pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).resolve().parent
@@ -257,7 +259,13 @@ def test_ctrl_c_of_a_tcp_server_with_a_connection_open_prints_no_traceback(
         # "dsm serve: listening on 127.0.0.1:PORT (secret in ...)"
         port = int(announced.split()[4].rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=BOUND_S) as connection:
-            request = {"id": 1, "op": "open", "now": "2026-01-01T09:00:00.000000Z", "protocol": 1}
+            request = {
+                "id": 1,
+                "op": "open",
+                "now": "2026-01-01T09:00:00.000000Z",
+                "protocol": 1,
+                "secret": client_secret("127.0.0.1", port),
+            }
             connection.sendall((json.dumps(request) + "\n").encode())
             assert b'"result"' in connection.recv(4096)
             server.send_signal(signal.SIGINT)  # Ctrl-C, with the connection still open

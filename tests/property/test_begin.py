@@ -141,14 +141,14 @@ def test_only_native_begins_get_the_rule() -> None:
 
 
 def test_sqlite_begin_passes_the_kit() -> None:
-    report = verify(sqlite_memory_handler, "ci", seed=SEED, max_examples=6)
+    report = verify(sqlite_memory_handler, "ci", seed=SEED, max_examples=6, matrix="dev")
     _assert_passed(report)
 
 
 @pytest.mark.redis
 def test_redis_begin_passes_the_kit(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_REDIS_URL", redis_url)
-    report = verify(redis_test_handler, "ci", seed=SEED, max_examples=4)
+    report = verify(redis_test_handler, "ci", seed=SEED, max_examples=4, matrix="dev")
     _assert_passed(report)
 
 
@@ -162,21 +162,21 @@ def pooled_redis_handler(clock: Clock) -> RedisStateHandler:
 @pytest.mark.redis
 def test_pipelined_redis_passes_the_kit(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_REDIS_URL", redis_url)
-    report = verify(pooled_redis_handler, "ci", seed=SEED, max_examples=10)
+    report = verify(pooled_redis_handler, "ci", seed=SEED, max_examples=10, matrix="dev")
     _assert_passed(report)
 
 
 @pytest.mark.postgres
 def test_postgres_begin_passes_the_kit(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_POSTGRES_URL", postgres_url)
-    report = verify(postgres_test_handler, "ci", seed=SEED, max_examples=6)
+    report = verify(postgres_test_handler, "ci", seed=SEED, max_examples=6, matrix="dev")
     _assert_passed(report)
 
 
 @pytest.mark.mariadb
 def test_mariadb_begin_passes_the_kit(mariadb_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_MARIADB_URL", mariadb_url)
-    report = verify(mariadb_test_handler, "ci", seed=SEED, max_examples=3)
+    report = verify(mariadb_test_handler, "ci", seed=SEED, max_examples=3, matrix="dev")
     _assert_passed(report)
 
 

@@ -30,6 +30,13 @@ class TestSqliteMemoryHandler(ConformanceSuite):
         # Whether every property is reached must not be up to a drawn seed.
         return 0
 
+    @pytest.fixture
+    def dsm_profile(self) -> str:
+        # The dev profile here keeps the suite inside CI's budget (the race matrix alone
+        # is minutes on a store under ci); `nox -s conformance` runs the ci profile on
+        # every backend, and docs/performance.md has its figures.
+        return "dev"
+
 
 @pytest.mark.postgres
 class TestPostgresHandler(ConformanceSuite):
@@ -45,6 +52,13 @@ class TestPostgresHandler(ConformanceSuite):
     @pytest.fixture
     def dsm_seed(self) -> int:
         return 0
+
+    @pytest.fixture
+    def dsm_profile(self) -> str:
+        # The dev profile here keeps the suite inside CI's budget (the race matrix alone
+        # is minutes on a store under ci); `nox -s conformance` runs the ci profile on
+        # every backend, and docs/performance.md has its figures.
+        return "dev"
 
 
 @pytest.mark.mariadb

@@ -24,6 +24,7 @@ plain value a story reads best with.
 from __future__ import annotations
 
 import datetime as dt
+import random
 from typing import Literal
 
 from hypothesis import strategies as st
@@ -59,12 +60,22 @@ _ANY = st.characters(exclude_categories=_SURROGATES, exclude_characters="\x00")
 
 
 def wide_text(width: int, length: int) -> st.SearchStrategy[str]:
-    """``length`` characters of exactly ``width`` UTF-8 bytes each, drawn at random."""
+    """``length`` characters of exactly ``width`` UTF-8 bytes each, drawn at random.
+
+    Drawn as one seed, not character by character: a 256-character key costs one
+    draw, and its characters are as random (as incompressible) as a draw each.
+    """
     ranges = WIDTHS[width]
-    alphabet = st.one_of(
-        *(st.characters(min_codepoint=low, max_codepoint=high) for low, high in ranges)
-    )
-    return st.text(alphabet=alphabet, min_size=length, max_size=length)
+
+    def text(seed: int) -> str:
+        rng = random.Random(seed)
+        chars = []
+        for _ in range(length):
+            low, high = ranges[rng.randrange(len(ranges))]
+            chars.append(chr(rng.randint(low, high)))
+        return "".join(chars)
+
+    return st.integers(0, 2**32 - 1).map(text)
 
 
 @st.composite
