@@ -209,13 +209,7 @@ class _Explorer:
             for call in steps:
                 call.run_on(state)
         except PropertyViolation as violation:
-            world = self.world
-            alone = (
-                None
-                if world is None or not steps
-                else Program((Call.of("setup", world=world), *steps))
-            )
-            self._found(violation, alone)
+            self._found(violation, cell, schedule)
             self._fresh()
             return None
         except Exception as exc:  # the store stopped the cell: no evidence either way
@@ -224,11 +218,25 @@ class _Explorer:
             return None
         return state.last_interleaving
 
-    def _found(self, violation: PropertyViolation, alone: Program | None) -> None:
-        """Book a cell's violation: alone on a fresh store when it fails so, else as it ran."""
-        again = None if alone is None else replay(self.machine, alone)
-        if again is not None and again.property == violation.property:
-            violation = again
+    def _found(self, violation: PropertyViolation, cell: Cell, schedule: Schedule) -> None:
+        """Book a cell's violation: alone on a fresh store when it fails so, else as it ran.
+
+        A race with a sweep may need a record in another state than its own
+        item's (the other cells' records are what the sweep met): the same
+        race is then tried alone from every start state, and the first that
+        breaks the same property is the reproduction.
+        """
+        states = [cell.state]
+        if cell.first.sweeps or cell.second.sweeps:
+            states += [state for state in StartState if state is not cell.state]
+        for state in states:
+            alone = Cell(state, cell.first, cell.second)
+            if not alone.applies():
+                continue
+            again = replay(self.machine, _alone(alone, schedule))
+            if again is not None and again.property == violation.property:
+                violation = again
+                break
         self.verification.book(violation, self.machine, found_by="race matrix", examples=0)
 
     def explore(self, cell: Cell) -> None:
@@ -253,6 +261,20 @@ class _Explorer:
                 break
             pending.extend(s for s in _schedules(happened, schedule, self.budget) if s not in seen)
         self.exercised += 1
+
+
+def _alone(cell: Cell, schedule: Schedule) -> Program:
+    """A cell as a program of its own: a fresh world, ``prepare``, ``race_pair``."""
+    role = ROLES[0]
+    return Program(
+        (
+            Call.of("setup", world=matrix_world(0)),
+            Call.of("prepare", item=role, state=cell.state),
+            Call.of(
+                "race_pair", item=role, first=cell.first, second=cell.second, schedule=schedule
+            ),
+        )
+    )
 
 
 def _alphabet(machine: type[ConformanceMachine]) -> tuple[RaceOp, ...]:

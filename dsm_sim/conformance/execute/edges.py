@@ -34,6 +34,7 @@ from dsm_sim.conformance.execute.recording import step
 from dsm_sim.conformance.generate import draws as W
 from dsm_sim.conformance.generate.worlds import Role, World
 from dsm_sim.model import ItemRef
+from reference_engine.status import IdempotencyStatus
 
 __all__ = ["EdgeSteps"]
 
@@ -84,6 +85,29 @@ class EdgeSteps(OperationRules):
             return
         self.clock.set(record.retain_until + dt.timedelta(microseconds=micros))
         self._move(f"moves to {ref.name}'s end of retention, {_offset(micros)}")
+
+    @step
+    def first_hold_writes(
+        self,
+        item: Role,
+        write: str,
+        status: IdempotencyStatus | None = None,
+        data: dict[str, Any] | None = None,
+        error: str = "",
+    ) -> None:
+        """The item's oldest hold makes ``write`` (``set``, ``release_lock_as_failed`` or
+        ``upsert``) with its token, whoever took the item since: another worker, or the
+        same execution again (a redelivery the same worker picked up)."""
+        ref = self._ref(item)
+        hold = next((h for h in self.holds if h.ref == ref), None)
+        if self.diverged or hold is None:
+            return
+        if write == "set" and status is not None:
+            self._set(hold.worker, ref, status, data, hold=hold)
+        elif write == "release_lock_as_failed":
+            self._release(hold.worker, ref, error, hold=hold)
+        elif write == "upsert":
+            self._upsert(hold.worker, ref, data, hold=hold)
 
     # --- many retries ---------------------------------------------------------------------------
 

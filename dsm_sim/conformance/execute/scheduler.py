@@ -25,6 +25,7 @@ scheduler treats it as blocked and resumes another task.
 from __future__ import annotations
 
 import asyncio
+import collections
 import statistics
 from asyncio import tasks as asyncio_tasks
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -37,10 +38,16 @@ __all__ = ["ChoicePoint", "ControlledLoop", "Interleaving", "Schedule"]
 Schedule = tuple[int, ...]
 
 #: Bounds of how long a resumed task may stay in flight before it counts as blocked.
-_MIN_BLOCK_S = 0.002
+_MIN_BLOCK_S = 0.005
 _MAX_BLOCK_S = 0.5
-#: In flight this many times longer than the handler's usual round trip: blocked.
+#: Until this many round trips were seen, the bound is the maximum's fifth.
+_LEARNING = 20
+#: In flight this many times longer than the handler's slow round trips (the 95th
+#: percentile, so a loaded machine's spikes are learnt too): blocked.
 _BLOCK_FACTOR = 10.0
+#: The round trips seen, across the loops of one process (a replay's loop is new;
+#: the handler's timing is not).
+_FLIGHTS: collections.deque[float] = collections.deque(maxlen=1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +83,6 @@ class ControlledLoop(asyncio.SelectorEventLoop):
         self._held: dict[asyncio.Task[Any], list[tuple[Callable[..., Any], tuple[Any, ...], Any]]]
         self._held = {}
         self._changed: asyncio.Event | None = None
-        #: Seconds resumed tasks spent in flight before parking again (the handler's round trips).
-        self._flights: list[float] = []
 
     def call_soon(  # type: ignore[override]
         self, callback: Callable[..., Any], *args: Any, context: Any = None
@@ -146,11 +151,12 @@ class ControlledLoop(asyncio.SelectorEventLoop):
             callback, args, context = queue.pop(0)
             super().call_soon(callback, *args, context=context)
 
-    def _block_bound(self) -> float:
-        if len(self._flights) < 5:
-            return 0.02
-        usual = statistics.median(self._flights[-200:])
-        return min(_MAX_BLOCK_S, max(_MIN_BLOCK_S, usual * _BLOCK_FACTOR))
+    @staticmethod
+    def _block_bound() -> float:
+        if len(_FLIGHTS) < _LEARNING:
+            return _MAX_BLOCK_S / 5
+        slow = statistics.quantiles(_FLIGHTS, n=20)[-1]
+        return min(_MAX_BLOCK_S, max(_MIN_BLOCK_S, slow * _BLOCK_FACTOR))
 
     async def _wait(self, bound: float | None) -> bool:
         """Until a task parks or finishes; False when ``bound`` seconds passed first."""
@@ -188,7 +194,7 @@ class ControlledLoop(asyncio.SelectorEventLoop):
                 # In flight: wait until it parks at its next await point, or finishes.
                 if await self._wait(self._block_bound()):
                     if self._held[tasks[active]] or tasks[active].done():
-                        self._flights.append(self.time() - released_at)
+                        _FLIGHTS.append(self.time() - released_at)
                     continue
                 blocked += 1  # the store holds it for a task we hold: let another go
                 active = None

@@ -354,6 +354,10 @@ _ENDINGS: tuple[tuple[str, tuple[tuple[str, dict[str, object]], ...]], ...] = (
         (("clock_to_item_lock_expiry", {"micros": 1}), ("try_acquire_lock", {"worker": 2})),
     ),
     (
+        "taken over by the same execution (a redelivery it picked up)",
+        (("clock_to_item_lock_expiry", {"micros": 1}), ("try_acquire_lock", {"worker": 1})),
+    ),
+    (
         "taken over, that lock expired too",
         (
             ("clock_to_item_lock_expiry", {"micros": 1}),
@@ -414,7 +418,7 @@ def _fencing_probe() -> Probe:
                     _call(rule, **kwargs) if rule in _SWEEPS else _call(rule, item=role, **kwargs)
                     for rule, kwargs in steps
                 ),
-                _call(write, worker=1, item=role, **arguments),
+                _call("first_hold_writes", item=role, write=write, **arguments),
             ]
 
         return calls
