@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from dsm_sim.broken import dimensions as _d
 from dsm_sim.broken import handlers as _h
 from dsm_sim.broken import instances as _i
 from dsm_sim.broken import keys as _k
@@ -246,6 +247,44 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
             ),
             # Safety kept in the instance: caught only through one instance per worker.
             _spec("instance_locked_acquire", _i.InstanceLockedAcquire, "at_most_one_live_lock"),
+            # Dimensions a world that stands still never moves: redeploys, long
+            # histories, a read raced by a write, keys at their limits in bytes,
+            # midnight, tenants that never acquire.
+            _spec(
+                "keeps_first_lock_duration",
+                _d.KeepsFirstLockDuration,
+                "lock_duration_honoured",
+                "record_agrees_with_model",
+                "at_most_one_live_lock",
+                "acquire_agrees_with_model",
+            ),
+            _spec(
+                "history_sweep_pages_newest",
+                _d.HistorySweepPagesNewest,
+                "upsert_keeps_history",
+                "retention_sweep_agrees_with_model",
+            ),
+            _spec(
+                "get_reads_payload_apart",
+                _d.GetReadsPayloadApart,
+                "record_agrees_with_model",
+                "data_round_trip",
+                "completion_releases_lock",
+            ),
+            _spec("keys_limited_in_bytes", _d.KeysLimitedInBytes, "errors_agree_with_model"),
+            _spec(
+                "lock_wraps_at_midnight",
+                _d.LockWrapsAtMidnight,
+                "lock_duration_honoured",
+                "at_most_one_live_lock",
+                "record_agrees_with_model",
+            ),
+            _spec(
+                "sweep_skips_tenants_never_acquired",
+                _d.SweepSkipsTenantsNeverAcquired,
+                "retention_sweep_agrees_with_model",
+                "upsert_keeps_history",
+            ),
         ]
     )
 )

@@ -237,6 +237,12 @@ CATCHES: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
 NOT_OBSERVABLE = frozenset(
     {
         "entity_id_truncated",
+        "get_reads_payload_apart",
+        "history_sweep_pages_newest",
+        "keeps_first_lock_duration",
+        "keys_limited_in_bytes",
+        "lock_wraps_at_midnight",
+        "sweep_skips_tenants_never_acquired",
         "error_detail_truncated_in_bytes",
         "fencing_by_execution_id",
         "joins_key_parts_with_colon",

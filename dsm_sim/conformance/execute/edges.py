@@ -33,6 +33,7 @@ from dsm_sim.conformance.execute.operations import OperationRules
 from dsm_sim.conformance.execute.recording import step
 from dsm_sim.conformance.generate import draws as W
 from dsm_sim.conformance.generate.worlds import Role, World
+from dsm_sim.conformance.reading import at
 from dsm_sim.model import ItemRef
 from reference_engine.status import IdempotencyStatus
 
@@ -65,6 +66,14 @@ class EdgeSteps(OperationRules):
             ref: outcome.value if outcome.error is None else None
             for ref, outcome in self._observe().items()
         }
+
+    @step
+    def clock_jumps_to(self, instant: dt.datetime) -> None:
+        """The clock stands at ``instant``: where a trimmed program's steps began."""
+        if self.diverged:
+            return
+        self.clock.set(instant)
+        self._move(f"jumps to {at(instant)}")
 
     @step
     def clock_to_item_lock_expiry(self, item: Role, micros: int = 0) -> None:

@@ -116,6 +116,7 @@ class OperationRules(RuleBasedStateMachine):
         self.steps: list[Step] = []
         #: Every step taken so far, as data: the program a violation carries.
         self.trace: list[Call] = []
+        self.trace_instants: list[dt.datetime] = []
         self.step_depth = 0
         self.entered = False
         #: The one item steps act on, when the others cannot change (the race matrix).
@@ -215,7 +216,7 @@ class OperationRules(RuleBasedStateMachine):
         self.failed = True
         violation = P.PropertyViolation(finding, self._story(finding.message))
         violation.time_zone = self.zone
-        violation.program = Program(tuple(self.trace))
+        violation.program = Program(tuple(self.trace), tuple(self.trace_instants))
         note_failing_run(len(self.steps))
         raise violation
 

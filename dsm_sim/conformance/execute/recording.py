@@ -11,12 +11,14 @@ violation carries (:class:`~dsm_sim.conformance.properties.PropertyViolation`).
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from dsm_sim.conformance.tell.program import Call
+from reference_engine.clock import Clock
 
 __all__ = ["Recorder", "step"]
 
@@ -25,7 +27,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Recorder(Protocol):
     trace: list[Call]
+    #: The clock's reading before each step of ``trace``.
+    trace_instants: list[dt.datetime]
     step_depth: int
+
+    @property
+    def clock(self) -> Clock: ...
 
 
 def step(function: F) -> F:
@@ -40,6 +47,7 @@ def step(function: F) -> F:
             kwargs = dict(signature.bind(self, *args, **kwargs).arguments)
             kwargs.pop(next(iter(signature.parameters)))
         self.trace.append(Call.of(function.__name__, **kwargs))
+        self.trace_instants.append(self.clock.now())
         self.step_depth += 1
         try:
             return function(self, **kwargs)

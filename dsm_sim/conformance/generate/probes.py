@@ -35,6 +35,8 @@ hundred steps, about five seconds on a SQLite file.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -553,11 +555,18 @@ def _tagged(world: World, tag: str, *, stamps: int = 0) -> World:
 _CONFIG_ORDER = sorted(WORLD_CONFIGS, key=lambda name: name == "longest")
 
 
+#: Two seconds before midnight on a month's last day: the boundaries walked next
+#: cross the day and the month (a lock kept as a date and a time of day wraps).
+_BEFORE_MIDNIGHT = dt.datetime(2026, 3, 31, 23, 59, 58, tzinfo=dt.UTC)
+
+
 def _config_probe() -> Probe:
-    """Each node configuration in a world of its own, one after the other on one store."""
+    """Each node configuration in a world of its own, one after the other on one store,
+    the first starting just before a month's last midnight."""
     worlds = [
         _tagged(_with_configs(DEFAULT_WORLD, {Role.HOT: name}), name) for name in _CONFIG_ORDER
     ]
+    worlds[0] = dataclasses.replace(worlds[0], start=_BEFORE_MIDNIGHT)
     calls = _chained(worlds, lambda _: _boundary_calls(Role.HOT))
     return Probe("lock and retention boundaries of every node configuration", worlds[0], calls)
 
@@ -667,6 +676,76 @@ def _begin_probe() -> Probe:
     return Probe("begin from every state", world, tuple(calls), requires="begin")
 
 
+def _limits_world() -> World:
+    """Every key part of every item at its limit at once, in characters of three and four
+    bytes drawn at random (a fixed draw: the same text every run), which do not compress;
+    apps and execution ids at theirs too."""
+    rng = random.Random(2704)
+
+    def text(length: int = MAX_KEY_LENGTH, width: int = 4) -> str:
+        low, high = (0x20000, 0x2A6DF) if width == 4 else (0x4E00, 0x9FFF)
+        return "".join(chr(rng.randint(low, high)) for _ in range(length))
+
+    tenant, entity, entity_key, key = (text(width=w) for w in (4, 3, 4, 3))
+    refs = (
+        ItemRef(tenant, Scope.ELEMENT, key, entity, entity_key),
+        ItemRef(text(), Scope.ELEMENT, key, entity, entity_key),
+        ItemRef(tenant, Scope.WORKFLOW, key, entity, entity_key),
+        ItemRef(tenant, Scope.ELEMENT, key, text(width=3), entity_key),
+        ItemRef(tenant, Scope.ELEMENT, key, entity, text()),
+        ItemRef(tenant, Scope.ELEMENT, text(width=3), entity, entity_key, ItemRef.FOREVER),
+        ItemRef(tenant, Scope.ELEMENT, key[:-1] + text(1), entity, entity_key),
+        ItemRef(tenant, Scope.ELEMENT, text(), entity, text()),
+    )
+    return World(refs, apps=APPS[2], executions=EXECUTIONS[2])
+
+
+def _limits_probe() -> Probe:
+    """The whole lifecycle of items whose every key part is at its limit, in bytes as in
+    characters: what a store's index must hold all together."""
+    calls = [
+        *_boundary_calls(Role.HOT),
+        _call("try_acquire_lock", worker=2, item=Role.VARIANT),
+        _call("release_lock_as_failed", worker=2, item=Role.VARIANT, error="declined"),
+        _call("upsert", worker=3, item=Role.SPLIT, data={"n": 1}),
+        _call("skip_item", worker=1, item=Role.ENTITY_KEY),
+        *(_call("exists", worker=2, item=role) for role in ROLES),
+    ]
+    return Probe("every key part at its limit at once", _limits_world(), tuple(calls))
+
+
+def _changing_world_probe() -> Probe:
+    """What a deployment changes between two deliveries, each once, while records live.
+
+    A node redeployed with another lock duration and retention (a lock taken
+    before keeps its options, the next takes the new ones), the workers
+    moved to other apps, the process restarted in another zone, an instance
+    replaced by a new one while its worker holds a lock.
+    """
+    world = _tagged(DEFAULT_WORLD, "change", stamps=0)
+    calls = [
+        _call("try_acquire_lock", worker=1, item=Role.HOT),
+        _call("release_lock_as_failed", worker=1, item=Role.HOT, error="declined"),
+        _call("try_acquire_lock", worker=2, item=Role.ENTITY),
+        _call("redeploy_node", item=Role.HOT, config=WORLD_CONFIGS["short"]),
+        _call("redeploy_node", item=Role.ENTITY, config=WORLD_CONFIGS["long"]),
+        _call("try_acquire_lock", worker=3, item=Role.HOT),  # under the new lock duration
+        _call("clock_to_item_lock_expiry", item=Role.HOT, micros=1),
+        _call("reset_expired_locks"),
+        _call("first_hold_writes", item=Role.ENTITY, write="set", status=S.PROCESSED, data=None),
+        _call("redeploy_apps", apps=APPS[1]),
+        _call("try_acquire_lock", worker=2, item=Role.TENANT),
+        _call("set", worker=2, item=Role.TENANT, status=S.PROCESSED, data={"n": 1}),
+        _call("restart_in_zone", zone=ZONES[1]),
+        _call("try_acquire_lock", worker=2, item=Role.NEIGHBOUR),
+        _call("instance_restarts", worker=2),
+        _call("set", worker=2, item=Role.NEIGHBOUR, status=S.PROCESSED, data={"n": 2}),
+        _call("clock_to_item_retention_end", item=Role.TENANT, micros=1),
+        _call("expire_past_retention"),
+    ]
+    return Probe("a world that changes under its records", world, tuple(calls))
+
+
 def _probes() -> tuple[Probe, ...]:
     return (
         _error_probe(),
@@ -680,6 +759,8 @@ def _probes() -> tuple[Probe, ...]:
         _backwards_probe(),
         _begin_probe(),
         _config_probe(),
+        _limits_probe(),
+        _changing_world_probe(),
         *(_zone_probe(zone) for zone in ZONES if zone != UTC_ZONE),
     )
 

@@ -33,6 +33,8 @@ __all__ = ["MAX_REPLAYS", "Trimmed", "UnbuildableMachine", "replay", "trim"]
 
 #: Replays one reduction may spend, the final confirmation included.
 MAX_REPLAYS = 150
+#: How many last steps fast-forwarding tries to keep alone (the clock jumped to them).
+FAST_FORWARD = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,7 @@ def trim(
     last handler built is always one that ran the program reported.
     """
     replays = 0
+    original = program
     tried: set[tuple[int, ...]] = set()
     # Steps are named by their index in the original program, so candidates compare exactly.
     current = list(range(len(program.body)))
@@ -131,6 +134,19 @@ def trim(
             return None
         return kept[:ran]
 
+    # A failure that needs only the time the steps before it took: the last few
+    # steps, the clock jumped to where they began.
+    for back in range(1, min(len(program.body), FAST_FORWARD) + 1):
+        if exhausted():
+            break
+        forwarded = program.fast_forwarded(len(program.body) - back)
+        if forwarded is None:
+            break
+        replays += 1
+        violation, _ = _replay(machine, forwarded)
+        if violation is not None and violation.property == prop:
+            program, current = forwarded, list(range(len(forwarded.body)))
+            break
     # A chain of worlds fails in its last one, most often: try that world alone first.
     entered = [i for i in current if program.body[i].rule == "enter_world"]
     if entered:
@@ -151,12 +167,12 @@ def trim(
             size = max(1, size // 2)
         elif not deleted:
             break
-    if len(current) < len(program.body):
+    if program is not original or len(current) < len(program.body):
         reduced = program.with_body([program.body[i] for i in current])
         violation = replay(machine, reduced)
         replays += 1
         if violation is not None and violation.property == prop:
             return Trimmed(reduced, violation, replays)
     if replays:
-        replay(machine, program)
+        replay(machine, original)
     return None
