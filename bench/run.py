@@ -29,6 +29,7 @@ BENCHMARKS = {
     "jobs": "bench_jobs",
     "sweep": "bench_sweep",
     "catalogue": "bench_catalogue",
+    "exploration": "bench_exploration",
     "protocol": "bench_protocol",
     "peers": "bench_peers",
 }

@@ -81,7 +81,7 @@ class MatrixBudget:
 
 BUDGETS: dict[str, MatrixBudget] = {
     "dev": MatrixBudget(preemptions=0, per_cell=1, repeats=1, every_state=False),
-    "ci": MatrixBudget(preemptions=1, per_cell=6, repeats=2),
+    "ci": MatrixBudget(preemptions=1, per_cell=2, repeats=2),
     "thorough": MatrixBudget(preemptions=2, per_cell=24, repeats=8),
 }
 
