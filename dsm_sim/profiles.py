@@ -50,7 +50,7 @@ class Budget:
 #: What sets the profiles apart; everything else is common to all three.
 _BUDGETS: dict[str, Budget] = {
     "dev": Budget(max_examples=30, stateful_step_count=25),
-    "ci": Budget(max_examples=25, stateful_step_count=60, seeds=4),
+    "ci": Budget(max_examples=20, stateful_step_count=45, seeds=4),
     "thorough": Budget(max_examples=250, stateful_step_count=80, seeds=4),
 }
 PROFILES = tuple(_BUDGETS)

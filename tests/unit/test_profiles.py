@@ -26,7 +26,7 @@ def foreign_ci_profile() -> Iterator[None]:
 
 @pytest.mark.parametrize(
     ("name", "examples", "steps", "seeds"),
-    [("dev", 30, 25, 1), ("ci", 25, 60, 4), ("thorough", 250, 80, 4)],
+    [("dev", 30, 25, 1), ("ci", 20, 45, 4), ("thorough", 250, 80, 4)],
 )
 def test_each_profile_has_its_budget(name: str, examples: int, steps: int, seeds: int) -> None:
     assert profiles.budget(name) == profiles.Budget(examples, steps, seeds)
@@ -46,7 +46,7 @@ def test_a_suites_own_given_tests_get_the_whole_budget(name: str) -> None:
 def test_the_kits_ci_profile_is_used_even_where_hypothesis_registered_its_own() -> None:
     assert settings.get_profile("ci").stateful_step_count == 50
     chosen = profile_settings("ci")
-    assert (chosen.stateful_step_count, chosen.derandomize) == (60, False)
+    assert (chosen.stateful_step_count, chosen.derandomize) == (45, False)
     assert settings.get_profile("ci").max_examples == 100  # Hypothesis' own, untouched
 
 

@@ -152,7 +152,7 @@ class EdgeSteps(OperationRules):
             ref, times, once, "try_acquire_lock and release_lock_as_failed in turn", "acquire"
         )
 
-    @rule(worker=W.WORKER, item=W.ITEMS, times=st.sampled_from((7, 9, 17)))
+    @rule(worker=W.WORKER, item=W.ITEMS, times=st.sampled_from((7, 9)))
     @step
     def upsert_many(self, worker: int, item: Role, times: int) -> None:
         """``times`` upserts of ``item``: a history of ``times - 1`` superseded rows, or more.
