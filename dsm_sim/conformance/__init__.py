@@ -4,6 +4,12 @@ Verify a handler factory with :func:`verify` (``dsm verify`` on the command
 line), or subclass :class:`ConformanceSuite` in a pytest module and provide a
 ``dsm_handler_factory`` fixture.  Names are imported lazily, so loading the
 pytest plugin or the ``dsm`` command does not import Hypothesis.
+
+The folders follow the path a test case takes: ``generate`` (what it is
+made of), ``execute`` (how it runs against the handler), ``judge`` (how an
+answer is judged) and ``tell`` (how a finding is shrunk and told).  Above
+them, ``probing``, ``racing`` and ``verification`` run the edge probes, the
+race matrix and the search in turn, and ``runner`` is the entry point.
 """
 
 from __future__ import annotations
