@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from dsm_sim.conformance.execute.machine import ConformanceMachine
 from dsm_sim.conformance.generate.probes import PROBES, Probe
+from dsm_sim.conformance.program import Program
 from dsm_sim.conformance.properties import PropertyViolation
-from dsm_sim.conformance.tell.program import Program
 from dsm_sim.conformance.tell.trim import UnbuildableMachine, replay
 
 __all__ = ["ProbeFinding", "UnbuildableMachine", "applicable", "probe_findings"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from reference_engine.errors import ConfigurationError, DsmError
 
 if TYPE_CHECKING:
-    from dsm_sim.conformance.tell.program import Program
+    from dsm_sim.conformance.program import Program
 
 __all__ = [
     "ISOLATION",

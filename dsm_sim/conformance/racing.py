@@ -37,9 +37,9 @@ from dsm_sim.conformance.execute.machine import ConformanceMachine
 from dsm_sim.conformance.execute.scheduler import Interleaving, Schedule
 from dsm_sim.conformance.generate.steps import MATRIX_OPS, RaceOp, StartState
 from dsm_sim.conformance.generate.worlds import ROLES, Role, World
+from dsm_sim.conformance.program import Call, Program
 from dsm_sim.conformance.properties import PropertyViolation
 from dsm_sim.conformance.report import Coverage, Gap
-from dsm_sim.conformance.tell.program import Call, Program
 from dsm_sim.conformance.tell.trim import replay
 from dsm_sim.conformance.verification import Verification
 from dsm_sim.model import WORLD_CONFIGS, ItemRef

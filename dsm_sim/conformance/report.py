@@ -19,8 +19,8 @@ from types import MappingProxyType
 
 from dsm_sim.conformance.execute.clocks import ClockMode
 from dsm_sim.conformance.generate.worlds import UTC_ZONE as WORLD_UTC
+from dsm_sim.conformance.program import Program
 from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION
-from dsm_sim.conformance.tell.program import Program
 
 __all__ = [
     "UTC_ZONE",

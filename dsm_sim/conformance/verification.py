@@ -26,6 +26,7 @@ from dsm_sim.conformance.execute.loop import call_timeout, timeouts_seen
 from dsm_sim.conformance.execute.machine import ConformanceMachine, build_machine
 from dsm_sim.conformance.judge.semantics import SemanticsProfile
 from dsm_sim.conformance.probing import UnbuildableMachine, applicable, probe_findings
+from dsm_sim.conformance.program import Program
 from dsm_sim.conformance.properties import PROPERTIES, PROPERTY_NAMES, PropertyViolation
 from dsm_sim.conformance.report import (
     Coverage,
@@ -35,7 +36,6 @@ from dsm_sim.conformance.report import (
     VerificationReport,
 )
 from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION, find_violation, is_flaky
-from dsm_sim.conformance.tell.program import Program
 from dsm_sim.conformance.tell.shrink_budget import SHORT_STORY, shrink_budget
 from dsm_sim.conformance.tell.trim import replay, trim
 from reference_engine.errors import ConfigurationError

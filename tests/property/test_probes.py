@@ -17,8 +17,8 @@ from dsm_sim.conformance.generate.payloads import ERROR_DETAILS
 from dsm_sim.conformance.generate.probes import PROBES
 from dsm_sim.conformance.generate.worlds import UTC_ZONE, ZONES, Role, Spelt
 from dsm_sim.conformance.probing import probe_findings
+from dsm_sim.conformance.program import Call, Program
 from dsm_sim.conformance.runner import ResultStatus, verify
-from dsm_sim.conformance.tell.program import Call, Program
 from dsm_sim.conformance.tell.trim import replay
 from dsm_sim.model import WORLD_CONFIGS, ItemRef
 from reference_engine.handler import HandlerFactory

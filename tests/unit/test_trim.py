@@ -8,9 +8,9 @@ import pytest
 
 from dsm_sim.conformance.execute.machine import ConformanceMachine, build_machine
 from dsm_sim.conformance.generate.worlds import DEFAULT_WORLD, Role
+from dsm_sim.conformance.program import Call, Program
 from dsm_sim.conformance.properties import PROPERTIES, PropertyViolation
 from dsm_sim.conformance.runner import PropertyResult, ResultStatus, factory_path, trimmed
-from dsm_sim.conformance.tell.program import Call, Program
 from dsm_sim.conformance.tell.trim import replay, trim
 from reference_engine.clock import Clock
 from reference_engine.handler import StateHandlerContext

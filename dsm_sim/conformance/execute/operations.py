@@ -47,8 +47,8 @@ from dsm_sim.conformance.generate.worlds import (
 from dsm_sim.conformance.judge import judges as J
 from dsm_sim.conformance.judge.doubt import HistoryDoubt
 from dsm_sim.conformance.judge.semantics import DSM, ProfiledModel, Retention, SemanticsProfile
+from dsm_sim.conformance.program import Call, Program
 from dsm_sim.conformance.reading import at
-from dsm_sim.conformance.tell.program import Call, Program
 from dsm_sim.conformance.tell.shrink_budget import note_failing_run
 from dsm_sim.conformance.tell.story import Step, render_steps
 from dsm_sim.model import (

@@ -3,7 +3,7 @@
 Decorate each step (a Hypothesis rule, or a step only fixed programs take)
 with :func:`step`: a call made from outside the machine (Hypothesis drawing
 a rule, a replay, a probe) is appended to the machine's ``trace`` as a
-:class:`~dsm_sim.conformance.tell.program.Call` before it runs; a step
+:class:`~dsm_sim.conformance.program.Call` before it runs; a step
 another step makes on its way (a stall that ends in a sweep) is part of
 that step, and is not recorded again.  The trace is the failing program a
 violation carries (:class:`~dsm_sim.conformance.properties.PropertyViolation`).
@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from dsm_sim.conformance.tell.program import Call
+from dsm_sim.conformance.program import Call
 from reference_engine.clock import Clock
 
 __all__ = ["Recorder", "step"]

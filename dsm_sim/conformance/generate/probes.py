@@ -57,7 +57,7 @@ from dsm_sim.conformance.generate.worlds import (
     near_spellings,
     one_apart,
 )
-from dsm_sim.conformance.tell.program import Call, Program
+from dsm_sim.conformance.program import Call, Program
 from dsm_sim.model import WORLD_CONFIGS, ItemRef
 from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.record import MAX_DATA_BYTES

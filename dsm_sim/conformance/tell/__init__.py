@@ -4,6 +4,6 @@ This stage takes a violation (its program of calls and its story) and hands
 on what a reader gets: the program trimmed to the steps it needs (``trim``,
 within Hypothesis' shrink budget, ``shrink_budget``), told as numbered steps
 (``story``) and printed once as a Python program that runs as pasted
-(``program``); a failure Hypothesis could not replay recognised as flaky
+(:mod:`dsm_sim.conformance.program`, the data every stage shares); a failure Hypothesis could not replay recognised as flaky
 (``flaky``); and the whole report as JSON, JUnit XML and HTML (``outputs``).
 """

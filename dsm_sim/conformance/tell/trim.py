@@ -8,7 +8,7 @@ This pass finishes the job deterministically: it replays the program with
 chunks of steps left out, then single steps, and keeps a deletion when the
 shorter program still breaks the *same* property.
 
-Programs are data (:mod:`dsm_sim.conformance.tell.program`): a replay builds
+Programs are data (:mod:`dsm_sim.conformance.program`): a replay builds
 the machine, runs each step with a fresh copy of its arguments (a handler
 may change a payload it was given in place) and tears down in ``finally``,
 exactly what the printed program does when pasted.
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dsm_sim.conformance.execute.machine import ConformanceMachine
+from dsm_sim.conformance.program import Program
 from dsm_sim.conformance.properties import PropertyViolation
-from dsm_sim.conformance.tell.program import Program
 
 __all__ = ["MAX_REPLAYS", "Trimmed", "UnbuildableMachine", "replay", "trim"]
 
