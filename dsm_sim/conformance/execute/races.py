@@ -646,7 +646,14 @@ class RaceRules(OperationRules):
             for order in call_orders:
                 yield order, starts
         for order in [first, *(o for o in itertools.permutations(events) if o != first)]:
-            yield order, None
+            if not moves or all(
+                t0 in _readings(log, call, t0, t1)
+                if order.index(call) < order.index(_CLOCK)
+                else t1 in _readings(log, call, t0, t1)
+                for call in range(count)
+            ):
+                # A call cannot read the clock on a side of the move the log rules out.
+                yield order, None
         if moves:
             readings = [_readings(log, i, t0, t1) for i in range(count)]
             for order in call_orders:

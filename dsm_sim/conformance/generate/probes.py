@@ -503,6 +503,49 @@ def _race_probe() -> Probe:
     return Probe("races across instances", world, calls)
 
 
+def _moving_clock_probe() -> Probe:
+    """Each call, on a lock at its last live instant, while the clock moves under it.
+
+    The call starts, waits at its first await, the clock moves (a second on,
+    past the lock, a minute back), and the call goes on: a call that reads the
+    clock twice (checks expiry with one reading and stamps with another) gives
+    an answer no single reading explains.
+    """
+
+    def case(op: RaceOp, move: ClockMove) -> Callable[[Role], list[Call]]:
+        def calls(role: Role) -> list[Call]:
+            return [
+                _call("try_acquire_lock", worker=1, item=role),
+                _call(
+                    "race",
+                    item=role,
+                    ops=[op],
+                    workers=[2, 3, 1],
+                    schedule=(0, 1),
+                    instant=Instant.LOCK_EXPIRY,
+                    move=move,
+                    data={"n": 1},
+                ),
+            ]
+
+        return calls
+
+    ops = (
+        RaceOp.ACQUIRE,
+        RaceOp.COMPLETE,
+        RaceOp.RELEASE,
+        RaceOp.UPSERT,
+        RaceOp.SKIP,
+        RaceOp.EXISTS,
+        RaceOp.SWEEP,
+        RaceOp.RETENTION,
+    )
+    moves = (ClockMove.SECOND, ClockMove.PAST_LOCK, ClockMove.BACK)
+    cases = [case(op, move) for move in moves for op in ops]
+    world, calls = _slotted("moving", lambda n: n, cases)
+    return Probe("calls while the clock moves under them", world, calls)
+
+
 # --- time ------------------------------------------------------------------------------------
 
 
@@ -755,6 +798,7 @@ def _probes() -> tuple[Probe, ...]:
         _bulk_probe(),
         _fencing_probe(),
         _race_probe(),
+        _moving_clock_probe(),
         _lost_reply_probe(),
         _backwards_probe(),
         _begin_probe(),

@@ -259,19 +259,34 @@ def judge_write(
     )
 
 
-def _zone_shift(delta: dt.timedelta, at_instant: dt.datetime | None = None) -> bool:
+def _zone_shift(
+    delta: dt.timedelta,
+    at_instant: dt.datetime | None = None,
+    written: dt.timedelta | None = None,
+) -> bool:
     """Is ``delta`` what local wall time labelled UTC is off by?
 
-    Whole hours up to 14 (any zone's usual offset), or the process zone's own
-    offset at that instant (India is +5:30), never mere clock ticks.
+    The process zone's own offset at that instant (or at the instant the
+    value was written, ``delta`` earlier), or the size of its daylight-saving
+    change between the two; or whole hours (a server in another zone) when
+    the record's ``updated_at`` is off by the same (``written``): a zone
+    shifts every instant it stamps alike.  Whole hours in one field alone
+    are no zone: a lock taken over an hour early is off by an hour in UTC too.
     """
-    seconds = delta.total_seconds()
-    if seconds != 0 and seconds % 3600 == 0 and abs(seconds) <= 14 * 3600:
-        return True
-    if at_instant is None or seconds == 0:
+    if at_instant is None or delta == dt.timedelta(0):
         return False
-    local = at_instant.astimezone().utcoffset()
-    return local is not None and abs(delta) == abs(local)
+    seconds = delta.total_seconds()
+    if seconds % 3600 == 0 and abs(seconds) <= 14 * 3600 and written == delta:
+        return True
+    offsets = {
+        instant.astimezone().utcoffset() for instant in (at_instant, at_instant - delta)
+    } - {None, dt.timedelta(0)}
+    if any(abs(delta) == abs(local) for local in offsets if local is not None):
+        return True
+    if len(offsets) == 2:
+        first, second = sorted(o for o in offsets if o is not None)
+        return abs(delta) == second - first
+    return False
 
 
 def _shift_cause(delta: dt.timedelta, expected: dt.datetime, written: dt.datetime) -> str:
@@ -369,7 +384,7 @@ def judge_record(
                 f"{ref.label} is Processing without locked_until; expected {at(want.locked_until)}",
             )
         delta = got.locked_until - want.locked_until
-        if _zone_shift(delta, want.locked_until):
+        if _zone_shift(delta, want.locked_until, got.updated_at - want.updated_at):
             return Finding(
                 "timestamps_in_utc",
                 f"{ref.label} is locked until {at(got.locked_until)}, {offset(delta)} off the "
@@ -416,7 +431,11 @@ def judge_record(
                 f"{ref.label}'s current record was created at {at(have)}, but an upsert at "
                 f"{at(expect)} must have superseded it and inserted a new record",
             )
-        if have is not None and expect is not None and _zone_shift(have - expect, expect):
+        if (
+            have is not None
+            and expect is not None
+            and _zone_shift(have - expect, expect, got.updated_at - want.updated_at)
+        ):
             return Finding(
                 "timestamps_in_utc",
                 f"{ref.label}'s {name} is {at(have)}, {offset(have - expect)} off the expected "
