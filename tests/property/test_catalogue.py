@@ -98,14 +98,21 @@ def test_correct_handler_is_not_flagged_under_the_same_settings() -> None:
 @pytest.mark.parametrize(
     ("name", "step"),
     [
-        ("close_releases_locks", "restarts: close(), then open()"),
-        ("get_returns_cached_data", "changes, in place, the payload it passed"),
+        (
+            "close_releases_locks",
+            ("restarts: close(), then open()", "a new one joins on the same store"),
+        ),
+        ("get_returns_cached_data", ("changes, in place, the payload it passed",)),
     ],
 )
-def test_lifecycle_bugs_are_caught_by_the_step_that_exposes_them(name: str, step: str) -> None:
-    # Neither bug shows in a run of tidy callers opened once: the restart and
-    # the caller that changes its objects are what catch them.
+def test_lifecycle_bugs_are_caught_by_the_step_that_exposes_them(
+    name: str, step: tuple[str, ...]
+) -> None:
+    # Neither bug shows in a run of tidy callers opened once: the restart (a
+    # worker's close() and open(), or its instance replaced by a new one on the
+    # same store) and the caller that changes its objects are what catch them.
     spec = CATALOGUE[name]
     report = verify(spec.factory, "ci", seed=SEED, stop_on_first=True)
     assert len(report.violations) == 1, f"{name} was not caught"
-    assert step in report.violations[0].story, report.violations[0].render()
+    story = report.violations[0].story
+    assert any(phrase in story for phrase in step), report.violations[0].render()

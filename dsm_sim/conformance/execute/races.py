@@ -63,7 +63,7 @@ from dsm_sim.conformance.generate.steps import (
 )
 from dsm_sim.conformance.generate.worlds import Role
 from dsm_sim.conformance.judge import judges as J
-from dsm_sim.conformance.judge.semantics import Retention
+from dsm_sim.conformance.judge.semantics import Retention, SemanticsProfile
 from dsm_sim.conformance.reading import at, offset
 from dsm_sim.model import (
     ItemRef,
@@ -240,6 +240,56 @@ def _judge_begun(
     return P.Finding(name, f"{where}; the item is {source} and begin must answer {expected}")
 
 
+# Calls that never leave a record Failed: with only these and lock sweeps in a
+# race, a record that turns Failed was failed by a sweep.
+_NEVER_FAIL = frozenset(
+    {RaceOp.SWEEP, RaceOp.EXISTS, RaceOp.GET, RaceOp.RETENTION, RaceOp.ACQUIRE, RaceOp.BEGIN}
+)
+
+
+def _swept_live(
+    calls: Sequence[_Call],
+    view: dict[ItemRef, StateRecord | None],
+    prior: ReferenceModel,
+    t0: dt.datetime,
+    semantics: SemanticsProfile,
+) -> P.Finding | None:
+    """A lock sweep that stamped its reset at or before the lock's expiry: it took a live lock.
+
+    A sweep's ``updated_at`` is its own reading of now, so whichever order of
+    the race is taken, a reset stamped while ``locked_until >= now`` broke
+    ``Processing AND locked_until < now``, even when the clock moved on
+    before the answer came back and the reset count looks right. Only where
+    the stamp is the exact reading (strict semantics) is it evidence.
+    """
+    if not semantics.strict or not any(c.op is RaceOp.SWEEP for c in calls):
+        return None
+    for ref, got in view.items():
+        if any(
+            c.op not in _NEVER_FAIL and c.ctx is not None and c.ctx.record_key == ref.record_key
+            for c in calls
+        ):
+            continue
+        before = prior.current.get(ref.record_key)
+        if (
+            got is not None
+            and got.status is S.FAILED
+            and before is not None
+            and before.status is S.PROCESSING
+            and before.locked_until is not None
+            and got.updated_at is not None
+            and t0 <= got.updated_at
+            and semantics.lock_live(before.locked_until, got.updated_at)
+        ):
+            return P.Finding(
+                "sweep_only_expired",
+                f"the lock sweep reset {ref.label} to Failed at {at(got.updated_at)} (its "
+                f"updated_at), while its lock ran until {at(before.locked_until)}: a sweep takes "
+                "only Processing records with locked_until < now",
+            )
+    return None
+
+
 def _in_sequence(log: Sequence[tuple[str, int]]) -> tuple[int, ...] | None:
     """The calls' order when each ran from start to end before the next started, else None."""
     order: list[int] = []
@@ -348,6 +398,7 @@ class RaceRules(OperationRules):
             # The calls ran one after the other: judged as plain calls in that order,
             # never as a race no order explains.
             replay = self._replay(sequence, calls, got, t0, t1)
+        prior = self.model
         self._adopt(ref, calls, replay)
         parts = [f"{c.actor} {c.text} -> {self._shown(c, got[i])}" for i, c in enumerate(calls)]
         if moves:
@@ -360,7 +411,10 @@ class RaceRules(OperationRules):
             self._step("race", " ‖ ".join(parts) + how, f"now {at(self.clock.now())}")
         self._count(calls)
         if not replay.consistent:
-            self._report(self._explain(ref, calls, got, replay, in_sequence=sequence is not None))
+            self._report(
+                _swept_live(calls, view, prior, t0, self.semantics)
+                or self._explain(ref, calls, got, replay, in_sequence=sequence is not None)
+            )
         # An upsert may compress acquire and complete into one step (Failed -> Processed).
         upserted = any(c.op is RaceOp.UPSERT for c in calls)
         self._after_step("upsert" if upserted else "race", observed, steps=len(calls) + upserted)

@@ -278,9 +278,10 @@ def _zone_shift(
     seconds = delta.total_seconds()
     if seconds % 3600 == 0 and abs(seconds) <= 14 * 3600 and written == delta:
         return True
-    offsets = {
-        instant.astimezone().utcoffset() for instant in (at_instant, at_instant - delta)
-    } - {None, dt.timedelta(0)}
+    offsets = {instant.astimezone().utcoffset() for instant in (at_instant, at_instant - delta)} - {
+        None,
+        dt.timedelta(0),
+    }
     if any(abs(delta) == abs(local) for local in offsets if local is not None):
         return True
     if len(offsets) == 2:
