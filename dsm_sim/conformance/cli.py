@@ -488,6 +488,7 @@ def main(args: argparse.Namespace) -> int:
             waive=getattr(args, "waive", ()),
             semantics=getattr(args, "semantics", None),
             call_timeout_s=getattr(args, "call_timeout", None),
+            record=getattr(args, "report", None) is not None,
         )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")

@@ -21,6 +21,7 @@ from dsm_sim.conformance.execute.clocks import ClockMode
 from dsm_sim.conformance.generate.worlds import UTC_ZONE as WORLD_UTC
 from dsm_sim.conformance.program import Program
 from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION
+from dsm_sim.conformance.tell.replayed import Replayed
 
 __all__ = [
     "UTC_ZONE",
@@ -84,6 +85,8 @@ class PropertyResult:
     program: Program | None = None
     #: Replays of the reported program that broke the property again, of those tried.
     confirmed: tuple[int, int] | None = None
+    #: The last confirmation as the explorer plays it, when it was recorded (``--report``).
+    replayed: Replayed | None = field(default=None, compare=False, repr=False)
 
     @property
     def failed(self) -> bool:

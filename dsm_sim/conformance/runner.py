@@ -155,6 +155,7 @@ def verify(
     matrix: bool | str = True,
     waive: Iterable[str] = (),
     stage: Stage | None = None,
+    record: bool = False,
 ) -> VerificationReport:
     """Run the conformance kit against ``factory``; never raises on a violation.
 
@@ -181,6 +182,8 @@ def verify(
     search (a profile name: the race matrix of that profile's budget, as a test
     on a slow store may ask for ``"dev"``'s).  ``waive`` names properties or gaps (``peers``, ``matrix``,
     ``probe:<name>``) whose NOT EXERCISED must not fail the verdict.
+    ``record`` keeps each counterexample's last confirming replay as the
+    explorer plays it (:attr:`PropertyResult.replayed`; ``dsm verify --report``).
     """
     semantics_of = resolve_semantics(semantics, factory)
     if seed is None:
@@ -220,6 +223,7 @@ def verify(
         on_violation=on_violation,
         progress=progress,
         stage=stage,
+        record=record,
     )
     verification = Verification(plan)
     if probes:

@@ -36,6 +36,7 @@ from dsm_sim.conformance.report import (
     VerificationReport,
 )
 from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION, find_violation, is_flaky
+from dsm_sim.conformance.tell.replayed import CallTape
 from dsm_sim.conformance.tell.shrink_budget import SHORT_STORY, shrink_budget
 from dsm_sim.conformance.tell.trim import replay, trim
 from reference_engine.errors import ConfigurationError
@@ -137,6 +138,8 @@ class Plan:
     progress: Progress | None
     #: Called with (stage, done, planned) as each stage goes: probes, matrix cells, test cases.
     stage: Stage | None = None
+    #: Record the last confirmation of each counterexample for the explorer (``--report``).
+    record: bool = False
 
     def tell(self, stage: str, done: int, planned: int) -> None:
         if self.stage is not None:
@@ -261,9 +264,24 @@ class Verification:
         if program is None or result.status is not ResultStatus.FAILED:
             return result
         hits = 0
-        for _ in range(CONFIRMATIONS):
-            again = replay(machine, program)
+        tape: CallTape | None = None
+        again: PropertyViolation | None = None
+        for attempt in range(CONFIRMATIONS):
+            # The last confirmation is the one the explorer shows, when asked for.
+            if self.plan.record and attempt == CONFIRMATIONS - 1:
+                tape = CallTape()
+            again = replay(machine, program, tape=tape)
             hits += again is not None and again.property == result.name
+        if tape is not None:
+            reproduced = again is not None and again.property == result.name
+            shown = tape.replayed(
+                property_name=result.name,
+                message=again.finding.message
+                if again is not None and reproduced
+                else result.message,
+                reproduced=reproduced,
+            )
+            result = dataclasses.replace(result, replayed=shown)
         if hits == CONFIRMATIONS:
             return dataclasses.replace(result, confirmed=(hits, CONFIRMATIONS))
         return dataclasses.replace(

@@ -497,63 +497,66 @@ class RaceRules(OperationRules):
         handler = self.instances.of(worker if via is None else via)
         actor = f"worker {worker}" if hold is None else hold.who
         token = "" if hold is None else f" with token {hold.token}"
+        # Another item of the world with the same name (another tenant's) makes the
+        # bare name ambiguous in the story: the full label then.
+        name = ref.name if sum(r.name == ref.name for r in self.world) == 1 else ref.label
         if op is RaceOp.ACQUIRE:
             return _Call(
-                op, actor, worker, ctx, hold, f"try_acquire_lock({ref.name})",
+                op, actor, worker, ctx, hold, f"try_acquire_lock({name})",
                 lambda: handler.try_acquire_lock(ctx),
                 lambda model, now: model.try_acquire_lock(ctx, now),
             )  # fmt: skip
         if op is RaceOp.BEGIN:
             return _Call(
-                op, actor, worker, ctx, hold, f"begin({ref.name})",
+                op, actor, worker, ctx, hold, f"begin({name})",
                 lambda: _begun(handler, ctx),
                 lambda model, now: _model_begin(model, ctx, now),
             )  # fmt: skip
         if op is RaceOp.COMPLETE:
             return _Call(
-                op, actor, worker, ctx, hold, f"set(Processed) on {ref.name}{token}",
+                op, actor, worker, ctx, hold, f"set(Processed) on {name}{token}",
                 lambda: handler.set(ctx, S.PROCESSED, data),
                 lambda model, now: model.set(ctx, S.PROCESSED, data, now),
             )  # fmt: skip
         if op is RaceOp.FAIL:
             return _Call(
-                op, actor, worker, ctx, hold, f"set(Failed) on {ref.name}{token}",
+                op, actor, worker, ctx, hold, f"set(Failed) on {name}{token}",
                 lambda: handler.set(ctx, S.FAILED, None),
                 lambda model, now: model.set(ctx, S.FAILED, None, now),
             )  # fmt: skip
         if op is RaceOp.RELEASE:
             return _Call(
-                op, actor, worker, ctx, hold, f"release_lock_as_failed on {ref.name}{token}",
+                op, actor, worker, ctx, hold, f"release_lock_as_failed on {name}{token}",
                 lambda: handler.release_lock_as_failed(ctx, "card declined"),
                 lambda model, now: model.release_lock_as_failed(ctx, "card declined", now),
             )  # fmt: skip
         if op is RaceOp.UPSERT:
             return _Call(
-                op, actor, worker, ctx, None, f"upsert(data={J.short_data(data)}) on {ref.name}",
+                op, actor, worker, ctx, None, f"upsert(data={J.short_data(data)}) on {name}",
                 lambda: handler.upsert(ctx, data),
                 lambda model, now: model.upsert(ctx, data, now),
             )  # fmt: skip
         if op is RaceOp.SKIP:
             return _Call(
-                op, actor, worker, ctx, None, f"set(Skipped) on {ref.name}",
+                op, actor, worker, ctx, None, f"set(Skipped) on {name}",
                 lambda: handler.set(ctx, S.SKIPPED, None),
                 lambda model, now: model.set(ctx, S.SKIPPED, None, now),
             )  # fmt: skip
         if op is RaceOp.EXPIRE:
             return _Call(
-                op, actor, worker, ctx, None, f"set(Expired) on {ref.name}",
+                op, actor, worker, ctx, None, f"set(Expired) on {name}",
                 lambda: handler.set(ctx, S.EXPIRED, None),
                 lambda model, now: model.set(ctx, S.EXPIRED, None, now),
             )  # fmt: skip
         if op is RaceOp.GET:
             whole = semantics.strict  # a library's own resolutions: its status and token only
             return _Call(
-                op, actor, worker, ctx, None, f"get({ref.name})",
+                op, actor, worker, ctx, None, f"get({name})",
                 lambda: _read(handler, ctx, whole),
                 lambda model, now: _model_read(model, ctx, whole),
             )  # fmt: skip
         return _Call(
-            op, actor, worker, ctx, None, f"exists({ref.name})",
+            op, actor, worker, ctx, None, f"exists({name})",
             lambda: handler.exists(ctx),
             lambda model, now: model.exists(ctx, now),
         )  # fmt: skip

@@ -5,5 +5,6 @@ on what a reader gets: the program trimmed to the steps it needs (``trim``,
 within Hypothesis' shrink budget, ``shrink_budget``), told as numbered steps
 (``story``) and printed once as a Python program that runs as pasted
 (:mod:`dsm_sim.conformance.program`, the data every stage shares); a failure Hypothesis could not replay recognised as flaky
-(``flaky``); and the whole report as JSON, JUnit XML and HTML (``outputs``).
+(``flaky``); the last confirming replay recorded for the explorer
+(``replayed``); and the whole report as JSON, JUnit XML and HTML (``outputs``).
 """

@@ -17,9 +17,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import jinja2
+
 from dsm_sim.conformance.report import PropertyResult, ResultStatus, VerificationReport
 from dsm_sim.outputs import write_report
 from dsm_sim.printable import xml_safe
+from dsm_sim.reports.explorer.page import explorer_view
 
 __all__ = ["junit_xml", "report_dict", "verdict", "write_html", "write_json", "write_junit"]
 
@@ -197,21 +200,29 @@ def _slug(name: str) -> str:
 
 
 def _counterexample(report: VerificationReport, result: PropertyResult) -> str:
-    e = html.escape
-    parts = [
-        f"<p><a href=index.html>all properties</a></p><h1>{e(result.name)} "
-        f"{'(flaky) ' if result.flaky else ''}violated</h1>",
-        f"<p>{e(result.message)}</p>",
-    ]
-    if result.found_by:
-        parts.append(f"<p>Found by {e(result.found_by)}.</p>")
-    parts.append(f"<h2>What happened</h2><pre>{e(result.story)}</pre>")
-    if result.reproduction:
-        parts.append(
-            f"<h2>Minimal reproduction (paste and run)</h2><pre>{e(result.reproduction)}</pre>"
+    """The counterexample's page: its story, and the explorer playing it when it was recorded."""
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("dsm_sim.reports", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    replayed = result.replayed
+    explorer = None
+    if replayed is not None and replayed.history.ops:
+        explorer = explorer_view(
+            replayed.history,
+            replayed.violations,
+            title=f"{result.name} violated",
+            chapters=replayed.chapters,
+            store_clock=dict(replayed.store_clock),
         )
-    parts.append(f"<h2>Replay the run</h2><pre>{e(report.replay_command())}</pre>")
-    return _page(f"{result.name} — dsm verify", "".join(parts))
+    return environment.get_template("counterexample.html.j2").render(
+        result=result,
+        explorer=explorer,
+        reproduced=replayed is not None and replayed.reproduced,
+        replay_command=report.replay_command(),
+    )
 
 
 def write_html(report: VerificationReport, directory: Path) -> Path:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from dsm_sim.conformance.execute.machine import ConformanceMachine
 from dsm_sim.conformance.program import Program
 from dsm_sim.conformance.properties import PropertyViolation
+from dsm_sim.conformance.tell.replayed import CallTape
 
 __all__ = ["MAX_REPLAYS", "Trimmed", "UnbuildableMachine", "replay", "trim"]
 
@@ -47,15 +48,20 @@ class Trimmed:
 
 
 def replay(
-    machine: type[ConformanceMachine], program: Program, *, unbuildable: bool = False
+    machine: type[ConformanceMachine],
+    program: Program,
+    *,
+    unbuildable: bool = False,
+    tape: CallTape | None = None,
 ) -> PropertyViolation | None:
     """Run the program as pasted; the violation it raised, or None when it raised none.
 
     With ``unbuildable`` a machine that cannot be built (the factory raised,
     ``open`` failed) raises :class:`UnbuildableMachine` instead of counting
-    as no violation.
+    as no violation.  A ``tape`` listens to the replay (for the explorer)
+    without adding a handler call.
     """
-    return _replay(machine, program, unbuildable=unbuildable)[0]
+    return _replay(machine, program, unbuildable=unbuildable, tape=tape)[0]
 
 
 class UnbuildableMachine(Exception):
@@ -63,7 +69,11 @@ class UnbuildableMachine(Exception):
 
 
 def _replay(
-    machine: type[ConformanceMachine], program: Program, *, unbuildable: bool = False
+    machine: type[ConformanceMachine],
+    program: Program,
+    *,
+    unbuildable: bool = False,
+    tape: CallTape | None = None,
 ) -> tuple[PropertyViolation | None, int]:
     """The violation a replay raised, and how many steps (after ``setup``) it ran.
 
@@ -81,10 +91,23 @@ def _replay(
         return None, ran
     try:
         try:
+            if tape is not None:
+                tape.attach(state)
             program.setup.run_on(state)
+            if tape is not None:
+                tape.entered()
             for call in program.body:
                 ran += 1
-                call.run_on(state)
+                if tape is None:
+                    call.run_on(state)
+                    continue
+                tape.step_begins()
+                try:
+                    call.run_on(state)
+                except PropertyViolation:
+                    tape.step_ends(broke=True)
+                    raise
+                tape.step_ends()
         finally:
             state.teardown()
     except PropertyViolation as violation:
