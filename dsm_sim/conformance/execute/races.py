@@ -187,12 +187,16 @@ def _copied(model: ReferenceModel, calls: Sequence[_Call]) -> ReferenceModel:
     """A copy of ``model`` the calls can be replayed on without touching it.
 
     Calls on one item change only that item's record (and may append a
-    history row): the rest is shared.  A sweep changes any record: a deep copy.
+    history row): the rest is shared.  A sweep changes any record, current or
+    superseded: each is copied.  A record's fields are immutable values (its
+    data is kept as JSON text), so a copy of each record is a whole copy.
     """
-    if any(call.op.sweeps for call in calls):
-        return copy.deepcopy(model)
-    keys = {call.ctx.record_key for call in calls if call.ctx is not None}
     copied = copy.copy(model)
+    if any(call.op.sweeps for call in calls):
+        copied.current = {key: copy.copy(record) for key, record in model.current.items()}
+        copied.superseded = [copy.copy(record) for record in model.superseded]
+        return copied
+    keys = {call.ctx.record_key for call in calls if call.ctx is not None}
     copied.current = {
         key: copy.copy(record) if key in keys else record for key, record in model.current.items()
     }
