@@ -1,11 +1,14 @@
-"""``dsm run --jobs``: simulated deliveries per second with 1 and 2 worker processes.
+"""``dsm run --jobs`` and ``--cluster``: simulated deliveries per second, 1 vs 2 workers.
 
 The baseline is the same plan (every scenario in ``scenarios/``, the same
 seeds, the in-memory handler) run with ``jobs=1`` in this process, measured
 in the same run, so the ratio is the speed-up from the extra process on
-this machine and does not depend on how fast the machine is.  The outcomes
-of both are compared (stats and verdict of every run): a speed-up that
-changed a result would be no speed-up.
+this machine and does not depend on how fast the machine is.  The same plan
+then runs on a local Dask cluster of two single-threaded worker processes
+(``dsm run --cluster local --jobs 2``), cluster start-up included, and is
+compared with ``jobs=2`` as well.  The outcomes of every row are compared
+(stats and verdict of every run): a speed-up that changed a result would be
+no speed-up.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from common import BenchSkipped, Table, timed
 
 __all__ = ["TITLE", "run"]
 
-TITLE = "dsm run --jobs: simulated deliveries per second, 1 vs 2 worker processes"
+TITLE = "dsm run --jobs / --cluster: simulated deliveries per second, 1 vs 2 workers"
 HEADERS = (
     "jobs",
     "runs",
@@ -26,6 +29,7 @@ HEADERS = (
     "seconds",
     "deliveries/s",
     "jobs/1",
+    "/jobs 2",
 )
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 HANDLER = "reference_engine.handlers.memory:in_memory_handler"
@@ -48,10 +52,18 @@ def run(short: bool) -> list[Table]:
     plan = [(s, seed) for s in scenarios for seed in range(1, seeds + 1)]
     rows: list[tuple[object, ...]] = []
     seen: list[tuple[object, ...]] = []
-    base_rate = 0.0
-    for jobs in (1, 2):
+    base_rate = two_rate = 0.0
+    for jobs in (1, 2, "cluster 2"):
         started = timed()
-        outcomes = list(run_plan(plan, HANDLER, jobs=jobs))
+        if jobs == "cluster 2":
+            try:
+                from dsm_sim.simulator.distributed import run_plan_on_cluster
+            except ImportError:
+                continue
+            outcomes = list(run_plan_on_cluster(plan, HANDLER, workers=2))
+        else:
+            assert isinstance(jobs, int)
+            outcomes = list(run_plan(plan, HANDLER, jobs=jobs))
         seconds = timed() - started
         results = []
         for outcome in outcomes:
@@ -67,6 +79,8 @@ def run(short: bool) -> list[Table]:
         violations = sum(len(i.violations) for r in results for i in r.results)
         rate = deliveries / seconds
         base_rate = base_rate or rate
+        if jobs == 2:
+            two_rate = rate
         rows.append(
             (
                 jobs,
@@ -77,10 +91,12 @@ def run(short: bool) -> list[Table]:
                 seconds,
                 rate,
                 rate / base_rate,
+                rate / two_rate if two_rate else "-",
             )
         )
     note = (
         f"{len(scenarios)} scenarios x seeds 1-{seeds}, in-memory handler; jobs=1 runs in this "
-        "process, jobs=2 in forkserver workers (start-up included); same stats for every run"
+        "process, jobs=2 in forkserver workers, cluster 2 on a LocalCluster of 2 worker processes "
+        "(start-up included in both); same stats for every run"
     )
     return [Table(TITLE, HEADERS, rows, note)]
