@@ -94,3 +94,38 @@ def test_a_scheduler_nobody_runs_is_a_named_error_before_any_run() -> None:
         )
     assert caught.value.where == f"tcp://127.0.0.1:{port}"
     assert "--jobs" in str(caught.value)
+
+
+def test_a_worker_lost_mid_sweep_costs_only_its_unfinished_runs() -> None:
+    # A cluster of our own, so one of its workers can be killed while the sweep
+    # runs: Dask gives that worker's unfinished runs to the worker left (or to
+    # the one its nanny starts again), and every outcome is still the serial one.
+    import signal
+
+    from distributed import Client, LocalCluster
+
+    plan = [
+        (load_scenario(SCENARIOS / name), seed)
+        for name in ("tenants-and-keys.toml", "duplicate-storm.toml", "short-locks.toml")
+        for seed in (1, 2, 3)
+    ]
+    handler = "reference_engine.handlers.memory:in_memory_handler"
+    serial = list(run_plan(plan, handler))
+    cluster = LocalCluster(  # type: ignore[no-untyped-call]
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
+        pids = client.run(os.getpid)
+        victim = sorted(pids.values())[0]
+        remote = []
+        for n, outcome in enumerate(
+            run_plan_on_cluster(plan, handler, address=cluster.scheduler_address)
+        ):
+            remote.append(outcome)
+            if n == 0:
+                os.kill(victim, signal.SIGKILL)
+    assert [(o.scenario.name, o.seed) for o in remote] == [(s.name, seed) for s, seed in plan]
+    for mine, theirs in zip(serial, remote, strict=True):
+        assert mine.result is not None and theirs.result is not None, (mine, theirs)
+        assert theirs.result.stats == mine.result.stats
+        assert theirs.result.violated == mine.result.violated
