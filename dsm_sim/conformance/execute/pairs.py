@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import datetime as dt
 
+from dsm_sim.conformance import properties as P
+from dsm_sim.conformance.execute import bookkeeping as K
 from dsm_sim.conformance.execute.races import RaceRules
 from dsm_sim.conformance.execute.recording import step
 from dsm_sim.conformance.execute.scheduler import Interleaving
 from dsm_sim.conformance.generate.steps import RaceOp, StartState
 from dsm_sim.conformance.generate.worlds import Role
+from dsm_sim.conformance.judge import judges as J
 from dsm_sim.conformance.judge.doubt import HistoryDoubt
-from dsm_sim.model import ItemRef
+from dsm_sim.model import ItemRef, Outcome, outcome_of
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["FIRST", "HOLDER", "SECOND", "PairSteps"]
@@ -34,6 +37,12 @@ HOLDER = 1
 #: Whose instance (and, for a call without a token, whose execution) makes each call.
 FIRST, SECOND = 2, 3
 _PAST = dt.timedelta(microseconds=1)
+
+
+def _shown(seen: Outcome) -> str:
+    if seen.error is not None:
+        return seen.describe()
+    return "no record" if seen.value is None else seen.value.status.label
 
 
 class PairSteps(RaceRules):
@@ -116,6 +125,58 @@ class PairSteps(RaceRules):
         if one is None or other is None:
             return
         self.last_interleaving = self._race(ref, [one, other], schedule, read_all=False)
+        self._asked_again(ref, (FIRST, SECOND))
+
+    def _asked_again(self, ref: ItemRef, workers: tuple[int, ...]) -> None:
+        """Each instance that raced answers ``exists`` and ``get`` for the item once more.
+
+        An instance that keeps what it read or wrote (a cache of answers, a
+        copy of the record) must still answer for the store after another
+        instance changed the item: whichever call came first in the race,
+        each instance is asked after both.  An answer that agrees is not
+        told (the story stays the race's); one that does not is a step of
+        its own, and the finding names the instance that answered.
+        """
+        for worker in workers:
+            if not self.diverged:
+                self._ask_again(ref, worker)
+
+    def _ask_again(self, ref: ItemRef, worker: int) -> None:
+        instance = self.instances.of(worker)
+        if instance is self.handler:
+            return  # the read-back after the race already asked this one
+        ctx = self._ctx(ref, worker, None)
+        now = self.clock.now()
+        record = K.copy_record(self.model.current.get(ref.record_key))
+        want = outcome_of(lambda: self.model.exists(ctx, now))
+        got = self.driver.outcome(lambda: instance.exists(ctx))
+        self._checked("exists_agrees_with_model", "record_agrees_with_model")
+        finding = J.judge_exists(ref, worker, got, want, record, now)
+        seen = self.driver.outcome(lambda: instance.get(ctx))
+        if finding is None and seen.error is None:
+            finding = J.judge_record(
+                ref,
+                seen.value,
+                self._model_view().get(ref),
+                now,
+                has_history=any(r.key == ref.record_key for r in self.model.superseded),
+                semantics=self.semantics,
+            )
+        if finding is not None:
+            self._step(
+                f"worker {worker}",
+                f"asks its own instance again: exists({ref.label}), get({ref.label})",
+                f"{got.describe()}, {_shown(seen)}",
+            )
+            self._report(
+                P.Finding(
+                    finding.property,
+                    f"worker {worker}'s own instance, asked after the race: "
+                    + finding.message
+                    + " (an instance answers for the store, not from what it saw before "
+                    "another instance changed the item)",
+                )
+            )
 
     @step
     def settle(self) -> None:

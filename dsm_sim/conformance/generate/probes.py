@@ -54,6 +54,7 @@ from dsm_sim.conformance.generate.worlds import (
     Role,
     Spelt,
     World,
+    conversion_pairs,
     near_spellings,
     one_apart,
 )
@@ -187,14 +188,20 @@ _COUNTERPART = {
 _FIELD_TEXT = {Spelt.ENTITY_KEY: "line-2", Spelt.ENTITY: "flow-2", Spelt.TENANT: "t2"}
 
 
-def _pairs(spelt: Spelt, text: str) -> list[tuple[str, str]]:
-    """(spelling, near spelling) pairs: every variant, and one character of each class apart.
+#: Pairs a conversion confuses, per world (each world's numbers its own).
+_CONVERSIONS = len(conversion_pairs(10))
+
+
+def _pairs(spelt: Spelt, text: str, number: int = 0) -> list[tuple[str, str]]:
+    """(spelling, near spelling) pairs: every variant, one character of each class apart,
+    and two identifiers of world ``number`` a type conversion makes one.
 
     The one character is the last: where a narrower column cuts, and where a
     lossy character set leaves the rest alike.  (The search puts it anywhere.)
     """
     pairs = near_spellings(text)
     pairs += [one_apart(text, pair, 2) for pair in NEAR_CHARACTERS]
+    pairs += list(conversion_pairs(10 + number))[:_CONVERSIONS]
     return [(one, other) for one, other in pairs if max(len(one), len(other)) <= MAX_KEY_LENGTH]
 
 
@@ -244,7 +251,7 @@ def _identity_probe(spelt: Spelt) -> Probe:
     worlds: list[World] = []
     for kind in range(len(_pairs(spelt, text(0)))):
         number = len(worlds)
-        world = _identity_world(number, spelt, _pairs(spelt, text(number))[kind])
+        world = _identity_world(number, spelt, _pairs(spelt, text(number), number)[kind])
         if world is not None:
             worlds.append(world)
     name = f"near spellings of the {spelt.value.replace('_', ' ')}"

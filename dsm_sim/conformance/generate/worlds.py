@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import decimal
 import enum
 import os
 import time
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,6 +222,66 @@ NEAR_CHARACTERS: tuple[tuple[str, str], ...] = (
 )
 
 
+_ARABIC_INDIC = str.maketrans(
+    "0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669"
+)
+_FULLWIDTH = str.maketrans(
+    "0123456789", "\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19"
+)
+
+
+def convertible(number: int) -> tuple[str, ...]:
+    """Identifiers that a store's type conversion may read as one value, around ``number``.
+
+    Text of digits (leading zeros, a sign, a trailing space, other scripts'
+    digits), the number in other notations, boolean and NULL spellings,
+    compatibility forms and case variants.
+    """
+    digits = str(number)
+    return (
+        f"00{digits}", digits, f"+{digits}", f"{digits} ", digits.translate(_ARABIC_INDIC),
+        digits.translate(_FULLWIDTH), f"{digits}.0", f"{digits}e0", f"{digits}e3",
+        f"{digits}000", f"{digits}000.00", "true", "True", "TRUE", "NULL", "null",
+        "Stra\u00dfe", "strasse", f"\u212a{digits}", f"k{digits}",
+    )  # fmt: skip
+
+
+def _as_decimal(text: str) -> object:
+    return decimal.Decimal(text).normalize()
+
+
+#: The conversions stores apply to identifiers: a column of a numeric type, a
+#: driver that parses numbers, a case-insensitive or compatibility collation.
+CONVERSIONS: tuple[Callable[[str], object], ...] = (
+    int,
+    float,
+    _as_decimal,
+    str.casefold,
+    lambda text: unicodedata.normalize("NFKC", text),
+    lambda text: unicodedata.normalize("NFKC", text).casefold(),
+)
+
+
+def conversion_pairs(number: int = 7) -> tuple[tuple[str, str], ...]:
+    """Distinct identifiers one of :data:`CONVERSIONS` makes equal, each pair once.
+
+    Searched, not listed: every text of :func:`convertible` goes through every
+    conversion, and two texts that come out as one value are a pair.
+    """
+    pairs: dict[frozenset[str], tuple[str, str]] = {}
+    for convert in CONVERSIONS:
+        first: dict[object, str] = {}
+        for text in convertible(number):
+            try:
+                value = convert(text)
+            except (ValueError, ArithmeticError):
+                continue
+            if value in first and first[value] != text:
+                pairs.setdefault(frozenset((first[value], text)), (first[value], text))
+            first.setdefault(value, text)
+    return tuple(pairs.values())
+
+
 def near_spellings(key: str) -> list[tuple[str, str]]:
     """(hot key, near spelling) pairs built from ``key``: distinct keys that stores confuse."""
     nfc = unicodedata.normalize("NFC", key + "é")
@@ -253,11 +314,16 @@ def _spelling(draw: st.DrawFn, key: str, *, other_field: bool = False) -> tuple[
     """A (spelling, near spelling) pair of ``key``: a variant, or a one-character difference.
 
     For a field other than the item key (``other_field``), whose store is
-    more often narrower, half the pairs are a one-character difference and a
-    quarter are of the maximum length, differing only in the last character.
+    more often narrower, two in five pairs are a one-character difference and
+    one in five are of the maximum length, differing only in the last
+    character.  One pair in five (in seven for the item key) is two
+    identifiers a type conversion makes equal (:func:`conversion_pairs`).
     """
     variants = near_spellings(key)
-    choice = draw(st.integers(0, 3 if other_field else 5))
+    choice = draw(st.integers(0, 4 if other_field else 6))
+    if choice == (4 if other_field else 6):
+        # Not a variant of ``key``: two identifiers a store's conversion makes one.
+        return draw(st.sampled_from(conversion_pairs(draw(st.integers(0, 99)))))
     if choice == 2 and other_field:
         return variants[-1]  # the maximum length
     if choice == 3 or choice == 5:
