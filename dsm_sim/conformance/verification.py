@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hypothesis import seed as hypothesis_seed
@@ -99,6 +101,15 @@ def trimmed(
         program=found.program,
         reproduction=render(found.program),
     )
+
+
+def _where(exc: BaseException) -> str:
+    """Where an unexpected exception was raised, so a report of it can be acted on."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" (raised in {last.name}, {Path(last.filename).name}:{last.lineno})"
 
 
 def _hung(limit: float | None) -> str:
@@ -367,7 +378,7 @@ class Verification:
                         f"{FLAKY_EXPLANATION.split(',')[0]} and Hypothesis could not tell which "
                         f"property broke ({type(exc).__name__}: {exc})"
                         if flaky
-                        else f"the run stopped with {type(exc).__name__}: {exc}"
+                        else f"the run stopped with {type(exc).__name__}: {exc}{_where(exc)}"
                     )
             self.test_cases += stats.test_cases
             self.steps += stats.steps

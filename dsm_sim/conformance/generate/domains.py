@@ -16,7 +16,8 @@ plain value a story reads best with.
   microsecond to a day's lock and 36500 days' retention, and none;
 * :data:`STARTS` — the instant a world starts: plain Monday morning most
   often, else a few seconds before midnight, a month's end, a leap day, a
-  year's end or 2038-01-19 03:14:08 UTC, where a 32-bit epoch ends;
+  year's end, 2038-01-19 03:14:08 UTC, where a 32-bit epoch ends, or the
+  far end of time (:data:`FAR_END`); else any microsecond of twenty years;
 * :data:`TOKENS` — fencing tokens no acquisition issued: the next one, zero,
   the 32- and 53-bit edges, the largest 64-bit one.
 """
@@ -34,6 +35,7 @@ from reference_engine.config import MAX_LOCK_DURATION, MAX_RETENTION, HandlerCon
 from reference_engine.context import MAX_KEY_LENGTH
 
 __all__ = [
+    "FAR_END",
     "LOCK_DURATIONS",
     "STARTS",
     "TOKENS",
@@ -156,8 +158,14 @@ def configs(draw: st.DrawFn) -> HandlerConfig:
     return HandlerConfig(lock_duration=lock, retention=draw(retentions(lock)))
 
 
+#: The far end of time a store must hold: just before a month's last midnight
+#: in the last year whose records the longest options (a century's retention)
+#: still keep before 9999-12-31, with every microsecond digit set.  A double
+#: of epoch seconds keeps about 30 µs there, milliseconds none of them.
+FAR_END = dt.datetime(9899, 11, 30, 23, 59, 58, 999_999, tzinfo=dt.UTC)
+
 #: Instants just before the calendar turns: midnight, a month's end, a leap
-#: day, a year's end, the end of 32-bit epoch seconds.
+#: day, a year's end, the end of 32-bit epoch seconds; and the far end of time.
 _TURNS: tuple[dt.datetime, ...] = (
     dt.datetime(2026, 3, 2, 23, 59, 30, tzinfo=dt.UTC),
     dt.datetime(2026, 1, 31, 23, 58, tzinfo=dt.UTC),
@@ -165,14 +173,15 @@ _TURNS: tuple[dt.datetime, ...] = (
     dt.datetime(2026, 12, 31, 23, 59, 59, tzinfo=dt.UTC),
     dt.datetime(2038, 1, 19, 3, 14, 7, tzinfo=dt.UTC),
     dt.datetime(2026, 10, 31, 23, 55, tzinfo=dt.UTC),
+    FAR_END,
 )
 
 #: Where a world's clock starts.
 STARTS: st.SearchStrategy[dt.datetime] = st.one_of(
     st.just(WORLD_START),
     st.sampled_from(_TURNS),
-    st.integers(0, 86_400 * 366 * 20).map(
-        lambda seconds: dt.datetime(2020, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)
+    st.integers(0, 86_400 * 366 * 20 * 10**6).map(
+        lambda micros: dt.datetime(2020, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
     ),
 )
 

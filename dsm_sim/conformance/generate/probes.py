@@ -40,6 +40,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dsm_sim.conformance.generate.domains import FAR_END
 from dsm_sim.conformance.generate.payloads import EMPTIES, ERROR_DETAILS, NUMBERS, STRINGS, nested
 from dsm_sim.conformance.generate.steps import ClockMove, Instant, LandedWrite, RaceOp
 from dsm_sim.conformance.generate.worlds import (
@@ -605,20 +606,24 @@ def _tagged(world: World, tag: str, *, stamps: int = 0) -> World:
 _CONFIG_ORDER = sorted(WORLD_CONFIGS, key=lambda name: name == "longest")
 
 
-#: Two seconds before midnight on a month's last day: the boundaries walked next
-#: cross the day and the month (a lock kept as a date and a time of day wraps).
-_BEFORE_MIDNIGHT = dt.datetime(2026, 3, 31, 23, 59, 58, tzinfo=dt.UTC)
+#: Just over a second before midnight on a month's last day: the boundaries walked
+#: next cross the day and the month (a lock kept as a date and a time of day
+#: wraps), and every instant of the walk needs all six microsecond digits.  The
+#: longest options then carry the clock past 2038 (a 32-bit epoch's end).
+_BEFORE_MIDNIGHT = dt.datetime(2026, 3, 31, 23, 59, 58, 999_999, tzinfo=dt.UTC)
 
 
-def _config_probe() -> Probe:
+def _config_probe(start: dt.datetime = _BEFORE_MIDNIGHT, where: str = "") -> Probe:
     """Each node configuration in a world of its own, one after the other on one store,
-    the first starting just before a month's last midnight."""
+    the first starting at ``start``, just before a month's last midnight."""
     worlds = [
         _tagged(_with_configs(DEFAULT_WORLD, {Role.HOT: name}), name) for name in _CONFIG_ORDER
     ]
-    worlds[0] = dataclasses.replace(worlds[0], start=_BEFORE_MIDNIGHT)
+    worlds[0] = dataclasses.replace(worlds[0], start=start)
     calls = _chained(worlds, lambda _: _boundary_calls(Role.HOT))
-    return Probe("lock and retention boundaries of every node configuration", worlds[0], calls)
+    return Probe(
+        f"lock and retention boundaries of every node configuration{where}", worlds[0], calls
+    )
 
 
 def _zone_probe(zone: str) -> Probe:
@@ -810,6 +815,9 @@ def _probes() -> tuple[Probe, ...]:
         _backwards_probe(),
         _begin_probe(),
         _config_probe(),
+        # The same walk at the far end of time: a century's retention ends just
+        # before year 9999, and a double of epoch seconds no longer holds microseconds.
+        _config_probe(FAR_END, ", at the far end of time"),
         _limits_probe(),
         _changing_world_probe(),
         *(_zone_probe(zone) for zone in ZONES if zone != UTC_ZONE),

@@ -259,6 +259,16 @@ def judge_write(
     )
 
 
+def _local_offset(
+    instant: dt.datetime, moved: dt.timedelta = dt.timedelta(0)
+) -> dt.timedelta | None:
+    """The process zone's offset at ``instant + moved``; None past either end of time."""
+    try:
+        return (instant + moved).astimezone().utcoffset()
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
 def _zone_shift(
     delta: dt.timedelta,
     at_instant: dt.datetime | None = None,
@@ -278,7 +288,7 @@ def _zone_shift(
     seconds = delta.total_seconds()
     if seconds % 3600 == 0 and abs(seconds) <= 14 * 3600 and written == delta:
         return True
-    offsets = {instant.astimezone().utcoffset() for instant in (at_instant, at_instant - delta)} - {
+    offsets = {_local_offset(at_instant), _local_offset(at_instant, -delta)} - {
         None,
         dt.timedelta(0),
     }
@@ -298,7 +308,7 @@ def _shift_cause(delta: dt.timedelta, expected: dt.datetime, written: dt.datetim
     end was computed as naive local now plus the duration; else local wall
     time was written as if it were UTC.
     """
-    start, end = written.astimezone().utcoffset(), expected.astimezone().utcoffset()
+    start, end = _local_offset(written), _local_offset(expected)
     if start is not None and end is not None and start != end and abs(delta) == abs(end - start):
         return (
             "naive local time plus the duration, across the zone's daylight-saving change "
