@@ -230,7 +230,6 @@ def leases_for(history: History, key: str, semantics: SemanticsProfile = DSM) ->
 
     A lease's expiry is the last instant its lock is live under ``semantics``.
     """
-    duration = history.lock_duration_for(key)
     ops = sorted(history.ops_for(key), key=order)
     leases = []
     for op in ops:
@@ -255,8 +254,8 @@ def leases_for(history: History, key: str, semantics: SemanticsProfile = DSM) ->
                 acquire=op,
                 start_lo=op.earliest,
                 start_hi=op.latest,
-                expires_lo=lock_end(history, op.earliest, duration, semantics),
-                expires_hi=lock_end(history, op.latest, duration, semantics),
+                expires_lo=lock_end(history, op.earliest, history.lock_duration_of(op), semantics),
+                expires_hi=lock_end(history, op.latest, history.lock_duration_of(op), semantics),
                 end=end,
             )
         )
