@@ -9,6 +9,7 @@ Examples::
     dsm run scenarios/ --seeds 20 --jobs 2   # runs in 2 worker processes, same output
     dsm run scenarios/ --seeds 500 --cluster tcp://scheduler:8786   # on a Dask cluster
     dsm run scenarios/ --handler dsm_sim.peers.powertools:redis_layer   # its own semantics
+    dsm run scenarios/x.toml --waive deployments   # a dimension the run may not reach
 
 ``--handler`` takes ``package.module:factory``, ``broken:NAME`` (an entry of
 the catalogue of broken handlers), ``exec:COMMAND`` (a handler in another
@@ -19,7 +20,9 @@ process per run, sent the simulated clock as each request's ``now``;
 says the same).  ``--semantics`` judges by a library's declared semantics, as
 ``dsm verify --semantics`` does (default: the profile the factory declares,
 else the spec's own).  Exit codes: 0 every run kept every
-invariant, 1 a run violated one, 2 the command or a scenario file is wrong.
+invariant, 1 a run violated one or did not reach a dimension its scenario
+asks for (``NOT EXERCISED``, unless ``--waive NAME``), 2 the command or a
+scenario file is wrong.
 """
 
 from __future__ import annotations
