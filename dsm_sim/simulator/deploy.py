@@ -13,22 +13,21 @@ into the history, and the checker judges it by them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Generator, Mapping, MutableMapping
+from collections.abc import Callable, Generator, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dsm_sim.history import EventKind
-from dsm_sim.scenario import Deployment, NodeKind, NodeSpec
-from dsm_sim.simulator.bridge import BillingProxy, RecordingFactory
-from dsm_sim.simulator.workload import element_of, nodes_of
+from dsm_sim.scenario import Deployment, NodeSpec
+from dsm_sim.simulator.workload import nodes_of
 from dsm_sim.simulator.world import World
 from reference_engine.clock import Clock
 from reference_engine.engine.executor import BaseNodeExecutor
 
-if TYPE_CHECKING:
-    from dsm_sim.simulator.run import NodeBuilder
+__all__ = ["DEPLOYER", "Build", "Instance", "deployed", "redeployments"]
 
-__all__ = ["DEPLOYER", "Instance", "deployed", "redeployments"]
+#: Builds a worker instance's executor of a node (as deployed) on the instance's clock.
+Build = Callable[[NodeSpec, Clock], BaseNodeExecutor]
 
 #: The lane deployments are drawn on.
 DEPLOYER = "deployer"
@@ -55,10 +54,7 @@ def deployed(node: NodeSpec, deployment: Deployment) -> NodeSpec:
 
 
 def redeployments(
-    world: World,
-    instances: list[Instance],
-    builders: Mapping[NodeKind, NodeBuilder],
-    factory: RecordingFactory,
+    world: World, instances: list[Instance], build: Build
 ) -> Generator[Any, Any, None]:
     """Apply the scenario's deployments at their instants."""
     current = {node.id: node for node in nodes_of(world.scenario)}
@@ -67,11 +63,8 @@ def redeployments(
             yield world.env.timeout(deployment.at - world.now)
         node = deployed(current[deployment.node], deployment)
         current[node.id] = node
-        element = element_of(node)
         for instance in instances:
-            instance.executors[node.id] = builders[node.kind](
-                element, factory, BillingProxy(), instance.clock
-            )
+            instance.executors[node.id] = build(node, instance.clock)
             world.restart(instance.name)
         world.node_locks[node.id] = node.lock_duration
         kept = "forever" if node.retention is None else f"{node.retention:g}s"

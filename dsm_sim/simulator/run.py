@@ -52,7 +52,7 @@ from dsm_sim.history import (
     Outcome,
     Scalar,
 )
-from dsm_sim.scenario import Faults, NodeKind, Scenario
+from dsm_sim.scenario import Faults, NodeKind, NodeSpec, Scenario
 from dsm_sim.simulator.bridge import (
     BillingProxy,
     HandlerProxy,
@@ -434,7 +434,11 @@ def _build(
             lane = name if slot == 1 else f"{name}.{slot}"
             env.process(Worker(world, broker, lane, executors, factory, name).process())
     if scenario.deployments:
-        env.process(redeployments(world, instances, builders, factory))
+
+        def build(node: NodeSpec, clock: Clock) -> BaseNodeExecutor:
+            return builders[node.kind](element_of(node), factory, BillingProxy(), clock)
+
+        env.process(redeployments(world, instances, build))
     env.process(catchup_process(world))
     env.process(pause_markers(world))
     env.process(_clock_jumps(world))
