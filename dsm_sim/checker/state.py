@@ -66,7 +66,7 @@ class _Rules:
 
     def vanish(self, op: Op) -> float:
         """From when the record ``op`` wrote may be gone by a TTL (``inf``: never)."""
-        return vanish_from(self.history, self.key, op.earliest, self.semantics)
+        return vanish_from(self.history, self.key, op.earliest, self.semantics, op)
 
     def written(self, op: Op) -> bool:
         """``op`` surely wrote the record (and so restarted its retention)."""

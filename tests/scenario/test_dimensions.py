@@ -4,6 +4,7 @@ a dimension a run never reached is NOT EXERCISED (failed) unless waived by name.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from dsm_sim.broken import CATALOGUE
 from dsm_sim.checker.history_rows import superseded_ledger, superseded_rows_expire
 from dsm_sim.cli import main
-from dsm_sim.history import EventKind, History, OpName
+from dsm_sim.history import EventKind, History, Op, OpName, Outcome, RecordView
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.dimensions import Dimension, asked
 from dsm_sim.simulator.run import run_scenario
@@ -135,3 +136,57 @@ def test_history_options_only_on_calls_that_differ(month_end: list[History]) -> 
     history = month_end[1]
     acquired = [op for op in history.ops if op.op is OpName.TRY_ACQUIRE_LOCK and op.ok]
     assert {history.lock_duration_of(op) for op in acquired} >= {20.0, 45.0}
+
+
+def _processed(at: float, retention: float = 10.0) -> RecordView:
+    return RecordView("k", "processed", 1, None, at, at, at + retention, f"d{at}")
+
+
+def _ledger_history(*ops: Op) -> History:
+    epoch = dt.datetime(2026, 1, 31, 23, 59, tzinfo=dt.UTC)
+    return History(epoch=epoch, lock_duration=5.0, ops=ops)
+
+
+def _upsert(index: int, at: float, before: RecordView | None, after: RecordView | None) -> Op:
+    return Op(
+        index, "w1", OpName.UPSERT, "k", at, at, Outcome.OK, store_time=at, seq=index,
+        probed=True, before=before, after=after,
+    )  # fmt: skip
+
+
+def _sweep(index: int, at: float, count: int) -> Op:
+    return Op(
+        index, "catchup", OpName.EXPIRE_PAST_RETENTION, "", at, at, Outcome.OK, result=count,
+        store_time=at, seq=index,
+    )  # fmt: skip
+
+
+def test_the_ledger_expects_each_superseded_row_when_its_retention_ends() -> None:
+    """Two supersedes (one at the instant its record was written), then sweeps either side of
+    their ends: the count must follow them, short or long."""
+    first, second, third = _processed(1.0), _processed(1.0), _processed(3.0)
+    ops = [_upsert(0, 1.0, None, first), _upsert(1, 1.0, first, second)]
+    ops += [_upsert(2, 3.0, second, third)]
+    good = _ledger_history(*ops, _sweep(3, 11.0, 0), _sweep(4, 11.5, 2))
+    swept, stopped = superseded_ledger(good)
+    assert stopped is None and [len(s.due) for s in swept] == [0, 2]
+    assert superseded_rows_expire(good).passed
+    short = _ledger_history(*ops, _sweep(3, 11.5, 1))
+    (violation,) = superseded_rows_expire(short).violations
+    assert "history kept past its retention" in violation.message
+    early = _ledger_history(*ops, _sweep(3, 10.5, 1))
+    assert (
+        "only 0 superseded row(s) were due" in superseded_rows_expire(early).violations[0].message
+    )
+
+
+def test_a_lost_reply_no_read_can_place_stops_the_ledger_with_a_note() -> None:
+    first = _processed(1.0)
+    lost = dataclasses.replace(
+        _upsert(1, 1.0, first, first), outcome=Outcome.INFO, error="StoreError"
+    )
+    history = _ledger_history(_upsert(0, 1.0, None, first), lost, _sweep(2, 20.0, 5))
+    swept, stopped = superseded_ledger(history)
+    assert swept == [] and stopped is not None and "upsert op #1" in stopped
+    result = superseded_rows_expire(history)
+    assert result.passed and "superseded rows judged up to where" in result.notes[0]
