@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import math
+import random
 import re
 import tomllib
 import zoneinfo
@@ -316,8 +317,9 @@ class Scenario:
     #: month's end makes locks and retention periods end on another day.
     starts: tuple[dt.datetime, ...] = ()
     #: How many work items one worker instance holds at once (its concurrent
-    #: executions, all through the one handler instance).
-    instance_items: int = 1
+    #: executions, all through the one handler instance): a (low, high) range,
+    #: one number drawn from it per seed (see :meth:`items_per_instance`).
+    instance_items: tuple[int, int] = (1, 1)
     #: Redeployments of nodes during the run, in time order.
     deployments: tuple[Deployment, ...] = ()
     #: Tenants (the last ones) whose records are only ever written lock-free: their
@@ -329,6 +331,11 @@ class Scenario:
         """The longest lock any node takes: what liveness deadlines wait for."""
         redeployed = [d.lock_duration for d in self.deployments if d.lock_duration is not None]
         return max([self.lock_duration, *(n.lock_duration for n in self.nodes), *redeployed])
+
+    def items_per_instance(self, seed: int) -> int:
+        """How many items each worker instance of the run with ``seed`` holds at once."""
+        low, high = self.instance_items
+        return low if low == high else random.Random(f"{seed}/instances").randint(low, high)
 
     def start_for(self, seed: int) -> dt.datetime | None:
         """The start instant of the run with ``seed`` (``None``: the default one)."""
@@ -693,6 +700,26 @@ def _starts(reader: _Reader) -> tuple[dt.datetime, ...]:
     return tuple(starts)
 
 
+def _range(reader: _Reader, key: str, low: int, high: int) -> tuple[int, int]:
+    """An integer, or an array ``[low, high]`` of two to draw one from per seed."""
+    value = reader.table.get(key, low)
+    if isinstance(value, list):
+        if (
+            len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and low <= value[0] <= value[1] <= high
+        ):
+            return (value[0], value[1])
+        raise reader.error(
+            key,
+            f"got {echo(value)}",
+            f"an integer from {low} to {high}, or an array [low, high] of two of them "
+            "with low <= high (one drawn per seed)",
+        )
+    number = reader.integer(key, low, low, high)
+    return (number, number)
+
+
 def _deployments(path: str, raw: object, nodes: tuple[NodeSpec, ...]) -> tuple[Deployment, ...]:
     if raw is None:
         return ()
@@ -796,7 +823,7 @@ def parse_scenario(raw: Mapping[str, Any], path: str) -> Scenario:
         payloads=_choice(run, "payloads", PayloadStyle, PayloadStyle.PLAIN),
         host_timezone=_timezone(run),
         starts=_starts(run),
-        instance_items=run.integer("instance_items", 1, 1, MAX_INSTANCE_ITEMS),
+        instance_items=_range(run, "instance_items", 1, MAX_INSTANCE_ITEMS),
     )
     lock = scenario.lock_duration
     nodes = _nodes(path, raw.get("nodes"), lock)

@@ -56,14 +56,19 @@ def _retentions(scenario: Scenario) -> list[tuple[NodeKind, float]]:
     return [(kind, kept) for kind, kept in found if kept is not None]
 
 
-def asked(scenario: Scenario) -> list[Dimension]:
-    """The dimensions ``scenario`` asks for, in :class:`Dimension` order."""
+def asked(scenario: Scenario, seed: int | None = None) -> list[Dimension]:
+    """The dimensions ``scenario`` asks for, in :class:`Dimension` order.
+
+    ``seed``: the run's, for what is drawn per seed (the items per instance);
+    without one, what some seed may ask for.
+    """
+    items = scenario.instance_items[1] if seed is None else scenario.items_per_instance(seed)
     short = [(kind, kept) for kind, kept in _retentions(scenario) if kept < scenario.faults_until]
     wanted = {
         Dimension.MIDNIGHT: bool(scenario.starts),
         Dimension.RETENTION: bool(short),
         Dimension.HISTORY: any(kind in _UPSERTING for kind, _ in short),
-        Dimension.INSTANCES: scenario.instance_items > 1,
+        Dimension.INSTANCES: items > 1,
         Dimension.DEPLOYMENTS: bool(scenario.deployments),
         Dimension.LOCK_FREE_TENANTS: scenario.lock_free_tenants > 0 and bool(short),
     }
@@ -157,14 +162,14 @@ _WHAT = {
 
 
 def dimension_gaps(
-    scenario: Scenario, history: History, held: Mapping[str, int]
+    scenario: Scenario, seed: int, history: History, held: Mapping[str, int]
 ) -> tuple[Gap, ...]:
-    """A :class:`Gap` for each dimension ``scenario`` asks for that its run did not reach.
+    """A :class:`Gap` for each dimension ``scenario`` asks of run ``seed`` that it did not reach.
 
     ``held``: the most items each worker instance held at once.
     """
     gaps = []
-    for dimension in asked(scenario):
+    for dimension in asked(scenario, seed):
         reason = _CHECKS[dimension](scenario, history, held)
         if reason is not None:
             gaps.append(Gap(dimension.value, _WHAT[dimension], reason))

@@ -370,7 +370,7 @@ def _run(
         faults=describe(faults),
         semantics=semantics,
         semantics_option=_option(semantics_spec),
-        gaps=dimension_gaps(scenario, history, held),
+        gaps=dimension_gaps(scenario, seed, history, held),
     )
 
 
@@ -430,7 +430,7 @@ def _build(
             for node in nodes
         }
         instances.append(Instance(name, clock, executors))
-        for slot in range(1, scenario.instance_items + 1):
+        for slot in range(1, scenario.items_per_instance(seed) + 1):
             lane = name if slot == 1 else f"{name}.{slot}"
             env.process(Worker(world, broker, lane, executors, factory, name).process())
     if scenario.deployments:

@@ -103,6 +103,9 @@ def _write(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
         ("[run]\nstart = 20260131", "run.start", "an RFC 3339 instant"),
         ("[run]\ninstance_items = 0", "run.instance_items", "an integer from 1 to 16"),
         ("[run]\ninstance_items = 17", "run.instance_items", "an integer from 1 to 16"),
+        ("[run]\ninstance_items = [4, 2]", "run.instance_items", "with low <= high"),
+        ("[run]\ninstance_items = [1, 17]", "run.instance_items", "[low, high]"),
+        ("[run]\ninstance_items = [2]", "run.instance_items", "one drawn per seed"),
         (
             "[run]\ntenants = 2\nlock_free_tenants = 2",
             "run.lock_free_tenants",
@@ -184,11 +187,19 @@ def test_dimensions_are_read(tmp_path: Path) -> None:
     ]
     assert scenario.start_for(1) == scenario.starts[1]
     assert scenario.start_for(2) == scenario.starts[0]
-    assert scenario.instance_items == 3 and scenario.lock_free_tenants == 1
+    assert scenario.instance_items == (3, 3) and scenario.lock_free_tenants == 1
+    assert scenario.items_per_instance(7) == 3
     first, second = scenario.deployments
     assert (first.node, first.at, first.lock_duration, first.retention) == ("pay", 60.0, 30.0, None)
     assert second.forever and second.lock_duration is None
     assert scenario.longest_lock == 60.0
+
+
+def test_items_per_instance_are_drawn_per_seed(tmp_path: Path) -> None:
+    scenario = load_scenario(_write(tmp_path, "[run]\ninstance_items = [1, 4]"))
+    drawn = [scenario.items_per_instance(seed) for seed in range(1, 41)]
+    assert set(drawn) == {1, 2, 3, 4}
+    assert drawn == [scenario.items_per_instance(seed) for seed in range(1, 41)]
 
 
 def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
