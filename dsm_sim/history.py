@@ -43,6 +43,7 @@ from reference_engine.context import RecordKey
 
 __all__ = [
     "MAX_HISTORY_ENTRIES",
+    "CallOptions",
     "Event",
     "EventKind",
     "FinalState",
@@ -137,6 +138,8 @@ class EventKind(enum.Enum):
     FAULTS_STOP = "faults_stop"
     #: The broker gave up on a message after its last delivery failed; ``detail`` is the reason.
     DEAD_LETTER = "dead_letter"
+    #: A node was redeployed (``detail``: its new options); its workers' instances were replaced.
+    DEPLOYMENT = "deployment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +248,21 @@ class KeyInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class CallOptions:
+    """The node options one call carried (seconds; ``retention`` ``None``: kept forever)."""
+
+    lock_duration: float
+    retention: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lock_duration": _t(self.lock_duration), "retention": _t(self.retention)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> CallOptions:
+        return cls(lock_duration=float(raw["lock_duration"]), retention=_opt(raw.get("retention")))
+
+
+@dataclass(frozen=True, slots=True)
 class Op:
     """One handler call.
 
@@ -289,6 +307,9 @@ class Op:
     seq: int | None = None
     detail: str | None = None
     app: str | None = None
+    #: The node options the call was made with, when they are not its key's
+    #: (:class:`KeyInfo`): a node redeployed mid-run with new options.
+    options: CallOptions | None = None
 
     @property
     def earliest(self) -> float:
@@ -358,6 +379,8 @@ class Op:
             out["detail"] = self.detail
         if self.app is not None:
             out["app"] = self.app
+        if self.options is not None:
+            out["options"] = self.options.to_json()
         return out
 
     @classmethod
@@ -385,6 +408,7 @@ class Op:
             after=_view(raw.get("after")),
             detail=raw.get("detail"),
             app=raw.get("app"),
+            options=None if raw.get("options") is None else CallOptions.from_json(raw["options"]),
         )
 
 
@@ -493,9 +517,23 @@ class History:
         info = self.keys.get(key)
         return self.lock_duration if info is None else info.lock_duration
 
+    def lock_duration_of(self, op: Op) -> float:
+        """The lock duration ``op`` was made with: its own options, else its key's node's."""
+        return self.lock_duration_for(op.key) if op.options is None else op.options.lock_duration
+
+    def retention_of(self, op: Op) -> float | None:
+        """The retention ``op`` was made with (``None``: forever), as :meth:`lock_duration_of`."""
+        if op.options is not None:
+            return op.options.retention
+        info = self.keys.get(op.key)
+        return None if info is None else info.retention
+
     @property
     def longest_lock(self) -> float:
-        return max([self.lock_duration, *(k.lock_duration for k in self.keys.values())])
+        redeployed = [op.options.lock_duration for op in self.ops if op.options is not None]
+        return max(
+            [self.lock_duration, *(k.lock_duration for k in self.keys.values()), *redeployed]
+        )
 
     def item_keys(self) -> list[str]:
         """Every item key mentioned, sorted."""
@@ -640,6 +678,11 @@ class HistoryRecorder:
         """Say what ``key`` stands for (first word wins: a key means one thing)."""
         self._keys.setdefault(key, info)
 
+    @property
+    def keys_info(self) -> Mapping[str, KeyInfo]:
+        """What each key stands for, so far (read-only view)."""
+        return self._keys
+
     def seconds(self, instant: dt.datetime) -> float:
         """An aware datetime as seconds since the epoch (for wall-clock recorders)."""
         return (ensure_utc(instant) - self.epoch).total_seconds()
@@ -656,6 +699,7 @@ class HistoryRecorder:
         execution: str = "",
         detail: str | None = None,
         app: str | None = None,
+        options: CallOptions | None = None,
     ) -> int:
         self._room(at)
         index = len(self._ops)
@@ -671,6 +715,7 @@ class HistoryRecorder:
                 execution=execution,
                 detail=detail,
                 app=app,
+                options=options,
             )
         )
         return index
@@ -722,6 +767,7 @@ class HistoryRecorder:
             seq=self._completed if self._store_order else None,
             detail=current.detail,
             app=current.app,
+            options=current.options,
         )
         self._completed += 1
         self._ops[index] = done

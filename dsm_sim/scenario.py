@@ -20,8 +20,10 @@ from deep inside the loader.
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import math
+import random
 import re
 import tomllib
 import zoneinfo
@@ -38,6 +40,7 @@ __all__ = [
     "ClockJump",
     "CrashFaults",
     "CrashPoint",
+    "Deployment",
     "DuplicateFaults",
     "EffectFaults",
     "Faults",
@@ -138,6 +141,17 @@ MAX_ENTRIES = 100
 MAX_NODES = 16
 #: Longest scenario name (it names report files and JUnit test cases).
 MAX_NAME = 64
+#: Most revisions (corrections, amendments) one item may get: past a page of history
+#: (a store reading an item's history a page at a time), short of a slow run.
+MAX_REVISIONS = 40
+#: Most items one worker instance may hold at once (``run.instance_items``).
+MAX_INSTANCE_ITEMS = 16
+#: Most start instants one scenario may list (one per seed, round robin).
+MAX_STARTS = 31
+#: The calendar a run's start may sit in: far enough from the ends of what a
+#: datetime holds that the longest retention and clock jump still fit.
+EARLIEST_START = dt.datetime(1971, 1, 1, tzinfo=dt.UTC)
+LATEST_START = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
 #: Most catch-up sweeps one run may need (its longest possible simulated span over the
 #: sweep interval): the bound on how long a scenario can make a run take.
 MAX_SWEEPS = 200_000
@@ -159,6 +173,22 @@ class NodeSpec:
     retention: float | None = 30 * 86400.0
     revisions: int = 2
     lines: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """A node redeployed mid-run: new options, new handler instances on the same store.
+
+    ``lock_duration`` and ``retention`` are the new deployment's options
+    (``None`` keeps the node's current one; ``retention`` also ``"forever"``,
+    which :attr:`forever` says).
+    """
+
+    at: float
+    node: str
+    lock_duration: float | None = None
+    retention: float | None = None
+    forever: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,11 +312,34 @@ class Scenario:
     #: The simulated host's local time zone ("" leaves the process' own): a store
     #: that slips local time into its instants shows it only off UTC.
     host_timezone: str = ""
+    #: Where simulated second 0 sits on the calendar, one instant per seed in turn
+    #: (empty: the simulator's default morning).  A start just before midnight or a
+    #: month's end makes locks and retention periods end on another day.
+    starts: tuple[dt.datetime, ...] = ()
+    #: How many work items one worker instance holds at once (its concurrent
+    #: executions, all through the one handler instance): a (low, high) range,
+    #: one number drawn from it per seed (see :meth:`items_per_instance`).
+    instance_items: tuple[int, int] = (1, 1)
+    #: Redeployments of nodes during the run, in time order.
+    deployments: tuple[Deployment, ...] = ()
+    #: Tenants (the last ones) whose records are only ever written lock-free: their
+    #: approval items are amended and waived, never approved.
+    lock_free_tenants: int = 0
 
     @property
     def longest_lock(self) -> float:
         """The longest lock any node takes: what liveness deadlines wait for."""
-        return max([self.lock_duration, *(n.lock_duration for n in self.nodes)])
+        redeployed = [d.lock_duration for d in self.deployments if d.lock_duration is not None]
+        return max([self.lock_duration, *(n.lock_duration for n in self.nodes), *redeployed])
+
+    def items_per_instance(self, seed: int) -> int:
+        """How many items each worker instance of the run with ``seed`` holds at once."""
+        low, high = self.instance_items
+        return low if low == high else random.Random(f"{seed}/instances").randint(low, high)
+
+    def start_for(self, seed: int) -> dt.datetime | None:
+        """The start instant of the run with ``seed`` (``None``: the default one)."""
+        return self.starts[seed % len(self.starts)] if self.starts else None
 
 
 # --- field readers ---------------------------------------------------------------------------
@@ -429,7 +482,7 @@ def _pair(reader: _Reader, key: str, default: tuple[Any, Any], kind: str) -> tup
 
 # --- sections --------------------------------------------------------------------------------
 
-_TOP = ("name", "description", "run", "latency", "faults", "nodes")
+_TOP = ("name", "description", "run", "latency", "faults", "nodes", "deployments")
 _NODE = ("id", "kind", "scope", "lock_duration", "retention", "revisions", "lines")
 _RUN = (
     "items",
@@ -445,6 +498,15 @@ _RUN = (
     "keys",
     "payloads",
     "host_timezone",
+    "start",
+    "instance_items",
+    "lock_free_tenants",
+)
+_DEPLOYMENT = ("at", "node", "lock_duration", "retention")
+_START_HELP = (
+    "an RFC 3339 instant with its offset such as '2026-01-31T23:58:30Z', or an array "
+    f"of at most {MAX_STARTS} of them (one per seed in turn), from "
+    f"{EARLIEST_START:%Y-%m-%d} to {LATEST_START:%Y-%m-%d}"
 )
 _FAULTS = (
     "duplicate_delivery",
@@ -606,11 +668,120 @@ def _nodes(path: str, raw: object, lock_default: float) -> tuple[NodeSpec, ...]:
                 scope=scope,
                 lock_duration=lock,
                 retention=retention,
-                revisions=node.integer("revisions", 2, 1, 10),
+                revisions=node.integer("revisions", 2, 1, MAX_REVISIONS),
                 lines=node.integer("lines", 3, 1, 10),
             )
         )
     return tuple(nodes)
+
+
+def _starts(reader: _Reader) -> tuple[dt.datetime, ...]:
+    value = reader.table.get("start", [])
+    entries = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and not 0 < len(value) <= MAX_STARTS and "start" in reader.table:
+        raise reader.error("start", f"has {len(value)} entries", _START_HELP)
+    starts = []
+    for entry in entries:
+        instant: dt.datetime | None = None
+        if isinstance(entry, dt.datetime):
+            instant = entry
+        elif isinstance(entry, str):
+            try:
+                instant = dt.datetime.fromisoformat(entry)
+            except ValueError:
+                instant = None
+        if instant is None or instant.tzinfo is None:
+            problem = "has no UTC offset" if instant is not None else "is not an instant"
+            raise reader.error("start", f"{echo(entry)} {problem}", _START_HELP)
+        instant = instant.astimezone(dt.UTC)
+        if not EARLIEST_START <= instant <= LATEST_START:
+            raise reader.error("start", f"{echo(entry)} is out of range", _START_HELP)
+        starts.append(instant)
+    return tuple(starts)
+
+
+def _range(reader: _Reader, key: str, low: int, high: int) -> tuple[int, int]:
+    """An integer, or an array ``[low, high]`` of two to draw one from per seed."""
+    value = reader.table.get(key, low)
+    if isinstance(value, list):
+        if (
+            len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and low <= value[0] <= value[1] <= high
+        ):
+            return (value[0], value[1])
+        raise reader.error(
+            key,
+            f"got {echo(value)}",
+            f"an integer from {low} to {high}, or an array [low, high] of two of them "
+            "with low <= high (one drawn per seed)",
+        )
+    number = reader.integer(key, low, low, high)
+    return (number, number)
+
+
+def _deployments(path: str, raw: object, nodes: tuple[NodeSpec, ...]) -> tuple[Deployment, ...]:
+    if raw is None:
+        return ()
+    allowed = f"an array of tables ([[deployments]] blocks), at most {MAX_ENTRIES} of them"
+    if not isinstance(raw, list) or len(raw) > MAX_ENTRIES:
+        raise ScenarioError(path, "deployments", f"got {echo(raw)}", allowed)
+    ids = [n.id for n in nodes]
+    found: list[Deployment] = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            raise ScenarioError(
+                path, f"deployments[{i}]", f"got {entry!r}", "a table ([[deployments]])"
+            )
+        item = _Reader(path, entry, f"deployments[{i}]", _DEPLOYMENT)
+        if not ids:
+            raise item.error("node", "the scenario has no [[nodes]]", "redeploy a [[nodes]] entry")
+        node_id = item.text("node", ids[0] if len(ids) == 1 else "")
+        node = next((n for n in nodes if n.id == node_id), None)
+        if node is None:
+            raise item.error("node", f"got {node_id!r}", ", ".join(ids))
+        if "lock_duration" not in entry and "retention" not in entry:
+            raise item.error(
+                "lock_duration", "a deployment must change something", "lock_duration, retention"
+            )
+        lock = (
+            item.duration("lock_duration", node.lock_duration, high=MAX_NODE_LOCK)
+            if "lock_duration" in entry
+            else None
+        )
+        forever = entry.get("retention") == "forever"
+        retention = (
+            item.duration("retention", 0.0, high=MAX_NODE_RETENTION)
+            if "retention" in entry and not forever
+            else None
+        )
+        previous = [d for d in found if d.node == node_id]
+        effective_lock = (
+            lock
+            if lock is not None
+            else next(
+                (d.lock_duration for d in reversed(previous) if d.lock_duration is not None),
+                node.lock_duration,
+            )
+        )
+        effective_retention = retention
+        if retention is None and not forever:
+            last = next(
+                (d for d in reversed(previous) if d.retention is not None or d.forever), None
+            )
+            effective_retention = node.retention if last is None else last.retention
+        if effective_retention is not None and effective_retention <= effective_lock:
+            raise item.error(
+                "retention",
+                f"{effective_retention:g}s is not longer than the lock duration "
+                f"({effective_lock:g}s) of this deployment",
+                "a retention longer than lock_duration, or 'forever'",
+            )
+        at = item.duration("at", 0.0)
+        if found and at < found[-1].at:
+            raise item.error("at", f"{at:g}s is before the deployment above it", "time order")
+        found.append(Deployment(at, node_id, lock, retention, forever))
+    return tuple(found)
 
 
 def parse_scenario(raw: Mapping[str, Any], path: str) -> Scenario:
@@ -651,9 +822,31 @@ def parse_scenario(raw: Mapping[str, Any], path: str) -> Scenario:
         keys=_choice(run, "keys", KeyStyle, KeyStyle.PLAIN),
         payloads=_choice(run, "payloads", PayloadStyle, PayloadStyle.PLAIN),
         host_timezone=_timezone(run),
+        starts=_starts(run),
+        instance_items=_range(run, "instance_items", 1, MAX_INSTANCE_ITEMS),
     )
     lock = scenario.lock_duration
-    scenario = replace(scenario, nodes=_nodes(path, raw.get("nodes"), lock))
+    nodes = _nodes(path, raw.get("nodes"), lock)
+    scenario = replace(
+        scenario,
+        nodes=nodes,
+        deployments=_deployments(path, raw.get("deployments"), nodes),
+        lock_free_tenants=run.integer("lock_free_tenants", 0, 0, scenario.tenants - 1),
+    )
+    if scenario.lock_free_tenants and not any(n.kind is NodeKind.APPROVAL for n in nodes):
+        raise run.error(
+            "lock_free_tenants",
+            f"got {scenario.lock_free_tenants} without an approval node",
+            "0, or a workflow with an approval node (its lock-free amendments)",
+        )
+    late = [d for d in scenario.deployments if d.at >= scenario.faults_until]
+    if late:
+        raise ScenarioError(
+            path,
+            f"deployments[{scenario.deployments.index(late[0])}].at",
+            f"{late[0].at:g}s is not before faults_until ({scenario.faults_until:g}s)",
+            "a redeployment while the run is still busy, before faults_until",
+        )
     if 0 < scenario.latency.grid < MIN_GRID:
         raise latency.error(
             "grid", f"got {scenario.latency.grid:g}s", f"0 (no grid) or at least {MIN_GRID:g}s"

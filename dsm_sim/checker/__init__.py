@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from dsm_sim.checker.history_rows import superseded_rows_expire
 from dsm_sim.checker.leases import (
     InvariantResult,
     Lease,
@@ -111,6 +112,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     sweep_count_hides_nothing,
     errors_agree_with_model,
     sweeps_succeed,
+    superseded_rows_expire,
     terminal_within_deadline,
     no_record_lost,
     every_delivery_settles,

@@ -177,17 +177,26 @@ def lock_end(
 
 
 def vanish_from(
-    history: History, key: str, written: float, semantics: SemanticsProfile = DSM
+    history: History,
+    key: str,
+    written: float,
+    semantics: SemanticsProfile = DSM,
+    write: Op | None = None,
 ) -> float:
     """The first store instant at which a record written at ``written`` may be gone by a TTL.
 
     ``inf`` unless the profile's retention is a TTL and the key's node keeps
     records for a finite time; the retention is taken in the profile's unit.
+    ``write``: the call that wrote it, whose own options (a redeployed node)
+    give the retention; else the key's.
     """
     info = history.keys.get(key)
-    if semantics.retention is not Retention.TTL or info is None or info.retention is None:
+    if semantics.retention is not Retention.TTL or info is None:
         return math.inf
-    retention = dt.timedelta(seconds=info.retention)
+    kept = info.retention if write is None else history.retention_of(write)
+    if kept is None:
+        return math.inf
+    retention = dt.timedelta(seconds=kept)
     unit = semantics.retention_unit
     if unit > _MICROSECOND:
         retention -= retention % unit
@@ -220,7 +229,7 @@ def ttl_gap(
     writes.sort(key=order)
     ends = [w.latest for w in writes[1:]] + [until]
     return bool(writes) and any(
-        end >= vanish_from(history, key, w.earliest, semantics)
+        end >= vanish_from(history, key, w.earliest, semantics, w)
         for w, end in zip(writes, ends, strict=False)
     )
 
@@ -230,7 +239,6 @@ def leases_for(history: History, key: str, semantics: SemanticsProfile = DSM) ->
 
     A lease's expiry is the last instant its lock is live under ``semantics``.
     """
-    duration = history.lock_duration_for(key)
     ops = sorted(history.ops_for(key), key=order)
     leases = []
     for op in ops:
@@ -255,8 +263,8 @@ def leases_for(history: History, key: str, semantics: SemanticsProfile = DSM) ->
                 acquire=op,
                 start_lo=op.earliest,
                 start_hi=op.latest,
-                expires_lo=lock_end(history, op.earliest, duration, semantics),
-                expires_hi=lock_end(history, op.latest, duration, semantics),
+                expires_lo=lock_end(history, op.earliest, history.lock_duration_of(op), semantics),
+                expires_hi=lock_end(history, op.latest, history.lock_duration_of(op), semantics),
                 end=end,
             )
         )

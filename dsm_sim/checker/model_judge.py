@@ -46,7 +46,7 @@ from dsm_sim.checker.profiled import (
     status_at,
 )
 from dsm_sim.conformance.judge.semantics import DSM, ProfiledModel, SemanticsProfile
-from dsm_sim.history import History, KeyInfo, Op, OpName, Outcome, RecordView
+from dsm_sim.history import CallOptions, History, KeyInfo, Op, OpName, Outcome, RecordView
 from reference_engine.config import HandlerConfig
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import DsmError
@@ -639,16 +639,21 @@ def _isolation(history: History, info: KeyInfo, other: str) -> str:
 
 def _context(info: KeyInfo, op: Op) -> StateHandlerContext:
     token = op.token if op.op.is_write and op.op is not OpName.TRY_ACQUIRE_LOCK else None
-    return _context_of(info, op.execution, "" if op.app is None else op.app, token)
+    return _context_of(info, op.execution, "" if op.app is None else op.app, token, op.options)
 
 
 @functools.lru_cache(maxsize=4096)
-def _context_of(info: KeyInfo, execution: str, app: str, token: int | None) -> StateHandlerContext:
-    """The context a call was made with; a history repeats a few of them many times."""
-    retention = None if info.retention is None else dt.timedelta(seconds=info.retention)
-    config = HandlerConfig(
-        lock_duration=dt.timedelta(seconds=info.lock_duration), retention=retention
-    )
+def _context_of(
+    info: KeyInfo, execution: str, app: str, token: int | None, options: CallOptions | None
+) -> StateHandlerContext:
+    """The context a call was made with; a history repeats a few of them many times.
+
+    ``options``: the call's own node options (a redeployed node), else the key's.
+    """
+    lock = info.lock_duration if options is None else options.lock_duration
+    kept = info.retention if options is None else options.retention
+    retention = None if kept is None else dt.timedelta(seconds=kept)
+    config = HandlerConfig(lock_duration=dt.timedelta(seconds=lock), retention=retention)
     return StateHandlerContext(
         scope_id=info.scope,
         scope_code=Scope(info.scope).code,

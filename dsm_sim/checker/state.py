@@ -60,15 +60,13 @@ class _Rules:
     def deletes(self) -> bool:
         return self.semantics.failure is Failure.DELETE
 
-    def lock_end(self, start: float) -> float:
-        """The last instant a lock taken at ``start`` is live."""
-        return lock_end(
-            self.history, start, self.history.lock_duration_for(self.key), self.semantics
-        )
+    def lock_end(self, start: float, acquire: Op) -> float:
+        """The last instant a lock ``acquire`` took at ``start`` is live (with its own options)."""
+        return lock_end(self.history, start, self.history.lock_duration_of(acquire), self.semantics)
 
     def vanish(self, op: Op) -> float:
         """From when the record ``op`` wrote may be gone by a TTL (``inf``: never)."""
-        return vanish_from(self.history, self.key, op.earliest, self.semantics)
+        return vanish_from(self.history, self.key, op.earliest, self.semantics, op)
 
     def written(self, op: Op) -> bool:
         """``op`` surely wrote the record (and so restarted its retention)."""
@@ -169,7 +167,7 @@ def _transition_step(
         elif op.op is OpName.TRY_ACQUIRE_LOCK:
             target = S.PROCESSING
             source = effective
-            lock_until = rules.lock_end(op.latest)
+            lock_until = rules.lock_end(op.latest, op)
         elif op.op is OpName.RELEASE_LOCK_AS_FAILED:
             target = S.FAILED
         elif op.op is OpName.UPSERT:
@@ -344,8 +342,8 @@ def _seen_after(state: _Seen, op: Op, rules: _Rules) -> _Seen:
         return replace(
             state,
             current=S.PROCESSING,
-            lock_lo=rules.lock_end(op.earliest),
-            lock_hi=rules.lock_end(op.latest),
+            lock_lo=rules.lock_end(op.earliest, op),
+            lock_hi=rules.lock_end(op.latest, op),
         )
     if op.op is OpName.SET:
         return replace(state, current=_status(op.status))
@@ -424,7 +422,6 @@ def terminal_within_deadline(
 
 def _lock_ended(history: History, key: str, at: float, semantics: SemanticsProfile) -> float | None:
     """The instant by which every lock the key may carry had ended, if that is before ``at``."""
-    duration = history.lock_duration_for(key)
     grants = [
         op
         for op in history.ops_for(key)
@@ -434,7 +431,9 @@ def _lock_ended(history: History, key: str, at: float, semantics: SemanticsProfi
     ]
     if not grants:
         return None
-    end = max(lock_end(history, op.latest, duration, semantics) for op in grants)
+    end = max(
+        lock_end(history, op.latest, history.lock_duration_of(op), semantics) for op in grants
+    )
     return end if end < at else None
 
 

@@ -9,6 +9,7 @@ the whole report without JavaScript, and the explorer
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from dsm_sim.simulator.run import RunResult
 
 __all__ = ["Shape", "render_html", "swim_lanes", "write_html"]
 
+#: A worker lane: ``w3``, or ``w3.2`` for the second item its instance holds.
+_WORKER_LANE = re.compile(r"^w(\d+)(?:\.(\d+))?$")
+
 _TEMPLATE = "report.html.j2"
 _WIDTH = 1100.0
 _LEFT = 90.0
@@ -34,6 +38,7 @@ _RULES = {
     EventKind.CLOCK_JUMP: "jump",
     EventKind.FAULTS_STOP: "stop",
     EventKind.STORE_FAULT: "netfault",
+    EventKind.DEPLOYMENT: "deploy",
 }
 
 
@@ -78,9 +83,9 @@ def _op_css(op: Op, flagged: set[int]) -> str:
 
 def _lane_order(history: History) -> list[str]:
     names = {op.process for op in history.ops} | {ev.process for ev in history.events if ev.process}
-    workers = sorted(
-        (n for n in names if n.startswith("w") and n[1:].isdigit()), key=lambda n: int(n[1:])
-    )
+    # A worker's lanes (``w1``, then ``w1.2``, ... when an instance holds several items).
+    lanes = {n: tuple(map(int, m.groups("1"))) for n in names if (m := _WORKER_LANE.match(n))}
+    workers = sorted(lanes, key=lanes.__getitem__)
     return workers + sorted(names - set(workers))
 
 

@@ -35,6 +35,8 @@ class IndexRow:
     waived: tuple[str, ...]
     page: str
     data: str
+    #: The dimensions the scenario asked for that the run did not reach (and not waived).
+    not_exercised: tuple[str, ...] = ()
 
 
 def index_rows(results: Sequence[RunResult]) -> tuple[IndexRow, ...]:
@@ -48,6 +50,7 @@ def index_rows(results: Sequence[RunResult]) -> tuple[IndexRow, ...]:
             waived=tuple(r.name for r in run.waived),
             page=f"{report_name(run)}.html",
             data=f"{report_name(run)}.json",
+            not_exercised=tuple(g.name for g in run.gaps if g.name not in run.waived_gaps),
         )
         for run in results
     ]

@@ -66,6 +66,17 @@ def report_dict(run: RunResult) -> dict[str, Any]:
         "invariants": [_invariant(r) for r in run.results],
         "history": run.history.to_json(),
     }
+    if run.gaps:
+        # What the scenario asked for and the run never reached: NOT EXERCISED unless waived.
+        report["not_exercised"] = [
+            {
+                "name": gap.name,
+                "what": gap.what,
+                "reason": gap.reason,
+                "waived": gap.name in run.waived_gaps,
+            }
+            for gap in run.gaps
+        ]
     if not run.semantics.strict:
         report["semantics"] = {"name": run.semantics.name, "summary": run.semantics.summary}
     return report

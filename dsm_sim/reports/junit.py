@@ -57,11 +57,13 @@ def junit_xml(runs: Sequence[RunResult], suite: str = "dsm-chaos") -> str:
                 for result in run.results
                 for violation in result.violations
             ]
+            lines += list(run.not_exercised)
+            what = f"violated: {', '.join(run.violated)}" if run.violated else "NOT EXERCISED"
             failure = ET.SubElement(
                 case,
                 "failure",
-                message=f"violated: {', '.join(run.violated)}; replay: {run.replay}",
-                type="InvariantViolation",
+                message=f"{what}; replay: {run.replay}",
+                type="InvariantViolation" if run.violated else "NotExercised",
             )
             failure.text = "\n".join([*lines, "", f"replay: {run.replay}"])
     # A handler's command or output may hold control bytes (0x01, ESC) that XML 1.0

@@ -9,6 +9,7 @@ Examples::
     dsm run scenarios/ --seeds 20 --jobs 2   # runs in 2 worker processes, same output
     dsm run scenarios/ --seeds 500 --cluster tcp://scheduler:8786   # on a Dask cluster
     dsm run scenarios/ --handler dsm_sim.peers.powertools:redis_layer   # its own semantics
+    dsm run scenarios/x.toml --waive deployments   # a dimension the run may not reach
 
 ``--handler`` takes ``package.module:factory``, ``broken:NAME`` (an entry of
 the catalogue of broken handlers), ``exec:COMMAND`` (a handler in another
@@ -19,12 +20,15 @@ process per run, sent the simulated clock as each request's ``now``;
 says the same).  ``--semantics`` judges by a library's declared semantics, as
 ``dsm verify --semantics`` does (default: the profile the factory declares,
 else the spec's own).  Exit codes: 0 every run kept every
-invariant, 1 a run violated one, 2 the command or a scenario file is wrong.
+invariant, 1 a run violated one or did not reach a dimension its scenario
+asks for (``NOT EXERCISED``, unless ``--waive NAME``), 2 the command or a
+scenario file is wrong.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections import Counter
@@ -32,6 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from dsm_sim.checker import all_passed
 from dsm_sim.checker.liveness import UNSUPPORTED_REASON
 from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
@@ -49,6 +54,7 @@ from dsm_sim.simulator.bridge import (
     wall_deadline,
     wall_now,
 )
+from dsm_sim.simulator.dimensions import Dimension
 from dsm_sim.simulator.parallel import MAX_JOBS, RunOutcome, run_plan
 from dsm_sim.simulator.run import DEFAULT_HANDLER, RunResult
 from dsm_sim.simulator.targets import EXEC_PREFIX, EXEC_TCP_PREFIX, resolve_handler
@@ -150,6 +156,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
     parser.add_argument(
+        "--waive",
+        action="append",
+        default=[],
+        choices=[d.value for d in Dimension],
+        metavar="NAME",
+        help="accept that a run did not reach this dimension its scenario asks for (it is said, "
+        "as waived, instead of failing the run NOT EXERCISED); repeatable; one of "
+        + ", ".join(d.value for d in Dimension),
+    )
+    parser.add_argument(
         "--call-timeout",
         type=positive_seconds(3600.0),
         default=None,
@@ -220,6 +236,8 @@ def _progress(
 
     def line(result: RunResult) -> None:
         verdict = "PASS" if result.passed else "FAIL"
+        if result.not_exercised and all_passed(result.results):
+            verdict = "FAIL (NOT EXERCISED)"
         print(f"{result.scenario.name} seed {result.seed}: {verdict}", file=out)
 
     for scenario, seed in plan:
@@ -360,6 +378,8 @@ def main(args: argparse.Namespace) -> int:
                 continue
             result = outcome.result
             assert result is not None
+            if args.waive:
+                result = dataclasses.replace(result, waived_gaps=frozenset(args.waive))
             results.append(result)
             done(result)
             if args.report is not None and not unwritten:
@@ -376,18 +396,30 @@ def main(args: argparse.Namespace) -> int:
             max_wall, f"before {scenario.name} seed {seed} started", finished, len(plan)
         )
     failed = [r for r in results if not r.passed]
+    unreached = [r for r in failed if all_passed(r.results)]
     for line in stopped + hung + crashed + too_big:
         print(line, file=out)
     for result in failed:
         print(
-            f"FAIL {result.scenario.name} seed {result.seed}: {', '.join(result.violated)}",
+            f"FAIL {result.scenario.name} seed {result.seed}: "
+            + (", ".join(result.violated) or "NOT EXERCISED"),
             file=out,
         )
         for invariant in result.results:
             for violation in invariant.violations[:3]:
                 print(f"  {invariant.name}: {violation.message}", file=out)
+        for line in result.not_exercised:
+            print(f"  {line}", file=out)
         replay = result.replay + (" --clock system" if system else "")
         print(f"  replay: {replay}", file=out)
+    for result in results:
+        for gap in result.gaps:
+            if gap.name in result.waived_gaps:
+                print(
+                    f"WAIVED {result.scenario.name} seed {result.seed}: {gap.name}: {gap.what}: "
+                    f"{gap.reason} (--waive {gap.name}; not evidence, not a pass)",
+                    file=out,
+                )
     if args.report is not None and not unwritten:
         unwritten.extend(_write_index(results, stopped + hung + crashed, args.report))
     if args.junit is not None:
@@ -402,7 +434,13 @@ def main(args: argparse.Namespace) -> int:
     if not semantics.strict:
         _print_semantics(semantics, results, out)
     print(
-        f"{len(results) - len(failed)}/{len(results)} runs kept every invariant"
+        f"{len(results) - len(failed) + len(unreached)}/{len(results)} runs kept every invariant"
+        + (
+            f"; {len(unreached)} of them did not reach a dimension their scenario asks for "
+            "(NOT EXERCISED, so not passed)"
+            if unreached
+            else ""
+        )
         + (f"; {len(stopped)} stopped by a protocol error" if stopped else "")
         + (f"; {len(hung)} stopped by a hung handler call" if hung else "")
         + (f"; {len(crashed)} crashed in their worker process" if crashed else "")

@@ -42,6 +42,7 @@ from dsm_sim.conformance.judge.semantics import (
     SemanticsProfile,
     resolve_semantics,
 )
+from dsm_sim.conformance.report import Gap
 from dsm_sim.history import (
     MAX_HISTORY_ENTRIES,
     EventKind,
@@ -51,7 +52,7 @@ from dsm_sim.history import (
     Outcome,
     Scalar,
 )
-from dsm_sim.scenario import Faults, NodeKind, Scenario
+from dsm_sim.scenario import Faults, NodeKind, NodeSpec, Scenario
 from dsm_sim.simulator.bridge import (
     BillingProxy,
     HandlerProxy,
@@ -61,7 +62,15 @@ from dsm_sim.simulator.bridge import (
 )
 from dsm_sim.simulator.broker import Broker
 from dsm_sim.simulator.catchup import catchup_process, pause_markers
-from dsm_sim.simulator.clock import ClockMirror, SimClock, SkewedClock, host_timezone
+from dsm_sim.simulator.clock import (
+    DEFAULT_EPOCH,
+    ClockMirror,
+    SimClock,
+    SkewedClock,
+    host_timezone,
+)
+from dsm_sim.simulator.deploy import Instance, redeployments
+from dsm_sim.simulator.dimensions import dimension_gaps
 from dsm_sim.simulator.faults import FaultInjector, active_faults, describe, stream
 from dsm_sim.simulator.worker import Worker
 from dsm_sim.simulator.workload import APP, Delivery, element_of, nodes_of, workload
@@ -169,14 +178,21 @@ def allowed_dead_letters(
 
 
 def replay_command(
-    scenario: Scenario, seed: int, handler: str, semantics: str | None = None
+    scenario: Scenario,
+    seed: int,
+    handler: str,
+    semantics: str | None = None,
+    waived: tuple[str, ...] = (),
 ) -> str:
-    """The command that replays a run; ``semantics``: the ``--semantics`` it was given, if any."""
+    """The command that replays a run; ``semantics``: the ``--semantics`` it was given, if any;
+    ``waived``: the dimensions it waived that the run did not reach."""
     # Every word quoted for the shell: a pasted line must run dsm and nothing else,
     # whatever the scenario's file name or the ``exec:`` handler's command line holds.
     words = ["dsm", "run", scenario.path, "--seed", str(seed), "--handler", handler]
     if semantics is not None:
         words += ["--semantics", semantics]
+    for name in waived:
+        words += ["--waive", name]
     return shlex.join(words)
 
 
@@ -196,14 +212,30 @@ class RunResult:
     #: How the profile was named to ``run_scenario`` (``--semantics``), for the replay;
     #: ``None`` when the factory declared it or none was given.
     semantics_option: str | None = None
+    #: The dimensions the scenario asked for that the run never reached.
+    gaps: tuple[Gap, ...] = ()
+    #: The gaps waived by name (``dsm run --waive NAME``): said, not failed.
+    waived_gaps: frozenset[str] = frozenset()
+
+    @property
+    def not_exercised(self) -> tuple[str, ...]:
+        """Every NOT EXERCISED line: a dimension asked for, not reached, not waived."""
+        return tuple(gap.render() for gap in self.gaps if gap.name not in self.waived_gaps)
 
     @property
     def passed(self) -> bool:
-        return all_passed(self.results)
+        """Every invariant held, and every dimension asked for was reached (or waived)."""
+        return all_passed(self.results) and not self.not_exercised
 
     @property
     def replay(self) -> str:
-        return replay_command(self.scenario, self.seed, self.handler, self.semantics_option)
+        return replay_command(
+            self.scenario,
+            self.seed,
+            self.handler,
+            self.semantics_option,
+            tuple(sorted(self.waived_gaps & {gap.name for gap in self.gaps})),
+        )
 
     @property
     def waived(self) -> list[InvariantResult]:
@@ -258,7 +290,7 @@ def _run(
     factory = _in_simulation(loaded)
     name = handler_name or (handler if isinstance(handler, str) else _qualname(handler))
     env = simpy.Environment()
-    clock = SimClock(env)
+    clock = SimClock(env, scenario.start_for(seed) or DEFAULT_EPOCH)
     faults = active_faults(scenario, seed)
     injector = FaultInjector(faults, seed, scenario.faults_until, env)
     recorder = HistoryRecorder(
@@ -307,6 +339,7 @@ def _run(
                 clock.seconds(),
             )
         stats = _stats(world, broker)
+        held = dict(world.held)
     except BaseException as exc:
         stopped = exc
         raise
@@ -337,6 +370,7 @@ def _run(
         faults=describe(faults),
         semantics=semantics,
         semantics_option=_option(semantics_spec),
+        gaps=dimension_gaps(scenario, seed, history, held),
     )
 
 
@@ -386,6 +420,7 @@ def _build(
         if node.kind is NodeKind.INVOICE:
             world.item_keys[(tenant, item)] = key
     broker = Broker(world)
+    instances: list[Instance] = []
     for i, skew in enumerate(world.faults.worker_skews(scenario.workers), start=1):
         name = f"w{i}"
         world.recorder.meta[f"skew_{name}"] = skew
@@ -394,7 +429,16 @@ def _build(
             node.id: builders[node.kind](elements[node.id], factory, BillingProxy(), clock)
             for node in nodes
         }
-        env.process(Worker(world, broker, name, executors, factory).process())
+        instances.append(Instance(name, clock, executors))
+        for slot in range(1, scenario.items_per_instance(seed) + 1):
+            lane = name if slot == 1 else f"{name}.{slot}"
+            env.process(Worker(world, broker, lane, executors, factory, name).process())
+    if scenario.deployments:
+
+        def build(node: NodeSpec, clock: Clock) -> BaseNodeExecutor:
+            return builders[node.kind](element_of(node), factory, BillingProxy(), clock)
+
+        env.process(redeployments(world, instances, build))
     env.process(catchup_process(world))
     env.process(pause_markers(world))
     env.process(_clock_jumps(world))
@@ -475,6 +519,7 @@ def _stats(world: World, broker: Broker) -> dict[str, Scalar]:
         "store_errors": sum(1 for op in history_ops if op.error == "StoreError"),
         "unknown_outcomes": sum(1 for op in history_ops if op.outcome is Outcome.INFO),
         "lost_replies_on": world.faults.lost_replies,
+        "most_items_held": max(world.held.values(), default=0),
         "sim_seconds": round(world.now, 3),
     }
     for status, count in sorted(finals.items()):

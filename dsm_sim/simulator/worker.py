@@ -44,7 +44,13 @@ def failure_reason(result: NodeExecutionResult) -> str:
 
 
 class Worker:
-    """One worker process; ``name`` is its lane in the report."""
+    """One lane of a worker process; ``name`` is its lane in the report.
+
+    A worker instance that holds several items at once (``run.instance_items``)
+    runs one lane per item, named ``w1``, ``w1.2``, ...: each takes its own
+    messages, all share the instance's executors and handler instance
+    (``instance``).
+    """
 
     def __init__(
         self,
@@ -53,11 +59,14 @@ class Worker:
         name: str,
         executors: Mapping[str, BaseNodeExecutor],
         factory: RecordingFactory,
+        instance: str = "",
     ) -> None:
         self.world = world
         self.broker = broker
         self.name = name
-        #: node id -> this worker's executor of that node
+        #: The worker instance this lane belongs to (its handler instance's name).
+        self.instance = instance or name
+        #: node id -> this worker's executor of that node (replaced by a redeployment)
         self.executors = executors
         self.factory = factory
         self.executions = 0
@@ -70,11 +79,15 @@ class Worker:
             self.executions += 1
             execution = f"{self.name}-x{self.executions:03d}"
             plan = self.world.faults.execution_plan()
-            how, reason = yield from self._execute(message, execution, plan)
+            self.world.hold(self.instance, +1)
+            try:
+                how, reason = yield from self._execute(message, execution, plan)
+            finally:
+                self.world.hold(self.instance, -1)
             self.factory.forget(execution)
             self.broker.settle(message, how, reason)
             if how == Settlement.CRASH:
-                self.world.restart(self.name)  # a new process opens a new handler
+                self.world.restart(self.instance)  # a new process opens a new handler
                 yield env.timeout(self.world.scenario.faults.crash.restart_delay)
 
     def _execute(
@@ -108,7 +121,7 @@ class Worker:
                 touched = request
                 crash_after = plan.crash is CrashPoint.DURING_SET and request.op is OpName.SET
                 outcome = yield from self.world.call(
-                    self.name, request, crash_after=crash_after, node=node
+                    self.name, request, crash_after=crash_after, node=node, instance=self.instance
                 )
                 if outcome.crashed:
                     self._crash(coro, execution, plan, touched)

@@ -211,9 +211,16 @@ def workload(scenario: Scenario, seed: int, rng: random.Random) -> list[tuple[fl
     lines_rng = random.Random(f"{seed}/lines")
     approval_rng = random.Random(f"{seed}/approval")
     planned: list[tuple[float, int, Delivery]] = []
+    lock_free = set(tenants[len(tenants) - scenario.lock_free_tenants :])
     for n, (tenant, item) in enumerate(items, start=1):
         details = payload_details(scenario.payloads, n)
         for node in nodes:
+            if tenant in lock_free:
+                if node.kind is NodeKind.APPROVAL:
+                    at = round(rng.uniform(0, scenario.arrival_window), 6)
+                    amends = _amendments(node, tenant, item, n, details, approval_rng)
+                    planned.extend((at, len(planned) + i, d) for i, d in enumerate(amends))
+                continue  # a tenant that never takes a lock has only its amendments
             if node.kind is NodeKind.APPROVAL:
                 # The approval arrives in the window, the rest shortly after it, each
                 # group at one instant: they race the approval's lock and each other.
@@ -314,6 +321,38 @@ def _approval_messages(
         ]
         groups.append((later(), amends))
     return groups
+
+
+def _amendments(
+    node: NodeSpec,
+    tenant: str,
+    item: str,
+    n: int,
+    details: Mapping[str, Any],
+    rng: random.Random,
+) -> list[Delivery]:
+    """A lock-free tenant's item: ``revisions`` amendments arriving together, nothing else.
+
+    The first writes the item (an upsert of an item never seen), each later
+    one supersedes it; no call of the tenant's ever takes a lock.
+    """
+    base = f"msg-{tenant}-{node.id}-{item}"
+    return [
+        _delivery(
+            f"{base}-amend{rev}",
+            {
+                "itemId": item,
+                "action": "amend",
+                "amount": 10 * n,
+                "details": {**details, "rev": rev},
+            },
+            tenant,
+            node,
+            (tenant, item, ""),
+            SOURCE_APPS[rng.randrange(len(SOURCE_APPS))],
+        )
+        for rev in range(1, node.revisions + 1)
+    ]
 
 
 def _delivery(

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from dsm_sim.conformance.judge.semantics import DSM, SemanticsProfile, UnsupportedOperationError
 from dsm_sim.history import (
+    CallOptions,
     EventKind,
     HistoryRecorder,
     KeyInfo,
@@ -116,6 +117,15 @@ class World:
         self.instances: dict[str, StateHandler] = {}
         #: The library's semantics: which operations exist, which sweeps run.
         self.semantics = semantics
+        #: id of a handler instance -> calls inside it now; instances replaced while a
+        #: call was inside them, closed when the last one ends.
+        self._busy: dict[int, int] = {}
+        self._retired: list[StateHandler] = []
+        #: The dimensions the run reached (see :mod:`dsm_sim.simulator.dimensions`).
+        self.reached: set[str] = set()
+        #: Most calls one worker instance held at once, per instance name.
+        self.held: dict[str, int] = {}
+        self._holding: dict[str, int] = {}
 
     @property
     def now(self) -> float:
@@ -174,15 +184,20 @@ class World:
         *,
         crash_after: bool = False,
         node: str = "",
+        instance: str = "",
     ) -> Generator[Any, Any, CallOutcome]:
         """Record, wait, (maybe) fail, run, record.  ``crash_after``: die once it returned.
 
         Right before and right after the store runs the call, at the same
         instant, the key is read outside the history (no latency, no faults),
         so the checker can judge each call against the reference model.
+        ``instance``: the worker instance whose handler the call goes through
+        (default: one of the process' own); several lanes of a worker that
+        holds several items at once share it.
         """
         ctx = call.ctx
         key = self.remember(ctx, node)
+        options = self._options(key, ctx)
         if call.op.is_write:
             self.touched.add(key)
         rec = self.recorder
@@ -196,6 +211,7 @@ class World:
             execution=ctx.entity_execution_id,
             detail=call.error_detail if call.op is OpName.RELEASE_LOCK_AS_FAILED else None,
             app=ctx.source_app_id,
+            options=options,
         )
         refused = self.unsupported(call)
         if refused is not None:
@@ -213,66 +229,75 @@ class World:
             rec.complete(index, Outcome.INFO, self.now, error="Crash")
             return CallOutcome(crashed=True)
         observe = call.op is not OpName.GET  # a get is itself the read
-        mine = self.handler_for(process)
+        mine = self.handler_for(instance or process)
         before = self.view(key, mine) if observe else None
         written = digest(call.data) if call.op in (OpName.SET, OpName.UPSERT) else None
         coro = handler_coroutine(mine, call)
         legs = 0
+        self._busy[id(mine)] = self._busy.get(id(mine), 0) + 1
         try:
-            while True:
-                store_time = self.clock.seconds()
-                self.clock_mirror.follow()
-                legs += 1
-                leg = self.driver.leg(coro, split=self.split_round_trips)
-                if isinstance(leg, Done):
-                    value = leg.value
-                    break
-                # The handler made a round trip to its store: other workers run meanwhile.
-                yield self.env.timeout(self.latency(self.scenario.latency.store))
-        except RunStoppedError:
-            raise  # stops the run: every later call would wait out the bound again
-        except DsmError as exc:
+            try:
+                while True:
+                    store_time = self.clock.seconds()
+                    self.clock_mirror.follow()
+                    legs += 1
+                    leg = self.driver.leg(coro, split=self.split_round_trips)
+                    if isinstance(leg, Done):
+                        value = leg.value
+                        break
+                    # The handler made a round trip to its store: other workers run meanwhile.
+                    yield self.env.timeout(self.latency(self.scenario.latency.store))
+            except RunStoppedError:
+                raise  # stops the run: every later call would wait out the bound again
+            except DsmError as exc:
+                seen = self._observe(observe and legs == 1, key, before, written, mine)
+                outcome = Outcome.INFO if isinstance(exc, StoreError) else Outcome.FAIL
+                error = type(exc).__name__
+                rec.complete(
+                    index, outcome, self.now, error=error, store_time=store_time, observed=seen
+                )
+                return CallOutcome(error=exc)
+            except Exception as exc:  # a broken third-party handler: outcome unknown
+                seen = self._observe(observe and legs == 1, key, before, written, mine)
+                error = type(exc).__name__
+                rec.complete(
+                    index, Outcome.INFO, self.now, error=error, store_time=store_time, observed=seen
+                )
+                return CallOutcome(error=exc)
             seen = self._observe(observe and legs == 1, key, before, written, mine)
-            outcome = Outcome.INFO if isinstance(exc, StoreError) else Outcome.FAIL
-            error = type(exc).__name__
-            rec.complete(
-                index, outcome, self.now, error=error, store_time=store_time, observed=seen
-            )
-            return CallOutcome(error=exc)
-        except Exception as exc:  # a broken third-party handler: outcome unknown
-            seen = self._observe(observe and legs == 1, key, before, written, mine)
-            error = type(exc).__name__
-            rec.complete(
-                index, Outcome.INFO, self.now, error=error, store_time=store_time, observed=seen
-            )
-            return CallOutcome(error=exc)
-        seen = self._observe(observe and legs == 1, key, before, written, mine)
-        if crash_after:
-            rec.complete(
-                index, Outcome.INFO, self.now, error="Crash", store_time=store_time, observed=seen
-            )
-            return CallOutcome(crashed=True)
-        if fault is StoreFault.AFTER or (call.op.is_write and self.faults.lost_reply()):
+            if crash_after:
+                rec.complete(
+                    index,
+                    Outcome.INFO,
+                    self.now,
+                    error="Crash",
+                    store_time=store_time,
+                    observed=seen,
+                )
+                return CallOutcome(crashed=True)
+            if fault is StoreFault.AFTER or (call.op.is_write and self.faults.lost_reply()):
+                rec.complete(
+                    index,
+                    Outcome.INFO,
+                    self.now,
+                    error="StoreError",
+                    store_time=store_time,
+                    observed=seen,
+                )
+                return CallOutcome(error=StoreError(f"injected store error after {call.op.value}"))
+            token = value if call.op is OpName.TRY_ACQUIRE_LOCK and isinstance(value, int) else None
             rec.complete(
                 index,
-                Outcome.INFO,
+                Outcome.OK,
                 self.now,
-                error="StoreError",
+                result=_scalar(value),
                 store_time=store_time,
+                token=token,
                 observed=seen,
             )
-            return CallOutcome(error=StoreError(f"injected store error after {call.op.value}"))
-        token = value if call.op is OpName.TRY_ACQUIRE_LOCK and isinstance(value, int) else None
-        rec.complete(
-            index,
-            Outcome.OK,
-            self.now,
-            result=_scalar(value),
-            store_time=store_time,
-            token=token,
-            observed=seen,
-        )
-        return CallOutcome(value=value)
+            return CallOutcome(value=value)
+        finally:
+            self._release(mine)
 
     def unsupported(self, call: HandlerCall) -> UnsupportedOperationError | None:
         """The refusal of a call the library does not have (its profile's operations and statuses)."""
@@ -293,6 +318,32 @@ class World:
             operation=operation,
             supported=", ".join([*others, settable] if "set" in semantics.operations else others),
         )
+
+    def _options(self, key: str, ctx: StateHandlerContext) -> CallOptions | None:
+        """The call's node options when they are not its key's (a node redeployed mid-run)."""
+        info = self.recorder.keys_info.get(key)
+        config = ctx.handler_config
+        lock = config.lock_duration.total_seconds()
+        retention = None if config.retention is None else config.retention.total_seconds()
+        if info is None or (info.lock_duration == lock and info.retention == retention):
+            return None
+        return CallOptions(lock, retention)
+
+    def _release(self, mine: StateHandler) -> None:
+        """A call through ``mine`` ended; a retired instance closes once no call is in it."""
+        left = self._busy.pop(id(mine), 1) - 1
+        if left:
+            self._busy[id(mine)] = left
+        elif any(old is mine for old in self._retired):
+            self._retired = [old for old in self._retired if old is not mine]
+            self.driver.complete(mine.close(), "close()")
+
+    def hold(self, instance: str, change: int) -> None:
+        """An instance took (+1) or let go of (-1) an item; remembers the most it held at once."""
+        holding = self._holding.get(instance, 0) + change
+        self._holding[instance] = holding
+        if holding > self.held.get(instance, 0):
+            self.held[instance] = holding
 
     def handler_for(self, process: str) -> StateHandler:
         """The worker's own handler instance on the run's store, opened on first use.
@@ -323,13 +374,22 @@ class World:
         The new instance opens on the populated store, as a restarted process
         does, so a handler whose ``open`` or ``close`` changes records is
         caught by the calls that follow.  A shared run handler stays open.
+        An instance another item's call is still inside (a worker holding
+        several items, or redeployed) is closed when that call ends.
         """
         mine = self.instances.pop(process, None)
-        if mine is not None and mine is not self.handler:
+        if mine is None or mine is self.handler:
+            return
+        if self._busy.get(id(mine)):
+            self._retired.append(mine)
+        else:
             self.driver.complete(mine.close(), "close()")
 
     def close_instances(self) -> None:
         """Close every worker's own instance (before the run's handler is closed)."""
+        retired, self._retired = self._retired, []
+        for old in retired:
+            self.driver.complete(old.close(), "close()", final=True)
         for process in sorted(self.instances):
             mine = self.instances.pop(process)
             if mine is not self.handler:

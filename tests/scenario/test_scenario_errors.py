@@ -21,7 +21,11 @@ def _write(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
 @pytest.mark.parametrize(
     ("text", "field", "allowed"),
     [
-        ("colour = 'red'", "colour", "description, faults, latency, name, nodes, run"),
+        (
+            "colour = 'red'",
+            "colour",
+            "deployments, description, faults, latency, name, nodes, run",
+        ),
         ("[run]\nitems = 0", "run.items", "an integer from 1 to 500"),
         ("[run]\nitems = 'many'", "run.items", "an integer from 1 to 500"),
         ("[run]\nworkers = true", "run.workers", "an integer from 1 to 64"),
@@ -88,8 +92,69 @@ def _write(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
             "longer than lock_duration, or 'forever'",
         ),
         ("[[nodes]]\nretention = 'never'", "nodes[0].retention", "'90s'"),
-        ("[[nodes]]\nrevisions = 0", "nodes[0].revisions", "an integer from 1 to 10"),
+        ("[[nodes]]\nrevisions = 0", "nodes[0].revisions", "an integer from 1 to 40"),
         ("[[nodes]]\ncolour = 'red'", "nodes[0].colour", "id, kind, lines"),
+        # The dimensions: start instants, items per instance, redeployments, lock-free tenants.
+        ("[run]\nstart = '2026-01-31T23:58:30'", "run.start", "with its offset"),
+        ("[run]\nstart = 2026-01-31T23:58:30", "run.start", "with its offset"),
+        ("[run]\nstart = 'midnight'", "run.start", "an RFC 3339 instant"),
+        ("[run]\nstart = '1900-01-01T00:00:00Z'", "run.start", "from 1971-01-01"),
+        ("[run]\nstart = []", "run.start", "at most 31 of them"),
+        ("[run]\nstart = 20260131", "run.start", "an RFC 3339 instant"),
+        ("[run]\ninstance_items = 0", "run.instance_items", "an integer from 1 to 16"),
+        ("[run]\ninstance_items = 17", "run.instance_items", "an integer from 1 to 16"),
+        ("[run]\ninstance_items = [4, 2]", "run.instance_items", "with low <= high"),
+        ("[run]\ninstance_items = [1, 17]", "run.instance_items", "[low, high]"),
+        ("[run]\ninstance_items = [2]", "run.instance_items", "one drawn per seed"),
+        (
+            "[run]\ntenants = 2\nlock_free_tenants = 2",
+            "run.lock_free_tenants",
+            "an integer from 0 to 1",
+        ),
+        (
+            "[run]\ntenants = 2\nlock_free_tenants = 1",
+            "run.lock_free_tenants",
+            "a workflow with an approval node",
+        ),
+        ("[[deployments]]\nat = '1m'\nlock_duration = '30s'", "deployments[0].node", "[[nodes]]"),
+        (
+            "[[nodes]]\nid = 'a'\n[[deployments]]\nnode = 'b'\nlock_duration = '30s'",
+            "deployments[0].node",
+            "a",
+        ),
+        ("[[nodes]]\n[[deployments]]\nat = '1m'", "deployments[0].lock_duration", "retention"),
+        (
+            "[[nodes]]\n[[deployments]]\nat = '1m'\nlock_duration = '2h'\nretention = '1h'",
+            "deployments[0].retention",
+            "longer than lock_duration",
+        ),
+        (
+            "[[nodes]]\nretention = '2m'\n[[deployments]]\nat = '1m'\nlock_duration = '5m'",
+            "deployments[0].retention",
+            "longer than lock_duration",
+        ),
+        (
+            "[[nodes]]\n[[deployments]]\nat = '20m'\nlock_duration = '30s'",
+            "deployments[0].at",
+            "before faults_until",
+        ),
+        (
+            "[[nodes]]\n[[deployments]]\nat = '2m'\nlock_duration = '30s'\n"
+            "[[deployments]]\nat = '1m'\nlock_duration = '40s'",
+            "deployments[1].at",
+            "time order",
+        ),
+        (
+            "[[nodes]]\n[[deployments]]\nat = '1m'\nlock_duration = '2d'",
+            "deployments[0].lock_duration",
+            "at most 1 day",
+        ),
+        (
+            "[[nodes]]\n[[deployments]]\nwhen = '1m'",
+            "deployments[0].when",
+            "at, lock_duration, node, retention",
+        ),
+        ("deployments = 'tomorrow'", "deployments", "[[deployments]] blocks"),
     ],
 )
 def test_bad_field_is_named_with_what_is_allowed(
@@ -104,6 +169,37 @@ def test_bad_field_is_named_with_what_is_allowed(
     assert allowed in error.allowed
     message = str(error)
     assert str(path) in message and f"'{field}'" in message and allowed in message
+
+
+def test_dimensions_are_read(tmp_path: Path) -> None:
+    """Start instants in any offset become UTC; a deployment keeps what it does not change."""
+    text = (
+        "[run]\nstart = ['2026-01-31T23:58:30Z', '2026-03-01T01:59:00+02:00']\n"
+        "instance_items = 3\ntenants = 2\nlock_free_tenants = 1\n"
+        "[[nodes]]\nid = 'pay'\nkind = 'approval'\nretention = '10m'\n"
+        "[[deployments]]\nat = '1m'\nlock_duration = '30s'\n"
+        "[[deployments]]\nat = '2m'\nretention = 'forever'\n"
+    )
+    scenario = load_scenario(_write(tmp_path, text))
+    assert [s.isoformat() for s in scenario.starts] == [
+        "2026-01-31T23:58:30+00:00",
+        "2026-02-28T23:59:00+00:00",
+    ]
+    assert scenario.start_for(1) == scenario.starts[1]
+    assert scenario.start_for(2) == scenario.starts[0]
+    assert scenario.instance_items == (3, 3) and scenario.lock_free_tenants == 1
+    assert scenario.items_per_instance(7) == 3
+    first, second = scenario.deployments
+    assert (first.node, first.at, first.lock_duration, first.retention) == ("pay", 60.0, 30.0, None)
+    assert second.forever and second.lock_duration is None
+    assert scenario.longest_lock == 60.0
+
+
+def test_items_per_instance_are_drawn_per_seed(tmp_path: Path) -> None:
+    scenario = load_scenario(_write(tmp_path, "[run]\ninstance_items = [1, 4]"))
+    drawn = [scenario.items_per_instance(seed) for seed in range(1, 41)]
+    assert set(drawn) == {1, 2, 3, 4}
+    assert drawn == [scenario.items_per_instance(seed) for seed in range(1, 41)]
 
 
 def test_invalid_toml_names_the_file(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ target status, the rest of the record unchanged.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,9 @@ __all__ = [
     "node_of",
 ]
 
+#: A worker lane: ``w3``, or ``w3.2`` for the second item its instance holds.
+_WORKER_LANE = re.compile(r"^w(\d+)(?:\.(\d+))?$")
+
 #: Events the timeline marks as faults and the fault list names.
 FAULT_KINDS: frozenset[EventKind] = frozenset(
     {
@@ -48,6 +52,7 @@ FAULT_KINDS: frozenset[EventKind] = frozenset(
         EventKind.CATCHUP_RESUME,
         EventKind.FAULTS_STOP,
         EventKind.DEAD_LETTER,
+        EventKind.DEPLOYMENT,
     }
 )
 
@@ -116,9 +121,9 @@ def fault_rows(history: History) -> tuple[FaultRow, ...]:
 def lane_order(history: History) -> list[str]:
     """Workers in numeric order first, then every other process by name (as the static lanes)."""
     names = {op.process for op in history.ops} | {ev.process for ev in history.events if ev.process}
-    workers = sorted(
-        (n for n in names if n.startswith("w") and n[1:].isdigit()), key=lambda n: int(n[1:])
-    )
+    # A worker's lanes (``w1``, then ``w1.2``, ... when an instance holds several items).
+    lanes = {n: tuple(map(int, m.groups("1"))) for n in names if (m := _WORKER_LANE.match(n))}
+    workers = sorted(lanes, key=lanes.__getitem__)
     return workers + sorted(names - set(workers))
 
 
