@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["POSTGRES_ENV", "BenchSkipped", "Table", "postgres_url", "timed"]
+__all__ = ["POSTGRES_ENV", "BenchSkipped", "SkippedTable", "Table", "postgres_url", "timed"]
 
 POSTGRES_ENV = "DSM_TEST_POSTGRES_URL"
 
@@ -49,6 +49,17 @@ class Table:
         if self.note:
             lines.append(self.note)
         return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedTable:
+    """A table of a benchmark that printed others but could not run this one here; says why."""
+
+    title: str
+    reason: str
+
+    def render(self) -> str:
+        return f"== {self.title} ==\nskipped: {self.reason}"
 
 
 def _cell(value: object) -> str:

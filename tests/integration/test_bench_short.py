@@ -23,6 +23,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
 EXPECTED = {
     "SQL statements per operation (built-in handler)": "statements/target",
     "Throughput on PostgreSQL: built-in handler vs raw asyncpg, same statement": "handler/asyncpg",
+    "Throughput on MariaDB: built-in handler vs raw asyncmy, same statement": "handler/asyncmy",
     "Simulator: simulated handler operations per second vs a bare SimPy loop": "sim/bare",
     "dsm run --jobs: simulated deliveries per second, 1 vs 2 worker processes": "jobs/1",
     "Conformance kit: time and examples to catch each broken handler": "catch/clean",
@@ -35,10 +36,18 @@ EXPECTED = {
 
 
 @pytest.mark.postgres
+@pytest.mark.mariadb
 @pytest.mark.redis
 @pytest.mark.slow
-def test_short_benchmarks_run_and_print_every_table(postgres_url: str, redis_url: str) -> None:
-    env = {**os.environ, "DSM_TEST_POSTGRES_URL": postgres_url, "DSM_TEST_REDIS_URL": redis_url}
+def test_short_benchmarks_run_and_print_every_table(
+    postgres_url: str, mariadb_url: str, redis_url: str
+) -> None:
+    env = {
+        **os.environ,
+        "DSM_TEST_POSTGRES_URL": postgres_url,
+        "DSM_TEST_MARIADB_URL": mariadb_url,
+        "DSM_TEST_REDIS_URL": redis_url,
+    }
     done = subprocess.run(
         [sys.executable, str(BENCH), "--short"],
         capture_output=True,

@@ -70,6 +70,7 @@ BACKENDS = [
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-core", id="postgres-core", marks=pytest.mark.postgres),
     pytest.param("mariadb", id="mariadb", marks=pytest.mark.mariadb),
+    pytest.param("mariadb-core", id="mariadb-core", marks=pytest.mark.mariadb),
 ]
 
 
@@ -80,8 +81,10 @@ def build(request: pytest.FixtureRequest) -> Builder:
         return sqlite_file_handler
     if request.param == "sqlite-memory":
         return sqlite_memory_handler
-    if request.param == "mariadb":
+    if request.param in ("mariadb", "mariadb-core"):
         maria: str = request.getfixturevalue("mariadb_url")
+        if request.param == "mariadb-core":
+            return lambda clock: without_fast_path(mariadb_isolated_handler(maria, clock))
         return lambda clock: mariadb_isolated_handler(maria, clock)
     url: str = request.getfixturevalue("postgres_url")
     if request.param == "postgres-core":
@@ -90,7 +93,7 @@ def build(request: pytest.FixtureRequest) -> Builder:
 
 
 def without_fast_path(handler: SqlStateHandler) -> SqlStateHandler:
-    """The same handler on SQLAlchemy's own execution path (the asyncpg fast path off)."""
+    """The same handler on SQLAlchemy's own execution path (the driver fast path off)."""
     handler.repository.fast_path = None
     return handler
 
@@ -956,9 +959,19 @@ def test_sqlite_files_run_in_wal_mode_with_a_busy_timeout() -> None:
     assert asyncio.run(main()) == ["wal", 30000, 1, 1]
 
 
-@pytest.mark.postgres
-def test_fast_path_sends_the_statements_of_the_core_path(postgres_url: str) -> None:
-    """One source of truth: both PostgreSQL paths send the same SQL with the same parameters."""
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ],
+)
+def test_fast_path_sends_the_statements_of_the_core_path(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """One source of truth: both paths send the same SQL with the same parameters."""
+    isolated = postgres_isolated_handler if backend == "postgres" else mariadb_isolated_handler
+    url: str = request.getfixturevalue(f"{backend}_url")
 
     def capture(handler: SqlStateHandler) -> list[tuple[str, object]]:
         clock = ManualClock(START)
@@ -981,8 +994,8 @@ def test_fast_path_sends_the_statements_of_the_core_path(postgres_url: str) -> N
 
         return run_on(lambda _clock: handler, clock, body)
 
-    fast = capture(postgres_isolated_handler(postgres_url, ManualClock(START)))
-    core = capture(without_fast_path(postgres_isolated_handler(postgres_url, ManualClock(START))))
+    fast = capture(isolated(url, ManualClock(START)))
+    core = capture(without_fast_path(isolated(url, ManualClock(START))))
     assert len(fast) == 5
     assert [sql for sql, _ in fast] == [sql for sql, _ in core]
     assert [list(params) for _, params in fast] == [list(params) for _, params in core]

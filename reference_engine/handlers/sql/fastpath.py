@@ -1,30 +1,46 @@
-"""The PostgreSQL fast path: prepared statements on the pooled asyncpg connection.
+"""The fast path: the hot statements on the pooled driver connection, past SQLAlchemy Core.
 
-On a local PostgreSQL the round trip of a one-row statement costs less than
+On a local server the round trip of a one-row statement costs less than
 SQLAlchemy's per-call Python work around it (execution context, the greenlet
 bridge into the driver adapter, result processing).  The hot operations
-(exists, acquire, and the fenced writes) therefore send their statement
-straight to the asyncpg connection that SQLAlchemy's pool checked out, using
-asyncpg's own prepared-statement cache.
+therefore send their statement straight to the driver connection that
+SQLAlchemy's pool checked out: on PostgreSQL (exists, acquire, the fenced
+writes) to asyncpg, with its prepared-statement cache; on MariaDB (exists,
+acquire) to asyncmy.
 
 What stays with SQLAlchemy: the engine and its pool (checkout, return,
 invalidation), and the statements themselves.  Each is a Core construct from
-:mod:`.prepared`, compiled once here with the engine's dialect and schema
-translation into ``$n`` SQL text, so both paths send the same SQL.  Statement
-counters still see every statement (:func:`.statements.announce`), and
-timestamps are checked as aware UTC by hand, as ``UtcDateTime`` does.  The
-connection is in autocommit: each of these operations is one statement, so an
-explicit transaction would only add two round trips.
+:mod:`.prepared` (or :mod:`.mariadb`), compiled once here with the engine's
+dialect and schema translation into the driver's SQL text, so both paths send
+the same SQL.  Statement counters still see every statement
+(:func:`.statements.announce`).  Parameters are converted as SQLAlchemy
+converts them: on PostgreSQL instants are checked as aware UTC by hand, as
+``UtcDateTime`` does; on MariaDB each parameter goes through its type's bind
+processor.  The transaction shape is the SQLAlchemy path's: on PostgreSQL the
+connection is in autocommit (each of these operations is one statement, so an
+explicit transaction would only add two round trips); on MariaDB the
+statement runs in the connection's implicit transaction and ``COMMIT`` follows.
+
+Connections are leased, not checked out per call (:class:`FastPath`): a call
+returns its connection to the fast path, and the next call takes it back
+without going through the pool, the greenlet bridge or the pool's reset.  A
+connection nobody took by the next turn of the event loop goes back to the
+pool, and while a statement of the SQLAlchemy path is under way every call
+returns its connection to the pool at once, so the pool's other users wait no
+longer than they would behind per-call checkouts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import asyncio
+import operator
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.util import await_only as await_
+from sqlalchemy.pool import Pool, PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from reference_engine.clock import ensure_utc
@@ -32,34 +48,84 @@ from reference_engine.handlers.sql.prepared import Statement
 from reference_engine.handlers.sql.schema import UtcDateTime
 from reference_engine.handlers.sql.statements import announce
 
-__all__ = ["PgFastPath", "RawStatement", "render"]
+__all__ = [
+    "FastPath",
+    "MariaDbFastPath",
+    "PgFastPath",
+    "RawStatement",
+    "WriteOutcome",
+    "fast_path_for",
+    "render",
+]
+
+#: How one parameter is converted before the driver sees it (None: passed as is).
+Convert = Callable[[Any], Any] | None
 
 
 @dataclass(frozen=True, slots=True)
 class RawStatement:
-    """A statement rendered for asyncpg: its SQL text and how to order the arguments.
+    """A statement rendered for the driver: its SQL text and how to order the arguments.
 
-    ``slots`` has one entry per ``$n``: the parameter name, whether the caller
-    must supply it (otherwise ``value`` is the constant the statement carries,
-    such as a status literal), and whether it is an instant to check as UTC.
+    ``slots`` has one entry per positional parameter: the parameter name,
+    whether the caller must supply it (otherwise ``value`` is the constant the
+    statement carries, such as a status literal, already converted), and how
+    to convert a supplied value that is not None.  A parameter named more than
+    once (``p_now`` appears up to nine times) is converted once per call.
     """
 
     sql: str
-    slots: tuple[tuple[str, bool, Any, bool], ...]
+    slots: tuple[tuple[str, bool, Any, Convert], ...]
+    #: The constants, then one converter per distinct supplied name; ``_pick`` orders them.
+    _constants: tuple[Any, ...] = field(init=False, repr=False, compare=False)
+    _supplied: tuple[tuple[str, Convert], ...] = field(init=False, repr=False, compare=False)
+    _pick: Callable[[list[Any]], tuple[Any, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        constants: list[Any] = []
+        supplied: dict[str, tuple[int, Convert]] = {}
+        at: list[int] = []
+        for name, required, value, convert in self.slots:
+            if not required:
+                at.append(len(constants))
+                constants.append(value)
+            else:
+                at.append(-1 - supplied.setdefault(name, (len(supplied), convert))[0])
+        # Supplied values follow the constants in the list the picker reads.
+        positions = [i if i >= 0 else len(constants) - 1 - i for i in at]
+        names = sorted(supplied.items(), key=lambda item: item[1][0])
+        object.__setattr__(self, "_constants", tuple(constants))
+        object.__setattr__(self, "_supplied", tuple((n, c) for n, (_, c) in names))
+        object.__setattr__(self, "_pick", _picker(positions))
 
     def arguments(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         """The positional arguments; a missing parameter is a programming error (KeyError)."""
-        out: list[Any] = []
-        for name, supplied, value, instant in self.slots:
-            arg = params[name] if supplied else value
-            if instant and arg is not None:
-                arg = ensure_utc(arg)
-            out.append(arg)
-        return tuple(out)
+        values = list(self._constants)
+        for name, convert in self._supplied:
+            value = params[name]
+            if convert is not None and value is not None:
+                value = convert(value)
+            values.append(value)
+        return self._pick(values)
+
+
+def _picker(positions: list[int]) -> Callable[[list[Any]], tuple[Any, ...]]:
+    """``values -> tuple(values[i] for i in positions)``, at C speed for two or more."""
+    if len(positions) >= 2:
+        return operator.itemgetter(*positions)
+    return lambda values: tuple(values[i] for i in positions)
+
+
+def _convert(bind: Any, engine: AsyncEngine) -> Convert:
+    """What SQLAlchemy does to a value of ``bind`` before the driver sees it, for ``engine``."""
+    if engine.dialect.name == "postgresql":
+        # asyncpg takes Python values as they are; UtcDateTime only checks instants.
+        return ensure_utc if isinstance(bind.type, UtcDateTime) else None
+    processor: Convert = bind.type._cached_bind_processor(engine.dialect)
+    return processor
 
 
 def render(statement: Statement, engine: AsyncEngine) -> RawStatement:
-    """Compile ``statement`` once for ``engine``: dialect, ``$n`` style and schema included."""
+    """Compile ``statement`` once for ``engine``: dialect, parameter style and schema included."""
     translate = engine.sync_engine.get_execution_options().get("schema_translate_map")
     compiled = statement.compile(
         dialect=engine.dialect,
@@ -68,21 +134,38 @@ def render(statement: Statement, engine: AsyncEngine) -> RawStatement:
     )
     if compiled.positiontup is None:
         raise TypeError(f"dialect {engine.dialect.name!r} does not use positional parameters")
-    binds = [(name, compiled.binds[name]) for name in compiled.positiontup]
-    slots = tuple(
-        (
-            name,
-            bind.required,
-            None if bind.required else bind.effective_value,
-            isinstance(bind.type, UtcDateTime),
-        )
-        for name, bind in binds
-    )
-    return RawStatement(sql=compiled.string, slots=slots)
+    slots = []
+    for name in compiled.positiontup:
+        bind = compiled.binds[name]
+        convert = _convert(bind, engine)
+        value = None
+        if not bind.required:
+            value = bind.effective_value
+            if convert is not None and value is not None:
+                value = convert(value)
+        slots.append((name, bool(bind.required), value, convert))
+    return RawStatement(sql=compiled.string, slots=tuple(slots))
 
 
-class PgFastPath:
-    """Runs :mod:`.prepared` statements on the raw asyncpg connection of ``engine``'s pool.
+@dataclass(frozen=True, slots=True)
+class _Lease:
+    """A connection the fast path checked out: the pool's proxy, its pool and the driver's."""
+
+    pool: Pool
+    fairy: PoolProxiedConnection
+    driver: Any
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    """What a write without ``RETURNING`` reports (MariaDB): its row count and last insert id."""
+
+    rowcount: int
+    lastrowid: int
+
+
+class FastPath:
+    """Leases ``engine``'s pooled connections to run :mod:`.prepared` statements on the driver.
 
     Driver errors propagate unchanged (the handler wraps them as
     ``StoreError``); the connection they happened on is invalidated first,
@@ -91,12 +174,25 @@ class PgFastPath:
     may be mid-protocol.  Unlike SQLAlchemy's own path, a lost connection
     does not invalidate the rest of the pool: after a server restart each
     pooled connection fails one call with ``StoreError`` and is replaced.
+
+    Leases (see the module docstring): ``_idle`` holds the connections
+    between calls.  Checking one out of SQLAlchemy's pool costs a greenlet,
+    the pool's queue, its checkout and return bookkeeping and its reset;
+    under concurrency that was more CPU than the statement itself.  A lease
+    goes back to the pool when the pool was replaced (``engine.dispose()``),
+    when it sat unused for a turn of the loop, while the SQLAlchemy path
+    needs connections (:meth:`lending`), and on :meth:`close`.
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self._sync_engine = engine.sync_engine
         self._rendered: dict[int, tuple[Statement, RawStatement]] = {}
+        self._idle: list[_Lease] = []
+        #: Statements of the SQLAlchemy path under way: while any is, leases are not kept.
+        self._lending = 0
+        self._sweep_due = False
+        self._returns: set[asyncio.Task[None]] = set()
 
     def rendered(self, statement: Statement) -> RawStatement:
         # Keyed by identity: the statements are module-level constants or lru-cached,
@@ -107,24 +203,137 @@ class PgFastPath:
             self._rendered[id(statement)] = entry
         return entry[1]
 
-    async def fetchval(self, statement: Statement, params: Mapping[str, Any]) -> Any:
-        """The first column of the first row, or None when no row came back."""
+    def _prepare(
+        self, statement: Statement, params: Mapping[str, Any]
+    ) -> tuple[str, tuple[Any, ...]]:
         raw = self.rendered(statement)
         args = raw.arguments(params)
         announce(self._sync_engine, raw.sql, args)
-        # Straight from the engine's pool: an engine-level Connection would only add
-        # Python work here (events, options, transaction state) for a raw statement.
-        # Checkout and return may have to await the driver, so the whole call runs
-        # in one greenlet, as SQLAlchemy runs its own statements.
-        return await greenlet_spawn(self._run, raw.sql, args)
+        return raw.sql, args
 
-    def _run(self, sql: str, args: tuple[Any, ...]) -> Any:
-        # Looked up per call: engine.dispose() replaces the pool.
-        fairy = self._sync_engine.pool.connect()
+    async def _take(self) -> _Lease:
+        """An idle lease, or a connection checked out of the pool (which may wait, or open one)."""
+        if self._idle:
+            return self._idle.pop()
+        # Looked up per checkout: engine.dispose() replaces the pool.
+        pool = self._sync_engine.pool
+        fairy = await greenlet_spawn(pool.connect)
+        return _Lease(pool, fairy, fairy.driver_connection)
+
+    async def _give(self, lease: _Lease) -> None:
+        """Keep ``lease`` for the next call, or return it to its pool."""
+        if self._lending or lease.pool is not self._sync_engine.pool:
+            await greenlet_spawn(lease.fairy.close)
+            return
+        self._idle.append(lease)
+        if not self._sweep_due:
+            self._sweep_due = True
+            asyncio.get_running_loop().call_soon(self._sweep)
+
+    @staticmethod
+    async def _fail(lease: _Lease, exc: BaseException) -> None:
+        """Invalidate a connection a call failed (or was cancelled) on, and return it."""
+        await greenlet_spawn(_discard, lease.fairy, exc)
+
+    def _sweep(self) -> None:
+        """One turn after a lease went idle: return what is still idle a turn later."""
+        self._sweep_due = False
+        if self._idle:
+            task = asyncio.get_running_loop().create_task(self._return_idle())
+            self._returns.add(task)
+            task.add_done_callback(self._returns.discard)
+
+    async def _return_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        if idle:
+            await greenlet_spawn(_close_all, [lease.fairy for lease in idle])
+
+    @asynccontextmanager
+    async def lending(self) -> AsyncIterator[None]:
+        """While the block runs, every lease goes back to the pool: the SQLAlchemy path needs it."""
+        self._lending += 1
         try:
-            return await_(fairy.driver_connection.fetchval(sql, *args))  # type: ignore[union-attr]
-        except BaseException as exc:
-            fairy.invalidate(exc if isinstance(exc, Exception) else None)
-            raise
+            await self._return_idle()
+            yield
         finally:
-            fairy.close()
+            self._lending -= 1
+
+    async def close(self) -> None:
+        """Return every idle lease to the pool: before the engine is disposed."""
+        await asyncio.gather(*list(self._returns), return_exceptions=True)
+        await self._return_idle()
+
+
+def _discard(fairy: PoolProxiedConnection, exc: BaseException) -> None:
+    try:
+        fairy.invalidate(exc if isinstance(exc, Exception) else None)
+    finally:
+        fairy.close()
+
+
+def _close_all(fairies: list[PoolProxiedConnection]) -> None:
+    """Return connections to their pool; one that fails to reset is invalidated by the pool."""
+    for fairy in fairies:
+        fairy.close()
+
+
+class PgFastPath(FastPath):
+    """asyncpg: ``fetchval`` of a prepared statement, in autocommit."""
+
+    async def fetchval(self, statement: Statement, params: Mapping[str, Any]) -> Any:
+        """The first column of the first row, or None when no row came back."""
+        sql, args = self._prepare(statement, params)
+        lease = self._idle.pop() if self._idle else await self._take()
+        try:
+            value = await lease.driver.fetchval(sql, *args)
+        except BaseException as exc:
+            await self._fail(lease, exc)
+            raise
+        await self._give(lease)
+        return value
+
+
+class MariaDbFastPath(FastPath):
+    """asyncmy: the statement in the connection's implicit transaction, then ``COMMIT``."""
+
+    async def fetchval(self, statement: Statement, params: Mapping[str, Any]) -> Any:
+        """The first column of the first row, or None when no row came back."""
+        sql, args = self._prepare(statement, params)
+        lease = self._idle.pop() if self._idle else await self._take()
+        conn = lease.driver
+        try:
+            async with conn.cursor() as cursor:
+                await cursor.execute(sql, args)
+                row = await cursor.fetchone()
+            await conn.commit()
+        except BaseException as exc:
+            await self._fail(lease, exc)
+            raise
+        await self._give(lease)
+        return None if row is None else row[0]
+
+    async def write(self, statement: Statement, params: Mapping[str, Any]) -> WriteOutcome:
+        """Run a write; its row count and ``LAST_INSERT_ID`` as the server reported them."""
+        sql, args = self._prepare(statement, params)
+        lease = self._idle.pop() if self._idle else await self._take()
+        conn = lease.driver
+        try:
+            async with conn.cursor() as cursor:
+                await cursor.execute(sql, args)
+                outcome = WriteOutcome(cursor.rowcount, cursor.lastrowid)
+            await conn.commit()
+        except BaseException as exc:
+            await self._fail(lease, exc)
+            raise
+        await self._give(lease)
+        return outcome
+
+
+def fast_path_for(engine: AsyncEngine) -> PgFastPath | MariaDbFastPath | None:
+    """The fast path of ``engine``'s backend; None for SQLite (aiosqlite runs in a thread)."""
+    name = engine.dialect.name
+    if name == "postgresql":
+        return PgFastPath(engine)
+    if name == "mariadb":
+        return MariaDbFastPath(engine)
+    return None

@@ -336,6 +336,9 @@ class SqlStateHandler:
         self._closed = True
         async with self._store("close"):
             try:
+                fast_path = self.repository.fast_path
+                if fast_path is not None:
+                    await fast_path.close()  # its leases go back before the pool is disposed
                 await self.engine.dispose()
             finally:
                 if self._on_close is not None:

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
+from asyncmy import errors as asyncmy_errors
 from sqlalchemy import Connection, CursorResult, case, func, text
 from sqlalchemy.dialects.mysql import Insert as MariaInsert
 from sqlalchemy.dialects.mysql import insert as mariadb_insert
@@ -51,6 +52,7 @@ __all__ = [
     "ACQUIRE",
     "CURRENT_KEY_INDEX",
     "DDL_LOCK_TIMEOUT_S",
+    "Outcome",
     "acquired_token",
     "create_database",
     "create_mariadb_schema",
@@ -87,14 +89,21 @@ _DEADLOCK = 1213
 def is_deadlock(exc: BaseException) -> bool:
     """Whether ``exc`` is InnoDB undoing this transaction to break a deadlock.
 
+    ``exc`` is SQLAlchemy's ``OperationalError``, or asyncmy's own from the
+    fast path (``fastpath.py``), which sends the statement past SQLAlchemy.
+
     Concurrent ``INSERT ... ON DUPLICATE KEY UPDATE`` and range ``UPDATE``
     statements (an acquire racing a sweep) can lock index records in opposite
     orders.  The victim's whole transaction is rolled back, so it changed
     nothing and running it again is the same call made a moment later.
     """
-    if not isinstance(exc, OperationalError):
+    if isinstance(exc, OperationalError):
+        orig: BaseException | None = exc.orig
+    elif isinstance(exc, asyncmy_errors.OperationalError):
+        orig = exc
+    else:
         return False
-    args: tuple[Any, ...] = tuple(getattr(exc.orig, "args", ()))
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
     return bool(args) and args[0] == _DEADLOCK
 
 
@@ -201,12 +210,22 @@ def guarded_upsert(
     return insert.on_duplicate_key_update(assignments)
 
 
+class Outcome(Protocol):
+    """What a write reports without ``RETURNING``: a ``CursorResult``, or the fast path's."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    @property
+    def lastrowid(self) -> int: ...
+
+
 def marked(result: CursorResult[Any]) -> bool:
     """Whether a :func:`guarded_upsert` inserted or updated the row (the guard let it)."""
     return bool(result.lastrowid)
 
 
-def acquired_token(result: CursorResult[Any]) -> int | None:
+def acquired_token(result: Outcome) -> int | None:
     """The fencing token :data:`ACQUIRE` took, or None when the lock was not free.
 
     A new row starts at attempt 1; an updated one reports ``attempt + 1``.

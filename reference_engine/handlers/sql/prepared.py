@@ -188,16 +188,22 @@ def conflict_target(dialect_name: str) -> list[str | ColumnElement[Any]]:
     return list(_KEY_NAMES)
 
 
-def key_params(key: RecordKey) -> dict[str, Any]:
-    """The parameters of :data:`KEY_MATCH`; the backends that do not hash ignore ``p_key_hash``."""
-    return {
+def key_params(key: RecordKey, *, hashed: bool = True) -> dict[str, Any]:
+    """The parameters of :data:`KEY_MATCH`.
+
+    ``p_key_hash`` is named by PostgreSQL's statements only; ``hashed=False``
+    (the other backends) leaves it out rather than hash the key for nothing.
+    """
+    params = {
         "p_tenant_id": key.tenant_id,
         "p_scope_id": key.scope_id,
         "p_entity_id": key.entity_id,
         "p_item_entity_key": key.item_entity_key,
         "p_item_key": key.item_key,
-        "p_key_hash": key_hash_of(key),
     }
+    if hashed:
+        params["p_key_hash"] = key_hash_of(key)
+    return params
 
 
 def _stamp_params(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]:
@@ -294,9 +300,11 @@ def begin_statement() -> Select[Any]:
     return select(taken.c.attempt.label("token"), *T.c).select_from(joined)
 
 
-def acquire_params(ctx: StateHandlerContext, now: dt.datetime) -> dict[str, Any]:
+def acquire_params(
+    ctx: StateHandlerContext, now: dt.datetime, *, hashed: bool = True
+) -> dict[str, Any]:
     return {
-        **key_params(ctx.record_key),
+        **key_params(ctx.record_key, hashed=hashed),
         "p_scope_code": ctx.scope_code,
         "p_locked_until": ctx.handler_config.locked_until(now),
         **_stamp_params(ctx, now),
@@ -347,9 +355,10 @@ def fenced_params(
     *,
     data: str | None = None,
     error_detail: str | None = None,
+    hashed: bool = True,
 ) -> dict[str, Any]:
     params = {
-        **key_params(ctx.record_key),
+        **key_params(ctx.record_key, hashed=hashed),
         "p_token": ctx.lock_token,
         "p_status": target.value,
         **_stamp_params(ctx, now),

@@ -37,7 +37,7 @@ from sqlalchemy.dialects.postgresql import Insert as PgInsert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from reference_engine.begin import Acquired, BeginResult, Completed, Locked
@@ -49,7 +49,7 @@ from reference_engine.errors import (
 )
 from reference_engine.handlers.sql import mariadb as M
 from reference_engine.handlers.sql import prepared as P
-from reference_engine.handlers.sql.fastpath import PgFastPath
+from reference_engine.handlers.sql.fastpath import MariaDbFastPath, PgFastPath, fast_path_for
 from reference_engine.handlers.sql.prepared import effective_status_in, sources_of
 from reference_engine.handlers.sql.schema import CURRENT_ROW, process_state_logs
 from reference_engine.model import NEEDS_LOCK, effective_status, require_holder, write_landed
@@ -196,9 +196,11 @@ class ProcessStateLogRepository:
         single_writer = self.dialect_name == "sqlite" and not serialize
         self._writer = asyncio.Lock() if single_writer else None
         postgres = self.dialect_name == "postgresql"
+        #: Whether the statements look the key up by its hash (PostgreSQL's unique index).
+        self.hashed = postgres
         self.mariadb = self.dialect_name == "mariadb"
-        #: Prepared statements on the raw asyncpg connection, for the hot operations.
-        self.fast_path = PgFastPath(engine) if postgres else None
+        #: The hot operations on the raw driver connection (PostgreSQL, MariaDB).
+        self.fast_path: PgFastPath | MariaDbFastPath | None = fast_path_for(engine)
         # One statement is atomic on its own; BEGIN and COMMIT would be two more round trips.
         self._autocommit = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if postgres else None
@@ -206,6 +208,11 @@ class ProcessStateLogRepository:
 
     @asynccontextmanager
     async def _transaction(self, *, write: bool = True) -> AsyncIterator[AsyncConnection]:
+        if self.fast_path is not None:
+            # The fast path's leased connections go back to the pool while this runs.
+            async with self.fast_path.lending(), self.engine.begin() as conn:
+                yield conn
+            return
         gate = self._serial or (self._writer if write else None)
         if gate is None:
             async with self.engine.begin() as conn:
@@ -221,7 +228,11 @@ class ProcessStateLogRepository:
             async with self._transaction(write=write) as conn:
                 yield conn
             return
-        async with self._autocommit.connect() as conn:
+        if self.fast_path is None:
+            async with self._autocommit.connect() as conn:
+                yield conn
+            return
+        async with self.fast_path.lending(), self._autocommit.connect() as conn:
             yield conn
 
     def _insert(self, values: Mapping[str, Any]) -> PgInsert | SqliteInsert | MariaInsert:
@@ -259,9 +270,8 @@ class ProcessStateLogRepository:
             return result.first() is not None
         return M.marked(result) if upsert else bool(result.rowcount)
 
-    @staticmethod
-    async def _current(conn: AsyncConnection, key: RecordKey) -> StateRecord | None:
-        row = (await conn.execute(P.CURRENT, P.key_params(key))).first()
+    async def _current(self, conn: AsyncConnection, key: RecordKey) -> StateRecord | None:
+        row = (await conn.execute(P.CURRENT, P.key_params(key, hashed=self.hashed))).first()
         return None if row is None else _to_record(row)
 
     # --- reads -------------------------------------------------------------------------------
@@ -280,7 +290,7 @@ class ProcessStateLogRepository:
             return (await conn.execute(statement, params)).scalar()
 
     async def exists(self, key: RecordKey, now: dt.datetime) -> bool:
-        params = P.key_params(key)
+        params = P.key_params(key, hashed=self.hashed)
         params["p_now"] = now
         return await self._fetchval(P.EXISTS, params, write=False) is not None
 
@@ -298,7 +308,7 @@ class ProcessStateLogRepository:
         for _ in range(_RACE_RETRIES - 1):
             try:
                 return await attempt()
-            except OperationalError as exc:
+            except Exception as exc:  # SQLAlchemy's OperationalError, or asyncmy's (fast path)
                 if not M.is_deadlock(exc):
                     raise
         return await attempt()
@@ -312,12 +322,23 @@ class ProcessStateLogRepository:
 
         return await self._past_deadlocks(attempt)
 
+    async def _mariadb_acquire(self, params: dict[str, Any]) -> M.Outcome:
+        """MariaDB's acquire statement, on the fast path when there is one, past deadlocks."""
+        fast = self.fast_path
+        if isinstance(fast, MariaDbFastPath):
+            return await self._past_deadlocks(lambda: fast.write(M.ACQUIRE, params))
+        return await self._run(M.ACQUIRE, params)  # type: ignore[no-any-return]
+
     async def try_acquire_lock(self, ctx: StateHandlerContext, now: dt.datetime) -> int | None:
         """One ``INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING attempt``."""
         if self.mariadb:
-            return M.acquired_token(await self._run(M.ACQUIRE, P.acquire_params(ctx, now)))
+            return M.acquired_token(
+                await self._mariadb_acquire(P.acquire_params(ctx, now, hashed=self.hashed))
+            )
         statement = P.acquire_statement(self.dialect_name)
-        token = await self._fetchval(statement, P.acquire_params(ctx, now), write=True)
+        token = await self._fetchval(
+            statement, P.acquire_params(ctx, now, hashed=self.hashed), write=True
+        )
         return None if token is None else int(token)
 
     async def begin(self, ctx: StateHandlerContext, now: dt.datetime) -> BeginResult:
@@ -333,7 +354,7 @@ class ProcessStateLogRepository:
         key = ctx.record_key
         for _ in range(_RACE_RETRIES):
             if self.dialect_name == "postgresql":
-                params = P.acquire_params(ctx, now)
+                params = P.acquire_params(ctx, now, hashed=self.hashed)
                 async with self._single(write=True) as conn:
                     row = (await conn.execute(P.begin_statement(), params)).first()
                 assert row is not None  # the statement always yields its one row
@@ -341,14 +362,20 @@ class ProcessStateLogRepository:
                     return Acquired(int(row.token))
                 record = None if row.id is None else _to_record(row)
             elif self.mariadb:
-                token = M.acquired_token(await self._run(M.ACQUIRE, P.acquire_params(ctx, now)))
+                token = M.acquired_token(
+                    await self._mariadb_acquire(P.acquire_params(ctx, now, hashed=self.hashed))
+                )
                 if token is not None:
                     return Acquired(token)
                 record = await self.get(key)
             else:
                 statement = P.acquire_statement(self.dialect_name)
                 async with self._transaction() as conn:
-                    taken = (await conn.execute(statement, P.acquire_params(ctx, now))).scalar()
+                    taken = (
+                        await conn.execute(
+                            statement, P.acquire_params(ctx, now, hashed=self.hashed)
+                        )
+                    ).scalar()
                     if taken is not None:
                         return Acquired(int(taken))
                     record = await self._current(conn, key)
@@ -382,7 +409,9 @@ class ProcessStateLogRepository:
         assert ctx.lock_token is not None
         key = ctx.record_key
         shape = {"with_data": data is not None, "with_error": error_detail is not None}
-        params = P.fenced_params(ctx, now, target, data=data, error_detail=error_detail)
+        params = P.fenced_params(
+            ctx, now, target, data=data, error_detail=error_detail, hashed=self.hashed
+        )
         if not is_allowed(S.PROCESSING, target):
             # Fencing is checked before the table, as the reference model does.
             record = await self.get(key)
@@ -463,7 +492,7 @@ class ProcessStateLogRepository:
                 statement = statement.returning(T.c.id)
 
         # The insert names its key in its values; the update finds it by KEY_MATCH's parameters.
-        params = None if inserts else P.key_params(key)
+        params = None if inserts else P.key_params(key, hashed=self.hashed)
 
         async def attempt() -> tuple[bool, StateRecord | None]:
             async with self._transaction() as conn:
@@ -531,7 +560,7 @@ class ProcessStateLogRepository:
             insert, changes, effective_status_in(fresh, now), returning=T.c.attempt
         )
         async with self._transaction() as conn:
-            superseded = await conn.execute(supersede, P.key_params(key))
+            superseded = await conn.execute(supersede, P.key_params(key, hashed=self.hashed))
             if self.mariadb:
                 previous = superseded.lastrowid if superseded.rowcount else None
             else:
