@@ -91,15 +91,31 @@ COMMON_ARGS = (
     "lock_token",
 )
 
-# Shared by every script.  Timestamps are epoch microseconds; they stay below
-# 2^53 until the year 2255, so Lua's doubles hold them exactly.  Absent hash
-# fields mean None (HMGET answers false for them).
+# Shared by every script.  Timestamps are epoch microseconds, written as decimal
+# integers.  Past 2^53 (the year 2255) a double no longer holds every one of
+# them, and instants run to year 9999: so the scripts compare them as the
+# integers they are (``us_le``, ``us_lt``), never through Lua's numbers.  The
+# sorted-set scores are doubles too: an index is read inclusively and every
+# entry it returns is checked exactly.  Absent hash fields mean None (HMGET
+# answers false for them).
 _PRELUDE = """
 local NOW_S = ARGV[1]
-local NOW = tonumber(NOW_S)
+
+-- a <= b for two decimal integers (as Python writes them: no leading zeros).
+local function us_le(a, b)
+  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
+  if na ~= nb then return na end
+  if na then return us_le(string.sub(b, 2), string.sub(a, 2)) end
+  if #a ~= #b then return #a < #b end
+  return a <= b
+end
+
+local function us_lt(a, b)
+  return a ~= b and us_le(a, b)
+end
 
 local function is_live(status, locked_until)
-  return status == 'processing' and locked_until and NOW <= tonumber(locked_until)
+  return status == 'processing' and locked_until and us_le(NOW_S, locked_until)
 end
 
 local function effective(status, locked_until)
@@ -347,9 +363,9 @@ RESET_EXPIRED_LOCKS = (
     _SWEEP_PRELUDE
     + """
 local count = 0
-for _, key in ipairs(redis.call('ZRANGEBYSCORE', LOCKS, '-inf', '(' .. NOW_S)) do
+for _, key in ipairs(redis.call('ZRANGEBYSCORE', LOCKS, '-inf', NOW_S)) do
   local r = redis.call('HMGET', key, 'status', 'locked_until')
-  if r[1] == 'processing' and r[2] and tonumber(r[2]) < NOW then
+  if r[1] == 'processing' and r[2] and us_lt(r[2], NOW_S) then
     redis.call('HSET', key, 'status', 'failed', 'error_detail', ARGV[6], 'updated_at', NOW_S)
     redis.call('HDEL', key, 'locked_until')
     count = count + 1
@@ -366,11 +382,11 @@ EXPIRE_PAST_RETENTION = (
     _SWEEP_PRELUDE
     + """
 local count = 0
-for _, key in ipairs(redis.call('ZRANGEBYSCORE', RETENTION, '-inf', '(' .. NOW_S)) do
+for _, key in ipairs(redis.call('ZRANGEBYSCORE', RETENTION, '-inf', NOW_S)) do
   local r = redis.call('HMGET', key, 'status', 'locked_until', 'retain_until')
   if not r[1] or r[1] == 'expired' or not r[3] then
     redis.call('ZREM', RETENTION, key)
-  elseif not is_live(r[1], r[2]) and tonumber(r[3]) < NOW then
+  elseif not is_live(r[1], r[2]) and us_lt(r[3], NOW_S) then
     redis.call('HSET', key, 'status', 'expired', 'updated_at', NOW_S)
     redis.call('HDEL', key, 'locked_until')
     redis.call('ZREM', RETENTION, key)

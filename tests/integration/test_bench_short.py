@@ -25,8 +25,11 @@ EXPECTED = {
     "Throughput on PostgreSQL: built-in handler vs raw asyncpg, same statement": "handler/asyncpg",
     "Throughput on MariaDB: built-in handler vs raw asyncmy, same statement": "handler/asyncmy",
     "Simulator: simulated handler operations per second vs a bare SimPy loop": "sim/bare",
-    "dsm run --jobs: simulated deliveries per second, 1 vs 2 worker processes": "jobs/1",
+    "dsm run --jobs / --cluster: simulated deliveries per second, 1 vs 2 workers": "/jobs 2",
     "Conformance kit: time and examples to catch each broken handler": "catch/clean",
+    "Exploration efficiency: calls/s in dsm verify over the same handler's tight loop": (
+        "verify/tight"
+    ),
     "dsm run over every scenario until 10^6 simulated deliveries, jobs 2 vs 1 "
     "(in-memory handler)": "jobs/1",
     "Full happy path per second (check, acquire, complete): dsm vs Powertools idempotency": (
