@@ -28,9 +28,9 @@ import asyncio
 import collections
 import statistics
 from asyncio import tasks as asyncio_tasks
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["ChoicePoint", "ControlledLoop", "Interleaving", "Schedule"]
 
@@ -88,8 +88,10 @@ class ControlledLoop(asyncio.SelectorEventLoop):
         self, callback: Callable[..., Any], *args: Any, context: Any = None
     ) -> asyncio.Handle:
         if self._held:
-            owner = getattr(callback, "__self__", None)
-            queue = self._held.get(owner) if owner is not None else None
+            # A task's own resumption is a bound method of the task; any other
+            # callback (a set's ``discard`` as a done callback) runs as usual.
+            owner: Any = getattr(callback, "__self__", None)
+            queue = None if not isinstance(owner, Hashable) else self._held.get(cast(Any, owner))
             if queue is not None:
                 queue.append((callback, args, context))
                 if self._changed is not None:
