@@ -28,9 +28,10 @@ extra); without it, asking for a cluster is a :class:`ClusterUnavailableError`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from dsm_sim.conformance.judge.semantics import SemanticsProfile
@@ -68,6 +69,30 @@ class ClusterUnavailableError(ConfigurationError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.where, self.reason))
+
+
+@contextlib.contextmanager
+def _quiet_on_give_up() -> Iterator[Callable[[], None]]:
+    """Once a run is given up on, Dask's own logs of the workers it kills stay quiet.
+
+    Closing a cluster whose worker is blocked in a thread makes Dask log the
+    heartbeats and streams that break (with tracebacks) on stderr, after the
+    command has said what it stopped and why; the loggers' levels come back
+    when the cluster is closed.
+    """
+    saved: dict[str, int] = {}
+
+    def give_up() -> None:
+        for name in ("distributed", "tornado"):
+            logger = logging.getLogger(name)
+            saved.setdefault(name, logger.level)
+            logger.setLevel(logging.CRITICAL + 1)
+
+    try:
+        yield give_up
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def run_plan_on_cluster(
@@ -143,7 +168,7 @@ def _outcomes(
     pending = deque(tasks)
     inflight: deque[tuple[Task, Any]] = deque()
     ahead = _AHEAD * max(1, workers)
-    with stack:
+    with _quiet_on_give_up() as give_up, stack:
         stack.callback(lambda: client.cancel([f for _, f in inflight], force=True))
         while pending or inflight:
             while pending and len(inflight) < ahead:
@@ -155,6 +180,7 @@ def _outcomes(
             except TimeoutError:
                 # Well past the deadline: given up on (cancelled, its worker closed with
                 # the cluster by the stack).
+                give_up()
                 yield RunOutcome(task.scenario, task.seed, error=blocked_run())
                 return
             except KilledWorker as exc:
