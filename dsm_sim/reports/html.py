@@ -13,13 +13,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-
 from dsm_sim.history import EventKind, History, Op, Outcome
 from dsm_sim.outputs import write_report
 from dsm_sim.reports.explorer import TraceViolation, explorer_view
 from dsm_sim.reports.instants import axis, wall
 from dsm_sim.reports.json_report import report_name
+from dsm_sim.reports.rendering import template_environment
 from dsm_sim.simulator.run import RunResult
 
 __all__ = ["Shape", "render_html", "swim_lanes", "write_html"]
@@ -166,15 +165,6 @@ def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]
     return Lanes(tuple(names), tuple(shapes), _LEFT + _WIDTH + 20, height + 24, ticks, _LEFT, scale)
 
 
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("dsm_sim.reports", "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"]),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
-
-
 def render_html(run: RunResult) -> str:
     flagged_ops = {i for r in run.results for v in r.violations for i in v.ops}
     flagged_events = {i for r in run.results for v in r.violations for i in v.events}
@@ -193,7 +183,7 @@ def render_html(run: RunResult) -> str:
         history, violations, title=f"{run.scenario.name} seed {run.seed} [{run.handler}]"
     )
     return (
-        _environment()
+        template_environment()
         .get_template(_TEMPLATE)
         .render(
             run=run,

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-
 from dsm_sim.reports.json_report import report_name
+from dsm_sim.reports.rendering import template_environment
 from dsm_sim.simulator.run import RunResult
 
 __all__ = ["INDEX", "IndexRow", "index_rows", "render_index", "write_index"]
@@ -59,12 +58,7 @@ def index_rows(results: Sequence[RunResult]) -> tuple[IndexRow, ...]:
 
 def render_index(results: Sequence[RunResult], stopped: Sequence[str] = ()) -> str:
     """The page: a verdict line, then one row per run; ``stopped`` are runs without a verdict."""
-    environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("dsm_sim.reports", "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"]),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
+    environment = template_environment()
     rows = index_rows(results)
     bad = sum(1 for row in rows if not row.passed) + len(stopped)
     total = len(rows) + len(stopped)

@@ -14,9 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from dsm_sim.history import RecordView, key_of
-from reference_engine.record import StateRecord
+from reference_engine.record import StateRecord, encode_data
 
-__all__ = ["digest", "view_of"]
+__all__ = ["DATA_WIDTH", "data_text", "digest", "view_of"]
+
+#: Pages that play a few calls (the demo, a counterexample) show a payload,
+#: not its digest; this many characters of it keep a cell readable.
+DATA_WIDTH = 160
 
 
 def digest(data: Mapping[str, Any] | None) -> str | None:
@@ -30,6 +34,16 @@ def digest(data: Mapping[str, Any] | None) -> str | None:
     except (TypeError, ValueError):
         text = "not-json:" + repr(data)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def data_text(data: object) -> str | None:
+    """A payload as the canonical JSON the engine writes, cut to :data:`DATA_WIDTH`."""
+    if not isinstance(data, Mapping):
+        return None
+    text = encode_data(data)
+    if text is None:
+        return None
+    return text if len(text) <= DATA_WIDTH else text[: DATA_WIDTH - 3] + "..."
 
 
 _UTC = dt.UTC

@@ -18,21 +18,21 @@ import datetime as dt
 import functools
 import itertools
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-
-import jinja2
 
 from dsm_sim.history import Event, EventKind, History, Op, OpName, Outcome, RecordView, key_of
 from dsm_sim.outputs import write_report
 from dsm_sim.reports.explorer.model import Chapter
 from dsm_sim.reports.explorer.page import explorer_view
+from dsm_sim.reports.rendering import template_environment
+from dsm_sim.simulator.views import data_text
 from dsm_sim.teaching.demo import DEMO_START, DemoOutcome, run_demo
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.handler import HandlerFactory, StateHandler
-from reference_engine.record import StateRecord, encode_data
+from reference_engine.record import StateRecord
 
 __all__ = ["DemoTape", "record_demo", "render_demo_html", "write_demo_html"]
 
@@ -49,19 +49,10 @@ _ITEM_CALLS = {
     "release_lock_as_failed": OpName.RELEASE_LOCK_AS_FAILED,
     "upsert": OpName.UPSERT,
 }
-#: Data is shown, not digested, on the demo page; this keeps a cell readable.
-_DATA_WIDTH = 160
 #: Calls on one clock reading are this far apart on the timeline, each lasting _CALL.
 _APART = 0.001
 _CALL = 0.0006
 CATCHUP_LANE = "catchup"
-
-
-def _data_text(data: Mapping[str, Any] | None) -> str | None:
-    text = encode_data(data)
-    if text is None:
-        return None
-    return text if len(text) <= _DATA_WIDTH else text[: _DATA_WIDTH - 3] + "..."
 
 
 class DemoTape:
@@ -140,7 +131,7 @@ class DemoTape:
             created_at=s(record.created_at) or 0.0,
             updated_at=s(record.updated_at) or 0.0,
             retain_until=s(record.retain_until),
-            data=_data_text(record.data),
+            data=data_text(record.data),
         )
 
     def _add(
@@ -217,7 +208,7 @@ class DemoTape:
                     key,
                     token=token,
                     status=status,
-                    data=_data_text(payload) if isinstance(payload, Mapping) else None,
+                    data=data_text(payload),
                     outcome=outcome,
                     result=result,
                     error=error,
@@ -284,12 +275,7 @@ class DemoTape:
 
 def render_demo_html(tape: DemoTape, outcome: DemoOutcome) -> str:
     """The page: the explorer over the recorded calls, the full narration and the verdict below."""
-    environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("dsm_sim.reports", "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"]),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
+    environment = template_environment()
     history = tape.history()
     explorer = explorer_view(
         history,

@@ -374,14 +374,21 @@ class OperationRules(RuleBasedStateMachine):
         if self.diverged:
             return
         ref = self._ref(item)
-        ctx = self._ctx(ref, worker, self._hold(worker, ref))
+        got, finding = self._judged_exists(self.handler, ref, worker, self._hold(worker, ref))
+        self._step(f"worker {worker}", f"exists({ref.label})", got.describe())
+        self._report(self._diagnose(ref, finding))
+
+    def _judged_exists(
+        self, instance: StateHandler, ref: ItemRef, worker: int, hold: K.Hold | None
+    ) -> tuple[Outcome, P.Finding | None]:
+        """``worker``'s ``exists`` on ``ref`` through ``instance``, and what the judge finds."""
+        ctx = self._ctx(ref, worker, hold)
         now = self.clock.now()
         record = K.copy_record(self.model.current.get(ref.record_key))
         want = outcome_of(lambda: self.model.exists(ctx, now))
-        got = self.driver.outcome(lambda: self.handler.exists(ctx))
-        self._step(f"worker {worker}", f"exists({ref.label})", got.describe())
+        got = self.driver.outcome(lambda: instance.exists(ctx))
         self._checked("exists_agrees_with_model")
-        self._report(self._diagnose(ref, J.judge_exists(ref, worker, got, want, record, now)))
+        return got, J.judge_exists(ref, worker, got, want, record, now)
 
     @rule(worker=W.WORKER, item=W.ITEMS)
     @step

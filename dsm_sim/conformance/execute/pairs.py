@@ -18,15 +18,13 @@ from __future__ import annotations
 import datetime as dt
 
 from dsm_sim.conformance import properties as P
-from dsm_sim.conformance.execute import bookkeeping as K
 from dsm_sim.conformance.execute.races import RaceRules
 from dsm_sim.conformance.execute.recording import step
 from dsm_sim.conformance.execute.scheduler import Interleaving
 from dsm_sim.conformance.generate.steps import RaceOp, StartState
 from dsm_sim.conformance.generate.worlds import Role
-from dsm_sim.conformance.judge import judges as J
 from dsm_sim.conformance.judge.doubt import HistoryDoubt
-from dsm_sim.model import ItemRef, outcome_of
+from dsm_sim.model import ItemRef
 from reference_engine.status import IdempotencyStatus
 
 __all__ = ["FIRST", "HOLDER", "SECOND", "PairSteps"]
@@ -138,14 +136,8 @@ class PairSteps(RaceRules):
     def _ask_again(self, ref: ItemRef, worker: int) -> None:
         instance = self.instances.of(worker)
         if instance is self.handler:
-            return  # the read-back after the race already asked this one
-        ctx = self._ctx(ref, worker, None)
-        now = self.clock.now()
-        record = K.copy_record(self.model.current.get(ref.record_key))
-        want = outcome_of(lambda: self.model.exists(ctx, now))
-        got = self.driver.outcome(lambda: instance.exists(ctx))
-        self._checked("exists_agrees_with_model")
-        finding = J.judge_exists(ref, worker, got, want, record, now)
+            return  # no peer: the race went through the one instance, nothing to tell apart
+        got, finding = self._judged_exists(instance, ref, worker, None)
         if finding is not None:
             self._step(
                 f"worker {worker}",

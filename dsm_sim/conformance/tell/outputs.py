@@ -17,12 +17,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from dsm_sim.conformance.report import PropertyResult, ResultStatus, VerificationReport
 from dsm_sim.outputs import write_report
 from dsm_sim.printable import xml_safe
 from dsm_sim.reports.explorer.page import explorer_view
+from dsm_sim.reports.rendering import template_environment
 
 __all__ = ["junit_xml", "report_dict", "verdict", "write_html", "write_json", "write_junit"]
 
@@ -201,12 +200,7 @@ def _slug(name: str) -> str:
 
 def _counterexample(report: VerificationReport, result: PropertyResult) -> str:
     """The counterexample's page: its story, and the explorer playing it when it was recorded."""
-    environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("dsm_sim.reports", "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"]),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
+    environment = template_environment()
     replayed = result.replayed
     explorer = None
     if replayed is not None and replayed.history.ops:

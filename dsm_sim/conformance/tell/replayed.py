@@ -19,6 +19,7 @@ page's axis, and the axis is labelled with the kit's clock readings.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,10 +29,11 @@ from typing import Any, Protocol
 from dsm_sim.history import History, Op, OpName, Outcome, RecordView, key_of
 from dsm_sim.model import ItemRef
 from dsm_sim.reports.explorer.model import Chapter, TraceViolation
+from dsm_sim.simulator.views import DATA_WIDTH, data_text, view_of
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.handler import StateHandler
-from reference_engine.record import StateRecord, encode_data
+from reference_engine.record import StateRecord
 
 __all__ = ["CallTape", "Replayed"]
 
@@ -48,8 +50,6 @@ _SWEEPS = {
 }
 #: Events on the page's axis are this far apart (seconds), so the scrubber steps through each.
 _APART = 0.001
-#: Data shown in a cell is cut to this many characters.
-_DATA_WIDTH = 160
 CATCHUP_LANE = "catch-up worker"
 
 
@@ -87,15 +87,6 @@ class _Pending:
     token: int | None = None
     status: str | None = None
     data: str | None = None
-
-
-def _data_text(data: object) -> str | None:
-    if not isinstance(data, Mapping):
-        return None
-    text = encode_data(data)
-    if text is None:
-        return None
-    return text if len(text) <= _DATA_WIDTH else text[: _DATA_WIDTH - 3] + "..."
 
 
 def _wrote(op: OpName, outcome: Outcome, result: object) -> bool:
@@ -310,7 +301,7 @@ class CallTape:
                 reading=self._reading(),
                 token=ctx.lock_token,
                 status=status,
-                data=_data_text(payload),
+                data=data_text(payload),
             )
             ticket = self._start(pending)
             try:
@@ -350,29 +341,19 @@ class CallTape:
         assert self._state is not None and self.epoch is not None
         epoch = self.epoch
         view = self._state.view if view is None else view
-
-        def s(instant: dt.datetime | None) -> float | None:
-            return None if instant is None else (instant - epoch).total_seconds()
-
         out: dict[str, RecordView | None] = {}
         for ref, record in view.items():
-            key = key_of(ref.record_key)
-            if record is None:
-                out[key] = None
-                continue
-            out[key] = RecordView(
-                key=key_of(record.key),
-                status=record.status.value,
-                attempt=record.attempt,
-                locked_until=s(record.locked_until),
-                created_at=s(record.created_at) or 0.0,
-                updated_at=s(record.updated_at) or 0.0,
-                retain_until=s(record.retain_until),
-                data=_data_text(record.data) if record.data is not None else None,
-                audit=(
-                    None if record.error_detail is None else record.error_detail[:_DATA_WIDTH],
-                    record.source_app_id,
-                    record.entity_execution_id,
-                ),
-            )
+            seen = view_of(record, epoch)
+            if record is not None and seen is not None:
+                detail = record.error_detail
+                seen = dataclasses.replace(
+                    seen,
+                    data=data_text(record.data),
+                    audit=(
+                        None if detail is None else detail[:DATA_WIDTH],
+                        record.source_app_id,
+                        record.entity_execution_id,
+                    ),
+                )
+            out[key_of(ref.record_key)] = seen
         return out
