@@ -38,6 +38,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import signal
+import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -345,11 +346,22 @@ def blocked_run() -> WallClockLimitError:
     return past_deadline("a handler call blocked its worker process, which was killed")
 
 
+#: How long a stop waits for the pool's manager thread once its workers are dead.
+_MANAGER_JOIN_S = 10.0
+
+
 def _stop(pool: ProcessPoolExecutor) -> None:
     """End every worker process now: SIGTERM (each ends its handler processes), then SIGKILL."""
     processes = list((pool._processes or {}).values())
+    # (typeshed types this attribute as the wake-up object; it is the thread)
+    manager: threading.Thread | None = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     end_processes(processes)
+    # shutdown(wait=False) forgets the pool's manager thread, so no later shutdown joins
+    # it. Joined here, it has closed its wake-up pipe before the interpreter's exit hook
+    # writes to that pipe; left running, the two race and the exit prints EBADF.
+    if manager is not None:
+        manager.join(timeout=_MANAGER_JOIN_S)
 
 
 def _recover(
