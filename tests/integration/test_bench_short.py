@@ -24,7 +24,7 @@ EXPECTED = {
     "SQL statements per operation (built-in handler)": "statements/target",
     "Throughput on PostgreSQL: built-in handler vs raw asyncpg, same statement": "handler/asyncpg",
     "Throughput on MariaDB: built-in handler vs raw asyncmy, same statement": "handler/asyncmy",
-    "Simulator: simulated handler operations per second vs a bare SimPy loop": "sim/bare",
+    "Simulator: handler calls per second in dsm run vs the handler's tight loop": "run/tight",
     "dsm run --jobs / --cluster: simulated deliveries per second, 1 vs 2 workers": "/jobs 2",
     "Conformance kit: time and examples to catch each broken handler": "catch/clean",
     "Exploration efficiency: calls/s in dsm verify over the same handler's tight loop": (
