@@ -66,6 +66,7 @@ Builder = Callable[[Clock], SqlStateHandler]
 
 BACKENDS = [
     pytest.param("sqlite-file", id="sqlite-file"),
+    pytest.param("sqlite-file-core", id="sqlite-file-core"),
     pytest.param("sqlite-memory", id="sqlite-memory"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-core", id="postgres-core", marks=pytest.mark.postgres),
@@ -79,6 +80,8 @@ def build(request: pytest.FixtureRequest) -> Builder:
     """A builder of fresh, isolated handlers of one backend (cleaned up on close)."""
     if request.param == "sqlite-file":
         return sqlite_file_handler
+    if request.param == "sqlite-file-core":
+        return lambda clock: without_fast_path(sqlite_file_handler(clock))
     if request.param == "sqlite-memory":
         return sqlite_memory_handler
     if request.param in ("mariadb", "mariadb-core"):
@@ -962,6 +965,7 @@ def test_sqlite_files_run_in_wal_mode_with_a_busy_timeout() -> None:
 @pytest.mark.parametrize(
     "backend",
     [
+        pytest.param("sqlite"),
         pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("mariadb", marks=pytest.mark.mariadb),
     ],
@@ -970,8 +974,13 @@ def test_fast_path_sends_the_statements_of_the_core_path(
     backend: str, request: pytest.FixtureRequest
 ) -> None:
     """One source of truth: both paths send the same SQL with the same parameters."""
-    isolated = postgres_isolated_handler if backend == "postgres" else mariadb_isolated_handler
-    url: str = request.getfixturevalue(f"{backend}_url")
+    isolated: Callable[[str, Clock], SqlStateHandler]
+    if backend == "sqlite":
+        url = ""
+        isolated = lambda _url, clock: sqlite_file_handler(clock)  # noqa: E731
+    else:
+        isolated = postgres_isolated_handler if backend == "postgres" else mariadb_isolated_handler
+        url = request.getfixturevalue(f"{backend}_url")
 
     def capture(handler: SqlStateHandler) -> list[tuple[str, object]]:
         clock = ManualClock(START)
@@ -986,6 +995,8 @@ def test_fast_path_sends_the_statements_of_the_core_path(
                 other = base().for_item("same-sql-2")
                 token = await h.try_acquire_lock(other)
                 await h.release_lock_as_failed(dataclasses.replace(other, lock_token=token), "x")
+                await h.get(ctx)
+                await h.exists(other)
             schema = h.schema_name or ""
             return [
                 (" ".join(sql.replace(schema, "<schema>").split()), params)
@@ -996,6 +1007,6 @@ def test_fast_path_sends_the_statements_of_the_core_path(
 
     fast = capture(isolated(url, ManualClock(START)))
     core = capture(without_fast_path(isolated(url, ManualClock(START))))
-    assert len(fast) == 5
+    assert len(fast) == 7
     assert [sql for sql, _ in fast] == [sql for sql, _ in core]
     assert [list(params) for _, params in fast] == [list(params) for _, params in core]

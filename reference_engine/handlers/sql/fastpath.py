@@ -20,6 +20,9 @@ processor.  The transaction shape is the SQLAlchemy path's: on PostgreSQL the
 connection is in autocommit (each of these operations is one statement, so an
 explicit transaction would only add two round trips); on MariaDB the
 statement runs in the connection's implicit transaction and ``COMMIT`` follows.
+On a SQLite file (aiosqlite) only the reads, ``exists`` and ``get``, take
+this path: their cost there is the hops to the driver's thread, not the
+round trip (:class:`SqliteFastPath`).
 
 Connections are leased, not checked out per call (:class:`FastPath`): a call
 returns its connection to the fast path, and the next call takes it back
@@ -34,13 +37,15 @@ from __future__ import annotations
 
 import asyncio
 import operator
+from collections import namedtuple
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import Pool, PoolProxiedConnection
+from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 from sqlalchemy.util import greenlet_spawn
 
 from reference_engine.clock import ensure_utc
@@ -53,6 +58,7 @@ __all__ = [
     "MariaDbFastPath",
     "PgFastPath",
     "RawStatement",
+    "SqliteFastPath",
     "WriteOutcome",
     "fast_path_for",
     "render",
@@ -329,11 +335,94 @@ class MariaDbFastPath(FastPath):
         return outcome
 
 
-def fast_path_for(engine: AsyncEngine) -> PgFastPath | MariaDbFastPath | None:
-    """The fast path of ``engine``'s backend; None for SQLite (aiosqlite runs in a thread)."""
+class SqliteFastPath(FastPath):
+    """aiosqlite, for the reads only: one hop to the connection's thread per statement.
+
+    SQLAlchemy's path for a one-row read on aiosqlite makes several hops to
+    the driver's thread (the checkout's reset, the statement, the cursor's
+    rows, the transaction's end), each a thread wake-up, and on a file that
+    costs far more than the read.  Here the statement, its rows and the
+    cursor's close are one ``execute_fetchall``.  A SELECT outside a
+    transaction reads the last committed state (WAL), as the one-statement
+    transaction of SQLAlchemy's path does.  Writes stay on SQLAlchemy's
+    path, behind the repository's single-writer lock, and every lease goes
+    back to the pool while one runs (:meth:`FastPath.lending`).
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine)
+        self._rows: dict[int, Callable[[tuple[Any, ...]], Any]] = {}
+
+    async def fetchval(self, statement: Statement, params: Mapping[str, Any]) -> Any:
+        """The first column of the first row, or None when no row came back."""
+        rows = await self._fetch(statement, params)
+        return rows[0][0] if rows else None
+
+    async def fetch_row(self, statement: Select[Any], params: Mapping[str, Any]) -> Any:
+        """The first row, its columns by name and converted as SQLAlchemy's result would."""
+        rows = await self._fetch(statement, params)
+        if not rows:
+            return None
+        make = self._rows.get(id(statement))
+        if make is None:
+            self.rendered(statement)  # keeps the statement alive under its id
+            make = self._rows[id(statement)] = _row_maker(statement, self.engine)
+        return make(rows[0])
+
+    async def _fetch(self, statement: Statement, params: Mapping[str, Any]) -> Any:
+        sql, args = self._prepare(statement, params)
+        lease = self._idle.pop() if self._idle else await self._take()
+        try:
+            rows = await lease.driver.execute_fetchall(sql, args)
+        except BaseException as exc:
+            await self._fail(lease, exc)
+            raise
+        await self._give(lease)
+        return rows
+
+
+def _row_maker(statement: Select[Any], engine: AsyncEngine) -> Callable[[tuple[Any, ...]], Any]:
+    """Raw row -> a named tuple of the statement's columns, each through its result processor."""
+    columns = list(statement.selected_columns)
+    names = [str(column.key) for column in columns]
+    processors = [column.type._cached_result_processor(engine.dialect, None) for column in columns]
+    shape = namedtuple("Row", names)  # type: ignore[misc]
+
+    def make(raw: tuple[Any, ...]) -> Any:
+        return shape._make(
+            value if convert is None or value is None else convert(value)
+            for convert, value in zip(processors, raw, strict=True)
+        )
+
+    return make
+
+
+def fast_path_for(engine: AsyncEngine) -> PgFastPath | MariaDbFastPath | SqliteFastPath | None:
+    """The fast path of ``engine``'s backend, or None.
+
+    On SQLite only for a file opened through aiosqlite, with a pool of its own
+    connections: an in-memory database shares one connection among all
+    callers, where a read on the side could see another caller's open
+    transaction; another DBAPI module (the simulator's inline driver) has
+    its own ways.
+    """
     name = engine.dialect.name
     if name == "postgresql":
         return PgFastPath(engine)
     if name == "mariadb":
         return MariaDbFastPath(engine)
+    if name == "sqlite" and _own_aiosqlite_file(engine):
+        return SqliteFastPath(engine)
     return None
+
+
+def _own_aiosqlite_file(engine: AsyncEngine) -> bool:
+    database = engine.url.database or ""
+    module = getattr(engine.dialect.loaded_dbapi, "aiosqlite", None)
+    return (
+        engine.dialect.driver == "aiosqlite"
+        and getattr(module, "__name__", "") == "aiosqlite"
+        and database not in ("", ":memory:")
+        and "mode=memory" not in str(engine.url)
+        and isinstance(engine.sync_engine.pool, QueuePool)
+    )

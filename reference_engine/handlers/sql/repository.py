@@ -27,7 +27,7 @@ import asyncio
 import datetime as dt
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Row, update
@@ -49,7 +49,12 @@ from reference_engine.errors import (
 )
 from reference_engine.handlers.sql import mariadb as M
 from reference_engine.handlers.sql import prepared as P
-from reference_engine.handlers.sql.fastpath import MariaDbFastPath, PgFastPath, fast_path_for
+from reference_engine.handlers.sql.fastpath import (
+    MariaDbFastPath,
+    PgFastPath,
+    SqliteFastPath,
+    fast_path_for,
+)
 from reference_engine.handlers.sql.prepared import effective_status_in, sources_of
 from reference_engine.handlers.sql.schema import CURRENT_ROW, process_state_logs
 from reference_engine.model import NEEDS_LOCK, effective_status, require_holder, write_landed
@@ -199,8 +204,10 @@ class ProcessStateLogRepository:
         #: Whether the statements look the key up by its hash (PostgreSQL's unique index).
         self.hashed = postgres
         self.mariadb = self.dialect_name == "mariadb"
-        #: The hot operations on the raw driver connection (PostgreSQL, MariaDB).
-        self.fast_path: PgFastPath | MariaDbFastPath | None = fast_path_for(engine)
+        #: The hot operations on the raw driver connection (PostgreSQL, MariaDB; SQLite's reads).
+        self.fast_path: PgFastPath | MariaDbFastPath | SqliteFastPath | None = (
+            None if serialize else fast_path_for(engine)
+        )
         # One statement is atomic on its own; BEGIN and COMMIT would be two more round trips.
         self._autocommit = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if postgres else None
@@ -208,17 +215,14 @@ class ProcessStateLogRepository:
 
     @asynccontextmanager
     async def _transaction(self, *, write: bool = True) -> AsyncIterator[AsyncConnection]:
-        if self.fast_path is not None:
-            # The fast path's leased connections go back to the pool while this runs.
-            async with self.fast_path.lending(), self.engine.begin() as conn:
-                yield conn
-            return
         gate = self._serial or (self._writer if write else None)
+        # The fast path's leased connections go back to the pool while this runs.
+        lending = nullcontext() if self.fast_path is None else self.fast_path.lending()
         if gate is None:
-            async with self.engine.begin() as conn:
+            async with lending, self.engine.begin() as conn:
                 yield conn
             return
-        async with gate, self.engine.begin() as conn:
+        async with gate, lending, self.engine.begin() as conn:
             yield conn
 
     @asynccontextmanager
@@ -277,6 +281,10 @@ class ProcessStateLogRepository:
     # --- reads -------------------------------------------------------------------------------
 
     async def get(self, key: RecordKey) -> StateRecord | None:
+        fast = self.fast_path
+        if isinstance(fast, SqliteFastPath):
+            row = await fast.fetch_row(P.CURRENT, P.key_params(key, hashed=self.hashed))
+            return None if row is None else _to_record(row)
         async with self._single(write=False) as conn:
             return await self._current(conn, key)
 
@@ -284,8 +292,9 @@ class ProcessStateLogRepository:
         self, statement: P.Statement, params: dict[str, Any], *, write: bool
     ) -> Any:
         """Run one statement alone; the first column of its first row, or None."""
-        if self.fast_path is not None:
-            return await self.fast_path.fetchval(statement, params)
+        fast = self.fast_path
+        if fast is not None and (not write or not isinstance(fast, SqliteFastPath)):
+            return await fast.fetchval(statement, params)
         async with self._single(write=write) as conn:
             return (await conn.execute(statement, params)).scalar()
 
