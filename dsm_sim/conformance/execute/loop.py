@@ -19,10 +19,12 @@ handler out of process (``--exec``), where the process is killed.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from dsm_sim.conformance.execute.scheduler import ControlledLoop, Interleaving, Schedule
 from dsm_sim.model import Outcome
@@ -135,15 +137,60 @@ def _label(awaitable: object) -> str:
     return f"{name}()" if name in _CALLS else "a handler call"
 
 
-class LoopDriver:
-    """One event loop for one test case."""
+class _Resumed:
+    """Awaits the rest of a coroutine that was sent to directly and then suspended.
 
-    def __init__(self, timeout: float | object | None = _Limit) -> None:
+    What the coroutine yielded first (a future, or ``None`` for a bare
+    yield) is handed to the task running this, and from then on every value
+    sent and every exception thrown in (a cancellation by the bound) passes
+    through to the coroutine, as if the task had run it from the start.
+    """
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self.coro = coro
+        self.first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, pending = self.coro, self.first
+        while True:
+            try:
+                sent = yield pending
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    pending = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    pending = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+class LoopDriver:
+    """One event loop for one test case.
+
+    ``direct``: the handler runs on this thread with no I/O (the in-memory
+    model and its variants), so a call is sent to directly, in a copy of the
+    context as a task would be, with the loop installed as the running loop.
+    Most such calls end without ever suspending, and a task, a timer and two
+    turns of the loop per call cost several times the call.  The first time
+    a call does suspend (a lock another call holds, a sleep), the rest of it
+    runs in a task on the loop under the bound, as any call does.
+    """
+
+    def __init__(self, timeout: float | object | None = _Limit, *, direct: bool = False) -> None:
         self.loop = ControlledLoop()
         #: Seconds one call may take (None: unbounded); by default the :func:`call_timeout`.
         self.timeout: float | None = (
             _Limit.seconds if timeout is _Limit else validate_call_timeout(timeout)
         )
+        self.direct = direct
 
     async def _bounded(self, awaitable: Awaitable[T], label: str | None = None) -> T:
         if self.timeout is None:
@@ -161,7 +208,22 @@ class LoopDriver:
 
     def run(self, awaitable: Awaitable[T], label: str | None = None) -> T:
         """Run one call to completion; ``label`` names it if it hangs (default: its method)."""
-        return self.loop.run_until_complete(self._bounded(awaitable, label))
+        if not self.direct or type(awaitable) is not types.CoroutineType:
+            return self.loop.run_until_complete(self._bounded(awaitable, label))
+        coro = cast("Coroutine[Any, Any, T]", awaitable)
+        context = contextvars.copy_context()
+        previous = asyncio._get_running_loop()
+        asyncio._set_running_loop(self.loop)
+        try:
+            yielded = context.run(coro.send, None)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        finally:
+            asyncio._set_running_loop(previous)
+        rest = self._bounded(_Resumed(coro, yielded), label or _label(coro))
+        result: T = self.loop.run_until_complete(self.loop.create_task(rest, context=context))
+        return result
 
     def outcome(self, call: Callable[[], Awaitable[Any]]) -> Outcome:
         """Run one handler call; its value, or any exception it raised, becomes the outcome."""

@@ -63,6 +63,7 @@ from dsm_sim.model import (
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import LockError, StaleLockError
 from reference_engine.handler import HandlerFactory, StateHandler
+from reference_engine.handlers.memory import InMemoryStateHandler
 from reference_engine.record import StateRecord
 from reference_engine.status import IdempotencyStatus
 
@@ -132,6 +133,8 @@ class OperationRules(RuleBasedStateMachine):
         self.clock.start()
         try:
             self.handler: StateHandler = type(self).factory(self.clock)
+            # The in-memory handlers never wait on I/O: their calls are sent to directly.
+            self.driver.direct = isinstance(self.handler, InMemoryStateHandler)
             self.driver.run(self.handler.open())
             #: The instances racing workers call (peers on the same store, when offered).
             self.instances = HandlerInstances(self.handler, self.driver, stats)
