@@ -42,6 +42,13 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def thorough(session: nox.Session) -> None:
+    """Nightly: the whole suite and its thorough tier (tests marked thorough)."""
+    _install(session)
+    session.run("pytest", "--thorough", *session.posargs, env=_env())
+
+
+@nox.session
 @nox.parametrize("backend", ["memory", "sqlite", "postgresql", "mariadb", "redis"])
 def conformance(session: nox.Session, backend: str) -> None:
     """The conformance kit against each built-in handler."""

@@ -1,4 +1,4 @@
-"""Shared fixtures: service URLs that skip locally and fail under CI=true."""
+"""Shared fixtures: service URLs that skip locally and fail under CI=true; the thorough tier."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import pytest
 from dsm_sim import profiles
 
 profiles.register_profiles()
+
+#: Tests marked ``thorough`` run only with ``--thorough`` (``nox -s thorough``, nightly): the
+#: same checks on more combinations than the pull-request suite has minutes for.
+THOROUGH_OPTION = "--thorough"
 
 POSTGRES_ENV = "DSM_TEST_POSTGRES_URL"
 REDIS_ENV = "DSM_TEST_REDIS_URL"
@@ -49,3 +53,22 @@ def mariadb_url() -> str:
 def amqp_url() -> str:
     """URL of the test RabbitMQ, e.g. amqp://guest:guest@127.0.0.1:5672/."""
     return service_url(AMQP_ENV, "RabbitMQ")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        THOROUGH_OPTION,
+        action="store_true",
+        default=False,
+        help="also run the tests marked thorough (nox -s thorough, nightly)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the thorough tier unless asked: deselected (counted), never a silent skip."""
+    if config.getoption(THOROUGH_OPTION):
+        return
+    thorough = [item for item in items if item.get_closest_marker("thorough") is not None]
+    if thorough:
+        config.hook.pytest_deselected(items=thorough)
+        items[:] = [item for item in items if item.get_closest_marker("thorough") is None]

@@ -42,6 +42,7 @@ EXPECTED = {
 @pytest.mark.mariadb
 @pytest.mark.redis
 @pytest.mark.slow
+@pytest.mark.thorough  # a minute of every benchmark in short mode: nightly, and nox -s bench
 def test_short_benchmarks_run_and_print_every_table(
     postgres_url: str, mariadb_url: str, redis_url: str
 ) -> None:

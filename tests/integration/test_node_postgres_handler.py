@@ -78,6 +78,7 @@ def test_the_node_postgres_handler_passes_the_kit(command: list[str], postgres_u
     assert report.test_cases > 0 and report.steps > 0
 
 
+@pytest.mark.thorough  # the same kit as the test above, one request at a time: nightly
 def test_a_handler_serving_one_request_at_a_time_passes_the_kit_through_peers(
     command: list[str], postgres_url: str
 ) -> None:

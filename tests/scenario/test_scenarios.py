@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,15 +86,24 @@ def test_sqlite_handler_keeps_every_invariant(path: Path, seed: int) -> None:
     assert result.passed, _describe(result)
 
 
+def _on_servers() -> list[Any]:
+    """Every scenario on both servers; each pull request runs each on one, alternating.
+
+    The thorough tier (``--thorough``) adds the other half, so every scenario
+    meets a real server on every run and both servers nightly.
+    """
+    params = []
+    for index, path in enumerate(SCENARIO_FILES):
+        for turn, server in enumerate(("postgres", "mariadb")):
+            marks = [getattr(pytest.mark, server)]
+            if (index + turn) % 2:
+                marks.append(pytest.mark.thorough)
+            params.append(pytest.param(path, server, marks=marks, id=f"{path.stem}-{server}"))
+    return params
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize(
-    "server",
-    [
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mariadb),
-    ],
-)
-@pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize(("path", "server"), _on_servers())
 def test_server_handler_keeps_every_invariant(
     path: Path, server: str, request: pytest.FixtureRequest
 ) -> None:
