@@ -509,6 +509,7 @@ def java_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.thorough  # nightly; the Java handler's scenario and fencing tests run on every PR
 def test_java_handler_passes_the_kit(java_classes: Path) -> None:
     java = _need("java")
     command = [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]

@@ -167,6 +167,9 @@ def test_pipelined_redis_passes_the_kit(redis_url: str, monkeypatch: pytest.Monk
 
 
 @pytest.mark.postgres
+# Nightly: TestPostgresHandler / TestMariadbHandler (test_conformance_sql.py) run the
+# kit on the same handler, its native begin included, on every pull request.
+@pytest.mark.thorough
 def test_postgres_begin_passes_the_kit(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_POSTGRES_URL", postgres_url)
     report = verify(postgres_test_handler, "ci", seed=SEED, max_examples=6, matrix="dev")
@@ -174,6 +177,9 @@ def test_postgres_begin_passes_the_kit(postgres_url: str, monkeypatch: pytest.Mo
 
 
 @pytest.mark.mariadb
+# Nightly: TestPostgresHandler / TestMariadbHandler (test_conformance_sql.py) run the
+# kit on the same handler, its native begin included, on every pull request.
+@pytest.mark.thorough
 def test_mariadb_begin_passes_the_kit(mariadb_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_MARIADB_URL", mariadb_url)
     report = verify(mariadb_test_handler, "ci", seed=SEED, max_examples=3, matrix="dev")

@@ -76,9 +76,17 @@ def test_in_memory_handler_keeps_every_invariant(path: Path, seed: int) -> None:
     assert int(result.stats["side_effects"] or 0) >= 1
 
 
+def _half_nightly() -> list[Any]:
+    """Every other scenario on every pull request; the rest in the thorough tier."""
+    return [
+        pytest.param(path, marks=[pytest.mark.thorough] if index % 2 else [], id=path.stem)
+        for index, path in enumerate(SCENARIO_FILES)
+    ]
+
+
 @pytest.mark.skipif(not HAS_SQL, reason="the SQL handlers are not part of this installation")
 @pytest.mark.parametrize("seed", SEEDS[:1])
-@pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", _half_nightly())
 def test_sqlite_handler_keeps_every_invariant(path: Path, seed: int) -> None:
     result = run_scenario(
         _scenario(path), seed, "reference_engine.handlers.sql.factory:sqlite_memory_handler"
