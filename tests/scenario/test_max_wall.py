@@ -32,7 +32,7 @@ ROOT = HERE.parents[1]
 MAX_WALL_S = 3
 #: On a Dask cluster the limit also covers starting the scheduler and two worker
 #: processes, which on a loaded two-core machine alone can take most of 3 s.
-CLUSTER_MAX_WALL_S = 15
+CLUSTER_MAX_WALL_S = 8
 BOUND_S = 90
 FINE = """\
 name = "fine"
