@@ -138,6 +138,8 @@ def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+# Nightly: TestInMemoryHandler above runs every property through the same plugin on every PR.
+@pytest.mark.thorough
 def test_pyargs_form_runs_every_property_against_a_named_factory() -> None:
     result = _pytest("--pyargs", "dsm_sim.conformance", f"--dsm-handler={MEMORY}", "--dsm-seed=1")
     assert result.returncode == 0, result.stdout + result.stderr
