@@ -61,6 +61,8 @@ def _stress(address: str, tmp_path: Path, seed: int) -> StressReport:
     return asyncio.run(run_stress(settings, limit_s=60))
 
 
+# Nightly: test_protocol.py's test_node_handler_passes_the_kit runs the kit on this handler on every PR.
+@pytest.mark.thorough
 def test_the_server_passes_the_kit_through_peers_on_named_stores() -> None:
     with _server() as address:
         factory = tcp_factory(address)

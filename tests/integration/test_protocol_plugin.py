@@ -51,6 +51,8 @@ def _summary(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr
 
 
+# Nightly: test_protocol_harness.py runs the kit on the same served handler over TCP on every PR.
+@pytest.mark.thorough
 def test_the_memory_handler_over_tcp_passes_every_property(
     serve_tcp: Callable[[str], str],
 ) -> None:
