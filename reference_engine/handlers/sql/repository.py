@@ -75,8 +75,11 @@ T = process_state_logs
 #: How often an operation is re-run when a concurrent writer changed the row
 #: between its statement and the follow-up read (PostgreSQL, READ COMMITTED).
 #: Each lost race means another writer finished, so retries always progress;
-#: the bound only turns pathological contention into a StoreError.
-_RACE_RETRIES = 10
+#: the bound only turns pathological contention into a StoreError.  A writer
+#: among N racing on one key can lose N - 1 times before it lands (each time to
+#: a writer that then finished), so the bound is well above the concurrency a
+#: key meets: at 10, the last of 12 concurrent upserts of one key could fail.
+_RACE_RETRIES = 32
 R = TypeVar("R")
 
 
