@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -72,6 +71,7 @@ def run(short: bool) -> list[Table]:
     try:
         from dsm_sim.scenario import load_scenario
         from dsm_sim.simulator.run import run_scenario
+        from reference_engine.registry import load_factory
     except ImportError as exc:
         raise BenchSkipped(f"the simulator is not available: {exc}") from exc
     base = load_scenario(SCENARIO)
@@ -82,8 +82,7 @@ def run(short: bool) -> list[Table]:
     }
     rows: list[tuple[object, ...]] = []
     for name, spec in factories.items():
-        module, _, attribute = spec.partition(":")
-        factory = getattr(importlib.import_module(module), attribute)
+        factory = load_factory(spec)
         seconds, bare_rate, loop_rate = float("inf"), 0.0, 0.0
         for _ in range(1 if short else REPEATS):
             counting = Counting(factory)

@@ -27,6 +27,7 @@ import types
 from collections.abc import Coroutine
 from typing import Any, Final, TypeVar
 
+from dsm_sim.inline import send_inline
 from dsm_sim.simulator.bridge import (
     Done,
     RunStoppedError,
@@ -192,12 +193,7 @@ class HandlerDriver:
             raise hung(what, self.seconds)
 
     def _send(self, context: contextvars.Context, coro: Coroutine[Any, Any, Any]) -> Any:
-        previous = asyncio._get_running_loop()
-        asyncio._set_running_loop(self.loop)
-        try:
-            return context.run(coro.send, None)
-        finally:
-            asyncio._set_running_loop(previous)
+        return send_inline(self.loop, context, coro)
 
     def _on_loop(
         self,

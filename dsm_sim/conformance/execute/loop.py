@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from dsm_sim.conformance.execute.scheduler import ControlledLoop, Interleaving, Schedule
+from dsm_sim.inline import send_inline
 from dsm_sim.model import Outcome
 from reference_engine.errors import ConfigurationError, DsmError
 
@@ -212,15 +213,11 @@ class LoopDriver:
             return self.loop.run_until_complete(self._bounded(awaitable, label))
         coro = cast("Coroutine[Any, Any, T]", awaitable)
         context = contextvars.copy_context()
-        previous = asyncio._get_running_loop()
-        asyncio._set_running_loop(self.loop)
         try:
-            yielded = context.run(coro.send, None)
+            yielded = send_inline(self.loop, context, coro)
         except StopIteration as stop:
             value: T = stop.value
             return value
-        finally:
-            asyncio._set_running_loop(previous)
         rest = self._bounded(_Resumed(coro, yielded), label or _label(coro))
         result: T = self.loop.run_until_complete(self.loop.create_task(rest, context=context))
         return result

@@ -363,9 +363,9 @@ class SqliteFastPath(FastPath):
         rows = await self._fetch(statement, params)
         if not rows:
             return None
+        # By identity, as ``rendered``, whose entry (made by ``_fetch``) keeps the statement alive.
         make = self._rows.get(id(statement))
         if make is None:
-            self.rendered(statement)  # keeps the statement alive under its id
             make = self._rows[id(statement)] = _row_maker(statement, self.engine)
         return make(rows[0])
 
