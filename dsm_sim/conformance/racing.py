@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.instances import out_of_process
+from dsm_sim.conformance.execute.loop import call_timeout
 from dsm_sim.conformance.execute.machine import ConformanceMachine
 from dsm_sim.conformance.execute.scheduler import Interleaving, Schedule
 from dsm_sim.conformance.generate.steps import MATRIX_OPS, RaceOp, StartState
@@ -283,7 +284,16 @@ def _alphabet(machine: type[ConformanceMachine]) -> tuple[RaceOp, ...]:
 
 
 def run_matrix(verification: Verification, budget: str | None = None) -> None:
-    """Run every applicable cell under a profile's budget (the plan's), booking what breaks."""
+    """Run every applicable cell under a profile's budget (the plan's), booking what breaks.
+
+    Every call, ``open`` and ``close`` included, is bounded by the plan's call
+    limit, as in the probes and the search.
+    """
+    with call_timeout(verification.plan.limit):
+        _run_matrix(verification, budget)
+
+
+def _run_matrix(verification: Verification, budget: str | None) -> None:
     plan = verification.plan
     chosen = budget or plan.profile
     if chosen not in BUDGETS:

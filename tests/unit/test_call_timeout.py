@@ -19,6 +19,7 @@ from dsm_sim.conformance.execute.loop import (
     CallTimeoutError,
     LoopDriver,
     call_timeout,
+    timeouts_seen,
     validate_call_timeout,
 )
 from dsm_sim.conformance.runner import ResultStatus, verify
@@ -76,6 +77,26 @@ def test_an_open_that_never_returns_ends_the_run_naming_open() -> None:
     assert not report.passed
     assert report.error is not None
     assert f"open() did not return within {SHORT:g}s" in report.error, report.error
+
+
+def test_the_race_matrix_bounds_its_calls_by_the_same_limit() -> None:
+    # The first handler this run builds is the race matrix's (no probes): its
+    # open takes a second, five times the limit and a tenth of the default.
+    # Bounded by the run's limit, that open is a timeout; bounded by the
+    # default, it would pass unnoticed and every later hung call would cost
+    # the default's ten seconds.
+    opened: list[float] = []
+
+    class SlowFirstOpen(InMemoryStateHandler):
+        async def open(self) -> None:
+            if not opened:
+                opened.append(SHORT)
+                await asyncio.sleep(5 * SHORT)
+            await super().open()
+
+    before = timeouts_seen()
+    verify(SlowFirstOpen, profile="dev", seed=7, probes=False, call_timeout_s=SHORT)
+    assert opened and timeouts_seen() > before
 
 
 _HUNG_MODULE = textwrap.dedent(
