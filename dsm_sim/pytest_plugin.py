@@ -33,6 +33,7 @@ __all__ = [
     "dsm_time_zone",
     "factory_from_options",
     "pytest_addoption",
+    "pytest_collection_modifyitems",
     "pytest_configure",
 ]
 
@@ -112,6 +113,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="how long one in-process handler call may take before the kit reports it as "
         "hung (default 10; --dsm-exec handlers use --dsm-exec-timeout)",
     )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group each suite class's tests for ``pytest -n N --dist loadgroup``.
+
+    A :class:`~dsm_sim.conformance.suite.ConformanceSuite` class verifies its
+    handler once per process and every ``test_<property>`` reads that one
+    report: split over two workers, the whole verification runs twice.  The
+    ``xdist_group`` mark keeps a class on one worker; other ``--dist`` modes
+    ignore it.  Runs first, before pytest-xdist reads the marks.
+    """
+    suite = sys.modules.get("dsm_sim.conformance.suite")
+    if suite is None or not config.pluginmanager.hasplugin("xdist"):
+        return  # no suite class was collected, or no worker to keep it on
+    for item in items:
+        cls = getattr(item, "cls", None)
+        if cls is not None and issubclass(cls, suite.ConformanceSuite):
+            item.add_marker(pytest.mark.xdist_group(f"{cls.__module__}.{cls.__qualname__}"))
 
 
 #: The options that say this session runs the conformance kit.

@@ -140,12 +140,18 @@ def test_only_native_begins_get_the_rule() -> None:
         assert not hasattr(build_machine(spec.factory), "begin"), spec.name
 
 
+# Nightly: TestSqliteMemoryHandler (test_conformance_sql.py) runs the kit on the same
+# handler, its native begin included, on every pull request.
+@pytest.mark.thorough
 def test_sqlite_begin_passes_the_kit() -> None:
     report = verify(sqlite_memory_handler, "ci", seed=SEED, max_examples=6, matrix="dev")
     _assert_passed(report)
 
 
 @pytest.mark.redis
+# Nightly: TestRedisConformance (test_redis_handler.py) runs the kit on the same
+# handler, its native begin included, on every pull request.
+@pytest.mark.thorough
 def test_redis_begin_passes_the_kit(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSM_TEST_REDIS_URL", redis_url)
     report = verify(redis_test_handler, "ci", seed=SEED, max_examples=4, matrix="dev")

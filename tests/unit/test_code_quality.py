@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,8 +16,21 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("reference_engine", "dsm_sim")
 
 
-def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+def _run(*cmd: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, env=env)
+
+
+def _mypy_cache() -> str:
+    """``MYPY_CACHE_DIR``, else ``dsm/mypy`` in the user's cache folder (XDG).
+
+    Outside the checkout, so a fresh clone (as CI makes) checks only what
+    changed: mypy trusts a cached module only when its file's content hash
+    matches, whatever the path or modification time.
+    """
+    if os.environ.get("MYPY_CACHE_DIR"):
+        return os.environ["MYPY_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "dsm" / "mypy")
 
 
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is installed with the dev extra")
@@ -33,7 +47,7 @@ def test_ruff_format_clean() -> None:
 
 def test_mypy_strict_clean() -> None:
     pytest.importorskip("mypy")
-    result = _run(sys.executable, "-m", "mypy")
+    result = _run(sys.executable, "-m", "mypy", env={**os.environ, "MYPY_CACHE_DIR": _mypy_cache()})
     assert result.returncode == 0, result.stdout + result.stderr
 
 
