@@ -42,6 +42,15 @@ class TestInMemoryHandler(ConformanceSuite):
         # Whether every property is reached must not be up to a drawn seed.
         return 7
 
+    def test_its_tests_share_one_worker(self, request: pytest.FixtureRequest) -> None:
+        # The dsm plugin marks every test of a suite class with one xdist group:
+        # under --dist loadgroup the class's one verification runs on one worker.
+        if not request.config.pluginmanager.hasplugin("xdist"):
+            pytest.skip("pytest-xdist is not loaded")
+        mark = request.node.get_closest_marker("xdist_group")
+        assert mark is not None, "the dsm plugin did not group this suite class"
+        assert mark.args == (f"{type(self).__module__}.TestInMemoryHandler",)
+
 
 def system_clock_handler(clock: Clock) -> InMemoryStateHandler:
     """A handler that ignores the injected clock and reads the wall clock."""
