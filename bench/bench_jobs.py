@@ -13,6 +13,7 @@ no speed-up.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from common import BenchSkipped, Table, timed
@@ -33,6 +34,9 @@ HEADERS = (
 )
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 HANDLER = "reference_engine.handlers.memory:in_memory_handler"
+#: Seeds per scenario in full mode; more (``DSM_BENCH_JOBS_SEEDS=30``) spread the
+#: cluster's start-up, a second or two, over a longer plan.
+SEEDS_ENV = "DSM_BENCH_JOBS_SEEDS"
 #: Short mode (CI): enough runs for two processes to have work, a few seconds in all.
 SHORT = ("duplicate-storm", "slow-worker", "flaky-store", "crash-mid-dispatch")
 
@@ -48,7 +52,10 @@ def run(short: bool) -> list[Table]:
         seeds = 1
     else:
         scenarios = load_scenarios(SCENARIOS)
-        seeds = 3
+        raw = os.environ.get(SEEDS_ENV, "3")
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"{SEEDS_ENV} must be a whole number of seeds, 1 or more; got {raw!r}")
+        seeds = int(raw)
     plan = [(s, seed) for s in scenarios for seed in range(1, seeds + 1)]
     rows: list[tuple[object, ...]] = []
     seen: list[tuple[object, ...]] = []

@@ -136,6 +136,10 @@ def run_plan_on_cluster(
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=None,
+                    # No dashboard, and the scheduler's own HTTP routes on a free
+                    # loopback port: Dask's default, 8787, makes a second local
+                    # cluster on the machine warn (or fail, with warnings as errors).
+                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                 )
             )
             client = stack.enter_context(Client(cluster))  # type: ignore[no-untyped-call]

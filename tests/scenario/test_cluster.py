@@ -7,9 +7,11 @@ to other machines.  The comparison is byte for byte, as for ``--jobs``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
+import warnings
 from pathlib import Path
 
 import pytest
@@ -75,7 +77,15 @@ def test_outcomes_come_back_in_plan_order_with_the_serial_results() -> None:
     ]
     handler = "reference_engine.handlers.memory:in_memory_handler"
     serial = list(run_plan(plan, handler))
-    remote = list(run_plan_on_cluster(plan, handler, workers=2))
+    # With Dask's default port, 8787, held (as by another cluster on the machine),
+    # the local cluster starts on free ports and says nothing about it.
+    with socket.socket() as held, warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with contextlib.suppress(OSError):  # already held by someone else: as good
+            held.bind(("0.0.0.0", 8787))
+            held.listen()
+        remote = list(run_plan_on_cluster(plan, handler, workers=2))
+    assert not [w for w in said if "8787" in str(w.message)], [str(w.message) for w in said]
     assert [(o.scenario.name, o.seed) for o in remote] == [(s.name, seed) for s, seed in plan]
     for mine, theirs in zip(serial, remote, strict=True):
         assert mine.result is not None and theirs.result is not None, (mine, theirs)
@@ -112,7 +122,11 @@ def test_a_worker_lost_mid_sweep_costs_only_its_unfinished_runs() -> None:
     handler = "reference_engine.handlers.memory:in_memory_handler"
     serial = list(run_plan(plan, handler))
     cluster = LocalCluster(  # type: ignore[no-untyped-call]
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # 8787 may be another's
     )
     with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
         pids = client.run(os.getpid)
