@@ -76,9 +76,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "send the requests of a replay file to a handler process and print its answers",
     ),
 }
-#: Commands started once per test case by the harness itself: their start-up must
-#: not pay for importing every other command.
-QUICK_COMMANDS = frozenset({"serve"})
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -143,7 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(words: list[str], command: str, received: list[int]) -> int:
     try:
-        parser = build_parser(words[0] if words and words[0] in QUICK_COMMANDS else None)
+        # A named command imports its own module only (``dsm serve`` starts once per
+        # test case of the kit, ``dsm run`` once per worker); ``dsm``, ``dsm --help``
+        # and an unknown word get the parser of every command, to list them.
+        parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
         args = parser.parse_args(words)
         code: int = args._module.main(args)
     except KeyboardInterrupt:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from dsm_sim.conformance.execute.clocks import ClockMode
-from dsm_sim.conformance.generate.worlds import UTC_ZONE as WORLD_UTC
 from dsm_sim.conformance.program import Program
 from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION
 from dsm_sim.conformance.tell.replayed import Replayed
@@ -255,6 +254,10 @@ class VerificationReport:
         if self.clock_mode is not ClockMode.INJECTED:
             words += ["--clock", self.clock_mode.value]
         zone = self.replay_zone
+        # Imported here: the generators import Hypothesis, and ``dsm run`` reads
+        # this module (its gaps) without ever drawing a world.
+        from dsm_sim.conformance.generate.worlds import UTC_ZONE as WORLD_UTC
+
         if zone is not None and zone not in (UTC_ZONE, WORLD_UTC):
             words += ["--tz", zone]
         for name in self.waived:

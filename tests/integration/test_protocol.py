@@ -433,6 +433,10 @@ def _assert_passed(report: Any) -> None:
     assert report.passed, "\n\n".join(r.render() for r in report.violations) or report.error
 
 
+# Nightly: on every pull request the same server passes the kit over TCP
+# (test_protocol_harness.py), the stdin/stdout transport carries the Node, Java and
+# C# kit runs, and "dsm serve" on stdin/stdout serves the instance-locked handler's run.
+@pytest.mark.thorough
 def test_memory_handler_served_over_the_protocol_passes_the_kit() -> None:
     # The whole dev budget runs against one "dsm serve --tcp" process (same server
     # code, no process start per test case) in test_protocol_harness.py; here the
