@@ -43,6 +43,8 @@ START = dt.datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 CONFIG = HandlerConfig(lock_duration=dt.timedelta(minutes=30), retention=dt.timedelta(days=2))
 #: The Redis database these tests flush; never the one the test URL names.
 FLUSHED_DB = 14
+#: They flush it in turn: one xdist worker runs them all (``--dist loadgroup``).
+ONE_AT_A_TIME = pytest.mark.xdist_group(f"redis database {FLUSHED_DB}")
 
 
 def ctx(item: str, token: int | None = None) -> StateHandlerContext:
@@ -126,6 +128,7 @@ def _redis(url: str, clock: ManualClock, prefix: str) -> RedisStateHandler:
 
 
 @pytest.mark.redis
+@ONE_AT_A_TIME
 def test_flushdb_mid_run_fails_every_write_closed_and_writes_nothing(redis_url: str) -> None:
     async def scenario() -> None:
         async with _flushable(redis_url) as (url, admin):
@@ -144,6 +147,7 @@ def test_flushdb_mid_run_fails_every_write_closed_and_writes_nothing(redis_url: 
 
 
 @pytest.mark.redis
+@ONE_AT_A_TIME
 def test_a_store_reopened_by_another_handler_after_a_flush_is_refused(redis_url: str) -> None:
     async def scenario() -> None:
         async with _flushable(redis_url) as (url, admin):
@@ -167,6 +171,7 @@ def test_a_store_reopened_by_another_handler_after_a_flush_is_refused(redis_url:
 
 
 @pytest.mark.redis
+@ONE_AT_A_TIME
 def test_handlers_sharing_a_namespace_share_its_identity(redis_url: str) -> None:
     async def scenario() -> None:
         clock = ManualClock(START)
@@ -186,6 +191,7 @@ def test_handlers_sharing_a_namespace_share_its_identity(redis_url: str) -> None
 
 
 @pytest.mark.redis
+@ONE_AT_A_TIME
 def test_a_handler_never_opened_claims_the_identity_on_its_first_write(redis_url: str) -> None:
     async def scenario() -> None:
         async with _flushable(redis_url) as (url, admin):
