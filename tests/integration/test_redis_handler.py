@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from tiers import every_other_nightly
 
 from dsm_sim.conformance.suite import ConformanceSuite
 from reference_engine.clock import UTC, ManualClock
@@ -701,16 +702,10 @@ class TestRedisConformance(ConformanceSuite):
         return "dev"
 
 
-def _scenario_halves() -> list[Any]:
-    """Every shipped scenario; every other one on each pull request, the rest nightly."""
-    root = Path(__file__).resolve().parents[2] / "scenarios"
-    return [
-        pytest.param(path, marks=[pytest.mark.thorough] if index % 2 else [], id=path.stem)
-        for index, path in enumerate(sorted(root.glob("*.toml")))
-    ]
-
-
-@pytest.mark.parametrize("path", _scenario_halves())
+@pytest.mark.parametrize(
+    "path",
+    every_other_nightly(sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.toml"))),
+)
 def test_the_chaos_scenarios_pass(
     path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiers import every_other_nightly
 
 from dsm_sim.history import EventKind
 from dsm_sim.scenario import Scenario, load_scenario
@@ -76,17 +77,9 @@ def test_in_memory_handler_keeps_every_invariant(path: Path, seed: int) -> None:
     assert int(result.stats["side_effects"] or 0) >= 1
 
 
-def _half_nightly() -> list[Any]:
-    """Every other scenario on every pull request; the rest in the thorough tier."""
-    return [
-        pytest.param(path, marks=[pytest.mark.thorough] if index % 2 else [], id=path.stem)
-        for index, path in enumerate(SCENARIO_FILES)
-    ]
-
-
 @pytest.mark.skipif(not HAS_SQL, reason="the SQL handlers are not part of this installation")
 @pytest.mark.parametrize("seed", SEEDS[:1])
-@pytest.mark.parametrize("path", _half_nightly())
+@pytest.mark.parametrize("path", every_other_nightly(SCENARIO_FILES))
 def test_sqlite_handler_keeps_every_invariant(path: Path, seed: int) -> None:
     result = run_scenario(
         _scenario(path), seed, "reference_engine.handlers.sql.factory:sqlite_memory_handler"
@@ -97,7 +90,7 @@ def test_sqlite_handler_keeps_every_invariant(path: Path, seed: int) -> None:
 def _on_servers() -> list[Any]:
     """Every scenario on both servers nightly; on a pull request, each on one SQL store.
 
-    The scenarios SQLite runs on every pull request (:func:`_half_nightly`, the
+    The scenarios SQLite runs on every pull request (``every_other_nightly``, the
     even ones) meet the servers in the thorough tier (``--thorough``); each of
     the others runs on one server, alternating PostgreSQL and MariaDB.  The
     handler's code is the same on the three stores; what is the servers' own
