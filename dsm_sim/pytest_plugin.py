@@ -35,6 +35,7 @@ __all__ = [
     "pytest_addoption",
     "pytest_collection_modifyitems",
     "pytest_configure",
+    "suite_group",
 ]
 
 
@@ -131,7 +132,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         cls = getattr(item, "cls", None)
         if cls is not None and issubclass(cls, suite.ConformanceSuite):
-            item.add_marker(pytest.mark.xdist_group(f"{cls.__module__}.{cls.__qualname__}"))
+            item.add_marker(pytest.mark.xdist_group(suite_group(cls)))
+
+
+def suite_group(cls: type) -> str:
+    """The ``xdist_group`` of a suite class's tests; another test joins it to share its report."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 #: The options that say this session runs the conformance kit.

@@ -21,6 +21,7 @@ from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.runner import TOP_UP_RUNS, ResultStatus, verify
 from dsm_sim.conformance.suite import ConformanceSuite, cached_report
 from dsm_sim.profiles import budget
+from dsm_sim.pytest_plugin import suite_group
 from reference_engine.clock import Clock, SystemClock
 from reference_engine.handler import HandlerFactory
 from reference_engine.handlers.memory import InMemoryStateHandler, in_memory_handler
@@ -53,7 +54,7 @@ class TestInMemoryHandler(ConformanceSuite):
             pytest.skip("pytest-xdist is not loaded")
         mark = request.node.get_closest_marker("xdist_group")
         assert mark is not None, "the dsm plugin did not group this suite class"
-        assert mark.args == (f"{type(self).__module__}.TestInMemoryHandler",)
+        assert mark.args == (suite_group(TestInMemoryHandler),)
 
 
 def system_clock_handler(clock: Clock) -> InMemoryStateHandler:
@@ -179,7 +180,7 @@ def test_every_property_is_reported_once() -> None:
 
 
 # On TestInMemoryHandler's worker (loadgroup), so the full ci run below is its report.
-@pytest.mark.xdist_group(f"{__name__}.TestInMemoryHandler")
+@pytest.mark.xdist_group(suite_group(TestInMemoryHandler))
 def test_a_run_that_misses_a_property_is_topped_up_before_it_is_called_unexercised() -> None:
     # One step per test case reaches almost nothing: the clean run is followed by
     # the top-up runs, and what none of them reached is reported as not exercised.

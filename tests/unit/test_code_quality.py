@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from dsm_sim.conformance.cache import cache_dir
+
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("reference_engine", "dsm_sim")
@@ -21,16 +23,13 @@ def _run(*cmd: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 def _mypy_cache() -> str:
-    """``MYPY_CACHE_DIR``, else ``dsm/mypy`` in the user's cache folder (XDG).
+    """``MYPY_CACHE_DIR``, else ``mypy`` in dsm's cache directory (``cache_dir``).
 
     Outside the checkout, so a fresh clone (as CI makes) checks only what
     changed: mypy trusts a cached module only when its file's content hash
     matches, whatever the path or modification time.
     """
-    if os.environ.get("MYPY_CACHE_DIR"):
-        return os.environ["MYPY_CACHE_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return str(Path(base) / "dsm" / "mypy")
+    return os.environ.get("MYPY_CACHE_DIR") or str(cache_dir() / "mypy")
 
 
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is installed with the dev extra")
