@@ -49,7 +49,7 @@ from dsm_sim.wall import patience
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
-__all__ = ["ClusterUnavailableError", "run_plan_on_cluster"]
+__all__ = ["ClusterUnavailableError", "local_cluster", "run_plan_on_cluster"]
 
 #: Runs submitted ahead of the one being handed back, per worker: enough to keep
 #: every worker busy while the parent waits for the oldest run.
@@ -95,6 +95,24 @@ def _quiet_on_give_up() -> Iterator[Callable[[], None]]:
             logging.getLogger(name).setLevel(level)
 
 
+def local_cluster(workers: int) -> Any:
+    """A ``LocalCluster`` of ``workers`` single-threaded processes, as ``--cluster local`` starts.
+
+    No dashboard, and the scheduler's own HTTP routes on a free loopback port:
+    Dask's default, 8787, makes a second local cluster on the machine warn
+    (or fail, with warnings as errors).  Raises ImportError without Dask.
+    """
+    from distributed import LocalCluster
+
+    return LocalCluster(  # type: ignore[no-untyped-call]
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+    )
+
+
 def run_plan_on_cluster(
     plan: Sequence[tuple[Scenario, int]],
     handler: str | HandlerFactory,
@@ -117,7 +135,7 @@ def run_plan_on_cluster(
     """
     where = address or f"LocalCluster({workers} workers)"
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError as exc:
         raise ClusterUnavailableError(where, f"dask.distributed is not installed ({exc})") from None
     if handler_name is None and isinstance(handler, str):
@@ -130,18 +148,7 @@ def run_plan_on_cluster(
     stack = contextlib.ExitStack()
     try:
         if address is None:
-            cluster = stack.enter_context(
-                LocalCluster(  # type: ignore[no-untyped-call]
-                    n_workers=workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=None,
-                    # No dashboard, and the scheduler's own HTTP routes on a free
-                    # loopback port: Dask's default, 8787, makes a second local
-                    # cluster on the machine warn (or fail, with warnings as errors).
-                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                )
-            )
+            cluster = stack.enter_context(local_cluster(workers))
             client = stack.enter_context(Client(cluster))  # type: ignore[no-untyped-call]
         else:
             client = stack.enter_context(Client(address, timeout=connect_timeout))  # type: ignore[no-untyped-call]

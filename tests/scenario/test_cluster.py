@@ -19,7 +19,11 @@ from run_outputs import files_under
 
 from dsm_sim.cli import main as dsm
 from dsm_sim.scenario import load_scenario
-from dsm_sim.simulator.distributed import ClusterUnavailableError, run_plan_on_cluster
+from dsm_sim.simulator.distributed import (
+    ClusterUnavailableError,
+    local_cluster,
+    run_plan_on_cluster,
+)
 from dsm_sim.simulator.parallel import run_plan
 
 try:
@@ -112,7 +116,7 @@ def test_a_worker_lost_mid_sweep_costs_only_its_unfinished_runs() -> None:
     # the one its nanny starts again), and every outcome is still the serial one.
     import signal
 
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     plan = [
         (load_scenario(SCENARIOS / name), seed)
@@ -121,13 +125,7 @@ def test_a_worker_lost_mid_sweep_costs_only_its_unfinished_runs() -> None:
     ]
     handler = "reference_engine.handlers.memory:in_memory_handler"
     serial = list(run_plan(plan, handler))
-    cluster = LocalCluster(  # type: ignore[no-untyped-call]
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=None,
-        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # 8787 may be another's
-    )
+    cluster = local_cluster(2)
     with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
         pids = client.run(os.getpid)
         victim = sorted(pids.values())[0]

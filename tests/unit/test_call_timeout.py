@@ -85,12 +85,12 @@ def test_the_race_matrix_bounds_its_calls_by_the_same_limit() -> None:
     # Bounded by the run's limit, that open is a timeout; bounded by the
     # default, it would pass unnoticed and every later hung call would cost
     # the default's ten seconds.
-    opened: list[float] = []
+    opened: list[bool] = []
 
     class SlowFirstOpen(InMemoryStateHandler):
         async def open(self) -> None:
             if not opened:
-                opened.append(SHORT)
+                opened.append(True)
                 await asyncio.sleep(5 * SHORT)
             await super().open()
 
