@@ -75,7 +75,8 @@ def run(short: bool) -> list[Table]:
         while (done.deliveries < target) if seeds is None else (done.seeds < seeds):
             seeds_now = range(done.seeds + 1, done.seeds + block + 1)
             plan = [(s, seed) for seed in seeds_now for s in scenarios]
-            for outcome in run_plan(plan, HANDLER, jobs=jobs):
+            # As `dsm run` without --report: the workers send back no history.
+            for outcome in run_plan(plan, HANDLER, jobs=jobs, keep_history=False):
                 if outcome.result is None:
                     raise RuntimeError(f"{outcome.scenario.name} seed {outcome.seed}: {outcome}")
                 done.add(outcome.result)

@@ -168,7 +168,7 @@ def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]
 def render_html(run: RunResult) -> str:
     flagged_ops = {i for r in run.results for v in r.violations for i in v.ops}
     flagged_events = {i for r in run.results for v in r.violations for i in v.events}
-    history = run.history
+    history = run.whole_history()
     trace = [op for op in history.ops if op.index in flagged_ops]
     trace_events = [ev for ev in history.events if ev.index in flagged_events]
     lanes = swim_lanes(history, flagged_ops, flagged_events)

@@ -64,7 +64,7 @@ def report_dict(run: RunResult) -> dict[str, Any]:
         "faults": dict(run.faults),
         "stats": dict(run.stats),
         "invariants": [_invariant(r) for r in run.results],
-        "history": run.history.to_json(),
+        "history": run.whole_history().to_json(),
     }
     if run.gaps:
         # What the scenario asked for and the run never reached: NOT EXERCISED unless waived.

@@ -316,6 +316,9 @@ def main(args: argparse.Namespace) -> int:
     #: What --max-wall stopped, said after the summary (None: it did not expire).
     out_of_time: WallClockLimitError | None = None
     jobs = getattr(args, "jobs", 1)
+    # What reads a run's history once it is judged: the reports, and the list of calls a
+    # non-strict semantics refused. Without them, workers send back verdicts and stats.
+    keep_history = args.report is not None or not semantics.strict
     # Worker processes resolve the handler from its spec; in this process the factory
     # resolved above is used, as before.
     cluster = getattr(args, "cluster", None)
@@ -332,6 +335,7 @@ def main(args: argparse.Namespace) -> int:
                 system_clock=system,
                 deadline=deadline,
                 semantics=semantics_option,
+                keep_history=keep_history,
             )
         except ConfigurationError as exc:
             print(f"dsm run: {exc}", file=err)
@@ -345,6 +349,7 @@ def main(args: argparse.Namespace) -> int:
             system_clock=system,
             deadline=deadline,
             semantics=semantics_option,
+            keep_history=keep_history,
         )
     finished = 0
     try:

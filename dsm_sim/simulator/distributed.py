@@ -124,6 +124,7 @@ def run_plan_on_cluster(
     deadline: float | None = None,
     connect_timeout: float = 10.0,
     semantics: SemanticsProfile | str | None = None,
+    keep_history: bool = True,
 ) -> Iterator[RunOutcome]:
     """Run every (scenario, seed) of ``plan`` on a Dask cluster; yield outcomes in plan order.
 
@@ -131,7 +132,9 @@ def run_plan_on_cluster(
     installed or the scheduler does not answer within ``connect_timeout``
     seconds.  ``deadline`` is the command's wall-clock bound, as for
     :func:`~dsm_sim.simulator.parallel.run_plan`: the workers' clocks are
-    trusted to agree with this one.
+    trusted to agree with this one.  ``keep_history=False`` sends each result
+    back without its history, as for ``run_plan``: what crosses the network
+    is then the verdict, the stats and the violations of each run.
     """
     where = address or f"LocalCluster({workers} workers)"
     try:
@@ -143,7 +146,8 @@ def run_plan_on_cluster(
     sent = prepare_handler(handler)
     timeout = os.environ.get(CALL_TIMEOUT_ENV)
     tasks = [
-        Task(s, seed, sent, handler_name, system_clock, deadline, semantics) for s, seed in plan
+        Task(s, seed, sent, handler_name, system_clock, deadline, semantics, keep_history)
+        for s, seed in plan
     ]
     stack = contextlib.ExitStack()
     try:
@@ -168,44 +172,71 @@ def _outcomes(
 ) -> Iterator[RunOutcome]:
     """The outcomes in plan order; a run still going well past ``deadline`` is given up on.
 
+    Each result is fetched as soon as its run completes, by the client's own
+    thread (``as_completed(with_results=True)``), and held until the runs
+    before it in the plan have been handed back: waiting on the oldest run
+    and only then asking for its result cost one round trip to the
+    scheduler per run, in plan order, while later results sat on the workers.
+
     Leaving early (the deadline, Ctrl-C, SIGTERM) cancels every run in flight
     and closes the client, and a ``LocalCluster`` with it: its worker
     processes are ended, a run blocked in its thread included.  The workers
     of a cluster given by address are not ours to kill; a run blocked on one
     of them is cancelled, and the command ends anyway.
     """
-    from distributed import KilledWorker
+    from distributed import as_completed
 
     pending = deque(tasks)
     inflight: deque[tuple[Task, Any]] = deque()
+    #: Results fetched ahead of their turn, by future key.
+    fetched: dict[str, Any] = {}
     ahead = _AHEAD * max(1, workers)
     with _quiet_on_give_up() as give_up, stack:
         stack.callback(lambda: client.cancel([f for _, f in inflight], force=True))
+        done = as_completed(  # type: ignore[no-untyped-call]
+            with_results=True, raise_errors=False, timeout=patience(deadline)
+        )
         while pending or inflight:
             while pending and len(inflight) < ahead:
                 task = pending.popleft()
-                inflight.append((task, client.submit(_remote, task, timeout, pure=False)))
+                future = client.submit(_remote, task, timeout, pure=False)
+                inflight.append((task, future))
+                done.add(future)  # type: ignore[no-untyped-call]
             task, future = inflight[0]  # kept in flight (to be cancelled) until it is done
             try:
-                outcome: RunOutcome = future.result(timeout=patience(deadline))
+                while future.key not in fetched:
+                    finished, result = next(done)
+                    fetched[finished.key] = result
             except TimeoutError:
                 # Well past the deadline: given up on (cancelled, its worker closed with
                 # the cluster by the stack).
                 give_up()
                 yield RunOutcome(task.scenario, task.seed, error=blocked_run())
                 return
-            except KilledWorker as exc:
-                outcome = RunOutcome(
-                    task.scenario,
-                    task.seed,
-                    crash=RunCrash(
-                        task.scenario, task.seed, f"killed every worker it ran on: {exc}"
-                    ),
-                )
-            except Exception as exc:  # the outcome could not be sent back
-                outcome = RunOutcome(task.scenario, task.seed, error=exc)
             inflight.popleft()
-            yield outcome
+            yield _outcome(task, future, fetched.pop(future.key))
+
+
+def _outcome(task: Task, future: Any, result: Any) -> RunOutcome:
+    """What a finished future gave: its outcome, or why it has none."""
+    from distributed import KilledWorker
+
+    if future.status == "finished":
+        outcome: RunOutcome = result
+        return outcome
+    try:
+        future.result()  # raises what the run's task raised, as itself
+    except KilledWorker as exc:
+        return RunOutcome(
+            task.scenario,
+            task.seed,
+            crash=RunCrash(task.scenario, task.seed, f"killed every worker it ran on: {exc}"),
+        )
+    except Exception as exc:  # the outcome could not be sent back
+        return RunOutcome(task.scenario, task.seed, error=exc)
+    return RunOutcome(
+        task.scenario, task.seed, error=RuntimeError(f"the cluster lost the run ({future.status})")
+    )
 
 
 def _remote(task: Task, timeout: str | None) -> RunOutcome:

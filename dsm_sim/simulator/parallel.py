@@ -160,6 +160,9 @@ class Task:
     #: The semantics profile (or its name, or ``module:ATTRIBUTE``) given for the runs;
     #: ``None``: the one the factory declares, resolved in the worker.
     semantics: SemanticsProfile | str | None = None
+    #: False: the result comes back without its history (:meth:`RunResult.without_history`),
+    #: for a command that writes no report.
+    keep_history: bool = True
 
 
 _FACTORIES: dict[str | bytes, HandlerFactory] = {}
@@ -198,6 +201,8 @@ def run_one(task: Task) -> RunOutcome:
             )
     except Exception as exc:
         return RunOutcome(task.scenario, task.seed, error=_sendable(task, exc))
+    if not task.keep_history:
+        result = result.without_history()
     return RunOutcome(task.scenario, task.seed, result=result)
 
 
@@ -243,6 +248,7 @@ def run_plan(
     system_clock: bool = False,
     deadline: float | None = None,
     semantics: SemanticsProfile | str | None = None,
+    keep_history: bool = True,
 ) -> Iterator[RunOutcome]:
     """Run every (scenario, seed) of ``plan``; yield the outcomes in plan order.
 
@@ -250,9 +256,16 @@ def run_plan(
     did.  ``deadline`` (a :func:`~dsm_sim.simulator.bridge.wall_now` instant)
     stops a run at its first handler call past it, in whichever process.
     ``semantics`` is the profile every run is judged by (see
-    :func:`~dsm_sim.simulator.run.run_scenario`).  Raises :class:`UnpicklableFactoryError` before any run when a
-    callable ``handler`` cannot be pickled, and ``ConfigurationError`` for a
-    ``jobs`` outside 1..``MAX_JOBS``.
+    :func:`~dsm_sim.simulator.run.run_scenario`).
+
+    ``keep_history=False``: a worker sends each result back without its
+    history (the verdict, stats and violations only; no report can be written
+    from it), which saves serialising most of what a run produces.  A run in
+    this process keeps its history either way, as nothing is sent.
+
+    Raises :class:`UnpicklableFactoryError` before any run when a callable
+    ``handler`` cannot be pickled, and ``ConfigurationError`` for a ``jobs``
+    outside 1..``MAX_JOBS``.
     """
     if not 1 <= jobs <= MAX_JOBS:
         raise ConfigurationError(f"jobs must be from 1 to {MAX_JOBS}, got {jobs}")
@@ -262,7 +275,8 @@ def run_plan(
         return _serial(plan, handler, handler_name, system_clock, deadline, semantics)
     sent = prepare_handler(handler)
     tasks = [
-        Task(s, seed, sent, handler_name, system_clock, deadline, semantics) for s, seed in plan
+        Task(s, seed, sent, handler_name, system_clock, deadline, semantics, keep_history)
+        for s, seed in plan
     ]
     return _parallel(tasks, min(jobs, len(tasks)), deadline)
 

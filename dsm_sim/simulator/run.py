@@ -18,6 +18,7 @@ store, with :class:`~dsm_sim.conformance.judge.semantics.UnsupportedOperationErr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shlex
 import sys
 from collections import Counter
@@ -79,6 +80,7 @@ from reference_engine.clock import Clock
 from reference_engine.config import parse_node_settings
 from reference_engine.engine.definitions import Element, ExecutionThread
 from reference_engine.engine.executor import BaseNodeExecutor
+from reference_engine.errors import DsmError
 from reference_engine.factory import DataStateMachineFactory
 from reference_engine.handler import HandlerFactory
 from reference_engine.nodes.approval import ApprovalExecutor
@@ -92,6 +94,7 @@ from reference_engine.status import IdempotencyStatus
 __all__ = [
     "BUILDERS",
     "DEFAULT_HANDLER",
+    "HistoryNotKeptError",
     "NodeBuilder",
     "RunResult",
     "allowed_dead_letters",
@@ -177,6 +180,22 @@ def allowed_dead_letters(
     return sorted(reason for reason, on in reasons.items() if on)
 
 
+class HistoryNotKeptError(DsmError):
+    """A report was asked of a run result whose history stayed in the process that ran it.
+
+    ``run_plan(..., keep_history=False)`` sends back verdicts and stats only;
+    a caller that writes reports must ask for the history.
+    """
+
+    def __init__(self, scenario: str, seed: int) -> None:
+        self.scenario, self.seed = scenario, seed
+        super().__init__(
+            f"{scenario} seed {seed}: its history was left in the process that ran it "
+            "(keep_history=False), so no report can be written from this result; "
+            "run the plan with keep_history=True to write reports"
+        )
+
+
 def replay_command(
     scenario: Scenario,
     seed: int,
@@ -216,6 +235,33 @@ class RunResult:
     gaps: tuple[Gap, ...] = ()
     #: The gaps waived by name (``dsm run --waive NAME``): said, not failed.
     waived_gaps: frozenset[str] = frozenset()
+    #: False when the run's operations and events stayed in the process that ran it
+    #: (:meth:`without_history`): the verdict, stats and violations are all here, but
+    #: no report can be written from it.
+    history_kept: bool = True
+
+    def without_history(self) -> RunResult:
+        """This result with its history's operations, events and final states left out.
+
+        What a worker process or a cluster sends back when the command will
+        write no report: the history is most of a result's size (180 KB
+        pickled on average over ``scenarios/``, up to about 1 MB), and nothing
+        but the reports reads it once the run has been judged.
+        """
+        kept = History(
+            epoch=self.history.epoch,
+            lock_duration=self.history.lock_duration,
+            sweep_interval=self.history.sweep_interval,
+            faults_stop=self.history.faults_stop,
+            meta=self.history.meta,
+        )
+        return dataclasses.replace(self, history=kept, history_kept=False)
+
+    def whole_history(self) -> History:
+        """The run's history; a :class:`HistoryNotKeptError` when it was left in its worker."""
+        if not self.history_kept:
+            raise HistoryNotKeptError(self.scenario.name, self.seed)
+        return self.history
 
     @property
     def not_exercised(self) -> tuple[str, ...]:

@@ -88,13 +88,14 @@ def test_outcomes_come_back_in_plan_order_with_the_serial_results() -> None:
         with contextlib.suppress(OSError):  # already held by someone else: as good
             held.bind(("0.0.0.0", 8787))
             held.listen()
-        remote = list(run_plan_on_cluster(plan, handler, workers=2))
+        remote = list(run_plan_on_cluster(plan, handler, workers=2, keep_history=False))
     assert not [w for w in said if "8787" in str(w.message)], [str(w.message) for w in said]
     assert [(o.scenario.name, o.seed) for o in remote] == [(s.name, seed) for s, seed in plan]
     for mine, theirs in zip(serial, remote, strict=True):
         assert mine.result is not None and theirs.result is not None, (mine, theirs)
         assert theirs.result.stats == mine.result.stats
         assert theirs.result.violated == mine.result.violated
+        assert not theirs.result.history_kept and theirs.result.history.ops == ()
 
 
 def test_a_scheduler_nobody_runs_is_a_named_error_before_any_run() -> None:

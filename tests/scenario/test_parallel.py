@@ -7,6 +7,7 @@ The comparison is byte for byte and excludes nothing: the same command line
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 
@@ -15,8 +16,11 @@ import pytest
 from run_outputs import files_under
 
 from dsm_sim.cli import main as dsm
+from dsm_sim.reports.html import write_html
+from dsm_sim.reports.json_report import write_json
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.parallel import UnpicklableFactoryError, run_plan
+from dsm_sim.simulator.run import HistoryNotKeptError
 from reference_engine.handlers.memory import in_memory_handler
 
 pytestmark = pytest.mark.scenario
@@ -64,6 +68,45 @@ def test_two_jobs_give_byte_identical_stdout_reports_and_exit_code(
     assert len(serial_files) == 10  # 4 runs x (HTML + JSON) + the index + JUnit
     for name, content in serial_files.items():
         assert parallel_files[name] == content, f"{name} differs between --jobs 1 and --jobs 2"
+
+
+def test_without_reports_the_output_is_the_same_and_workers_send_back_no_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No --report: the workers keep each run's history to themselves, and what is
+    # printed and written (the FAIL lines, violations, replays, JUnit) must not change.
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", str(SCENARIOS / "duplicate-storm.toml"), str(SCENARIOS / "slow-worker.toml")]
+    argv += ["--seeds", "2", "--handler", "broken:no_fencing", "--junit", "junit.xml"]
+    serial_code, serial_out = _run([*argv, "--jobs", "1"], capsys)
+    serial_junit = (tmp_path / "junit.xml").read_bytes()
+    parallel_code, parallel_out = _run([*argv, "--jobs", "2"], capsys)
+
+    assert serial_code == parallel_code == 1
+    assert "FAIL slow-worker seed" in serial_out and "replay: dsm run" in serial_out
+    assert parallel_out == serial_out
+    assert (tmp_path / "junit.xml").read_bytes() == serial_junit
+
+
+def test_a_result_sent_back_without_its_history_keeps_the_verdict_and_refuses_a_report(
+    tmp_path: Path,
+) -> None:
+    plan = [(load_scenario(SCENARIOS / "slow-worker.toml"), seed) for seed in (1, 2)]
+    serial = list(run_plan(plan, "broken:no_fencing"))
+    sent = list(run_plan(plan, "broken:no_fencing", jobs=2, keep_history=False))
+    for whole, slim in zip(serial, sent, strict=True):
+        assert whole.result is not None and slim.result is not None, (whole, slim)
+        assert whole.result.history_kept and whole.result.history.ops
+        assert not slim.result.history_kept and slim.result.history.ops == ()
+        assert slim.result.stats == whole.result.stats
+        assert slim.result.results == whole.result.results  # violations, messages, notes
+        assert slim.result.replay == whole.result.replay
+        assert len(pickle.dumps(slim)) * 3 < len(pickle.dumps(whole))
+    failed = next(o.result for o in sent if o.result is not None and not o.result.passed)
+    for write in (write_json, write_html):
+        with pytest.raises(HistoryNotKeptError, match="keep_history=True"):
+            write(failed, tmp_path / "reports")
+    assert not list((tmp_path / "reports").glob("*"))
 
 
 def _with_zone(source: Path, target: Path, name: str, zone: str | None) -> Path:
