@@ -4,8 +4,10 @@ The question a user of ``dsm run --seeds N --jobs J`` asks before putting a
 sweep in a nightly job: how long do a million simulated deliveries take on
 this machine, and do the correct handlers keep every invariant through all of
 them?  The sweep runs every scenario in ``scenarios/`` for seeds 1, 2, 3 ...
-in blocks of :data:`BLOCK` seeds, through the same ``run_plan`` as
-``dsm run --jobs 2``, until the deliveries reach the target; every run's
+through the same ``run_plan`` as ``dsm run --jobs 2``, until the deliveries
+reach the target (a first plan of :data:`BLOCK` seeds, then one plan of as
+many seeds as its rate says are left, stopped at the first seed that reaches
+the target), as ``dsm run`` without ``--report`` does; every run's
 verdict counts, and one failing run makes the benchmark fail.  The speed-up
 of the second process is measured side by side: the same seeds again with
 ``jobs=1``, which must give the same stats and verdict for every run.
@@ -39,7 +41,7 @@ HEADERS = (
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 HANDLER = "reference_engine.handlers.memory:in_memory_handler"
 TARGET_ENV = "DSM_BENCH_SWEEP_DELIVERIES"
-#: Seeds per block: enough runs for both processes, and a bounded overshoot of the target.
+#: Seeds in the first plan, whose rate sizes the rest: enough runs for both processes.
 BLOCK = 25
 JOBS = 2
 
@@ -73,14 +75,35 @@ def run(short: bool) -> list[Table]:
         done = _Sweep()
         started = timed()
         while (done.deliveries < target) if seeds is None else (done.seeds < seeds):
-            seeds_now = range(done.seeds + 1, done.seeds + block + 1)
+            if seeds is not None:
+                count = seeds - done.seeds
+            elif done.seeds == 0:
+                count = block
+            else:
+                # The rest in one plan, from the rate so far, with a tenth more as margin:
+                # each plan starts its worker processes afresh, and the last runs of a
+                # plan leave a worker idle while the other finishes.
+                per_seed = done.deliveries / done.seeds
+                count = max(block, int((target - done.deliveries) / per_seed * 1.1) + 1)
+            seeds_now = range(done.seeds + 1, done.seeds + count + 1)
             plan = [(s, seed) for seed in seeds_now for s in scenarios]
             # As `dsm run` without --report: the workers send back no history.
-            for outcome in run_plan(plan, HANDLER, jobs=jobs, keep_history=False):
-                if outcome.result is None:
-                    raise RuntimeError(f"{outcome.scenario.name} seed {outcome.seed}: {outcome}")
-                done.add(outcome.result)
-            done.seeds = seeds_now[-1]
+            outcomes = run_plan(plan, HANDLER, jobs=jobs, keep_history=False)
+            try:
+                for n, outcome in enumerate(outcomes, start=1):
+                    if outcome.result is None:
+                        raise RuntimeError(
+                            f"{outcome.scenario.name} seed {outcome.seed}: {outcome}"
+                        )
+                    done.add(outcome.result)
+                    if n % len(scenarios) == 0:  # a seed's runs are all in
+                        done.seeds = outcome.seed
+                        if seeds is None and done.deliveries >= target:
+                            break  # the runs still in flight are stopped
+            finally:
+                close = getattr(outcomes, "close", None)
+                if callable(close):
+                    close()
         done.seconds = timed() - started
         return done
 
@@ -107,7 +130,8 @@ def run(short: bool) -> list[Table]:
         for jobs, done in ((1, serial), (JOBS, parallel))
     ]
     note = (
-        f"{len(scenarios)} scenarios x seeds 1-{parallel.seeds} in blocks of {block}: jobs={JOBS} "
+        f"{len(scenarios)} scenarios x seeds 1-{parallel.seeds} (first {block} seeds, then the "
+        f"rest in one plan): jobs={JOBS} "
         f"(forkserver workers, start-up included) until {target:,} deliveries "
         f"(${TARGET_ENV}), then jobs=1 in this process over the same seeds; the same stats "
         "and verdict for every run, and every run must keep every invariant"
