@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import func, inspect, select, text
+from sqlalchemy import event, func, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from reference_engine.clock import UTC, Clock, ManualClock
@@ -604,6 +604,39 @@ def test_open_is_idempotent_and_keeps_rows(build: Builder) -> None:
         assert record.data == {"v": 1}
 
     run_on(build, clock, body)
+
+
+def test_a_sqlite_start_reads_once_and_creates_in_one_transaction(tmp_path: Path) -> None:
+    # A start reads sqlite_master once; only a store that lacks something gets the
+    # CREATE ... IF NOT EXISTS statements, all inside one BEGIN IMMEDIATE.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'dsm.db'}"
+    clock = ManualClock(START)
+
+    async def body() -> list[list[str]]:
+        starts: list[list[str]] = []
+        for _ in range(2):
+            handler = SqlStateHandler(create_engine_for(url), clock)
+            sent: list[str] = []
+            event.listen(
+                handler.engine.sync_engine,
+                "before_cursor_execute",
+                lambda _c, _cur, sql, *_rest, _sent=sent: _sent.append(sql.split("(")[0].strip()),
+            )
+            await handler.open()
+            starts.append(sent)
+            await handler.close()
+        return starts
+
+    fresh, again = asyncio.run(body())
+    assert fresh == [
+        "SELECT name FROM sqlite_master WHERE tbl_name = 'process_state_logs'",
+        "BEGIN IMMEDIATE",
+        "CREATE TABLE IF NOT EXISTS process_state_logs",
+        "CREATE UNIQUE INDEX IF NOT EXISTS ux_process_state_logs_current_key ON process_state_logs",
+        "CREATE INDEX IF NOT EXISTS ix_process_state_logs_lock_sweep ON process_state_logs",
+        "CREATE INDEX IF NOT EXISTS ix_process_state_logs_retention ON process_state_logs",
+    ]
+    assert again == fresh[:1]
 
 
 def test_open_recreates_a_missing_index_of_an_existing_table(build: Builder) -> None:
