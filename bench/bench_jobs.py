@@ -82,8 +82,8 @@ def run(short: bool) -> list[Table]:
         if seen and digest != seen[0]:
             raise RuntimeError(f"jobs={jobs} gave other results than jobs=1")
         seen.append(digest)
-        deliveries = sum(int(r.stats["deliveries"]) for r in results)
-        operations = sum(int(r.stats["operations"]) for r in results)
+        deliveries = sum(_count(r.stats["deliveries"]) for r in results)
+        operations = sum(_count(r.stats["operations"]) for r in results)
         violations = sum(len(i.violations) for r in results for i in r.results)
         rate = deliveries / seconds
         base_rate = base_rate or rate
@@ -108,3 +108,10 @@ def run(short: bool) -> list[Table]:
         "(start-up included in both); same stats for every run"
     )
     return [Table(TITLE, HEADERS, rows, note)]
+
+
+def _count(value: object) -> int:
+    """A run's count from its stats (whose values are any scalar)."""
+    if not isinstance(value, int):
+        raise TypeError(f"expected a count, got {value!r}")
+    return value
