@@ -200,6 +200,14 @@ class ControlledLoop(asyncio.SelectorEventLoop):
         if changed.is_set():
             changed.clear()
             return True
+        if bound is not None:
+            # A resumed call that waits on nothing outside the loop (an
+            # in-process store) parks again, or finishes, in the loop's next
+            # turn: one turn tells, without a timer set and cancelled per wait.
+            await asyncio.sleep(0)
+            if changed.is_set():
+                changed.clear()
+                return True
         if bound is None:
             await changed.wait()
         else:
