@@ -327,6 +327,7 @@ class OperationRules(RuleBasedStateMachine):
             **{r: o.value for r, o in observed.items()},
         }
         model_view = self._model_view()
+        history = {record.key for record in self.model.superseded}
         for ref in self.world:
             if ref not in observed:
                 continue
@@ -350,14 +351,13 @@ class OperationRules(RuleBasedStateMachine):
             )
             self._checked(*J.record_checks(ref, model_view))
             self._report(J.judge_isolation(ref, view, model_view))
-            has_history = any(r.key == ref.record_key for r in self.model.superseded)
             self._report(
                 J.judge_record(
                     ref,
                     after,
                     model_view[ref],
                     now,
-                    has_history=has_history,
+                    has_history=ref.record_key in history,
                     semantics=self.semantics,
                 )
             )

@@ -756,14 +756,14 @@ class RaceRules(OperationRules):
         model_view = self._model_view(model)
         if not view:
             return False
+        history = {record.key for record in model.superseded}
         for ref in view:
-            has_history = any(r.key == ref.record_key for r in model.superseded)
             if J.judge_record(
                 ref,
                 view.get(ref),
                 model_view[ref],
                 now,
-                has_history=has_history,
+                has_history=ref.record_key in history,
                 semantics=self.semantics,
             ):
                 return False
