@@ -128,6 +128,9 @@ class OperationRules(RuleBasedStateMachine):
         #: Calls on one item so far (every FULL_READ_EVERY-th reads every item back).
         self.partial_reads = 0
         self.view: dict[ItemRef, StateRecord | None] = dict.fromkeys(self.world)
+        #: The world's items each item could be mixed up with (_siblings), for ``_sibling_refs``.
+        self._sibling_refs: tuple[ItemRef, ...] | None = None
+        self._sibling_map: dict[ItemRef, dict[ItemRef, str]] = {}
         self.diverged = False
         self.failed = False
         self.zone = UTC_ZONE
@@ -349,7 +352,7 @@ class OperationRules(RuleBasedStateMachine):
                     kept=model_view[ref] if vanishes else None,
                 )
             )
-            self._checked(*J.record_checks(ref, model_view))
+            self._checked(*J.record_checks(ref, model_view, self._siblings(ref)))
             self._report(J.judge_isolation(ref, view, model_view))
             self._report(
                 J.judge_record(
@@ -364,6 +367,16 @@ class OperationRules(RuleBasedStateMachine):
             if self.diverged:
                 return
         self.view = view
+
+    def _siblings(self, ref: ItemRef) -> Mapping[ItemRef, str]:
+        """The items of the world a store could mix ``ref`` up with, kept until the world changes."""
+        refs = self.world.refs
+        if self._sibling_refs is not refs:
+            self._sibling_refs, self._sibling_map = refs, {}
+        found = self._sibling_map.get(ref)
+        if found is None:
+            found = self._sibling_map[ref] = J.isolation_siblings(ref, refs)
+        return found
 
     def _retained(self, record: StateRecord, now: dt.datetime) -> bool:
         """Is a record read earlier still there by a TTL's rule (always, under a sweep)?"""
