@@ -16,7 +16,9 @@ product (``'x' * 262128``), so a payload at the size limit reads in one line.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +59,38 @@ def expression(value: object) -> str:
     return repr(value)
 
 
+#: Values of these types are never changed in place: a copy of one is the value itself.
+_ATOMIC: frozenset[type] = frozenset(
+    {type(None), bool, int, float, complex, str, bytes, dt.datetime, dt.date, dt.timedelta}
+)
+
+
+def _unchangeable(value: object) -> bool:
+    """Nothing can change ``value`` in place: atoms, enum members, tuples and frozen dataclasses of such.
+
+    Every step's arguments are copied when it is recorded and again when it is
+    replayed (a handler may change a payload it was given); most of them are
+    workers, roles, enum members and worlds, whose copies cost far more than
+    the step's own work and are equal to the value they copy.
+    """
+    kind = type(value)
+    if kind in _ATOMIC or isinstance(value, enum.Enum):
+        return True
+    if kind is tuple:
+        return all(_unchangeable(item) for item in value)  # type: ignore[attr-defined]
+    if isinstance(value, str):
+        return not getattr(value, "__dict__", None)  # a subclass with state of its own is copied
+    params = getattr(kind, "__dataclass_params__", None)
+    if params is None or not params.frozen:
+        return False
+    return all(_unchangeable(getattr(value, f.name)) for f in dataclasses.fields(value))  # type: ignore[arg-type]
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of ``value``, or the value itself where nothing can change it in place."""
+    return value if _unchangeable(value) else copy.deepcopy(value)
+
+
 def _text(value: str) -> str:
     head = value[:1]
     run = len(value) - len(value.lstrip(head)) if head else 0
@@ -75,11 +109,11 @@ class Call:
 
     @classmethod
     def of(cls, rule: str, **arguments: Any) -> Call:
-        return cls(rule, tuple((k, copy.deepcopy(v)) for k, v in arguments.items()))
+        return cls(rule, tuple((k, _copy(v)) for k, v in arguments.items()))
 
     def kwargs(self) -> dict[str, Any]:
         """The arguments, copied: a handler may change a payload it was given in place."""
-        return {key: copy.deepcopy(value) for key, value in self.arguments}
+        return {key: _copy(value) for key, value in self.arguments}
 
     def argument(self, name: str, default: Any = None) -> Any:
         return dict(self.arguments).get(name, default)

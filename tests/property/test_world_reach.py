@@ -187,3 +187,30 @@ def test_scramble_changes_every_mutable_part_and_leaves_immutable_ones() -> None
     frozen = types.MappingProxyType({"a": 1})
     scramble(frozen)
     assert dict(frozen) == {"a": 1}
+
+
+def test_clock_jumps_from_the_far_end_of_time_stay_in_the_calendar() -> None:
+    # A world may start at FAR_END with a century's retention: a second jump
+    # past it would pass year 9999, and must leave the clock where it is
+    # rather than stop the run with an OverflowError.
+    from dsm_sim.conformance.execute.machine import build_machine
+    from dsm_sim.conformance.generate.domains import FAR_END
+    from dsm_sim.conformance.generate.worlds import DEFAULT_WORLD
+    from reference_engine.config import MAX_RETENTION
+    from reference_engine.handlers.memory import in_memory_handler
+
+    longest = HandlerConfig(lock_duration=dt.timedelta(minutes=30), retention=MAX_RETENTION)
+    hot = ItemRef("t1", Scope.ELEMENT, "INV-1", config=longest)
+    world = World((hot, *DEFAULT_WORLD.refs[1:]), start=FAR_END)
+    state = build_machine(in_memory_handler)()
+    try:
+        state.setup(world=world)
+        state.clock_jumps_past_retention(item=Role.HOT)
+        moved = state.clock.now()
+        assert moved == FAR_END + MAX_RETENTION + dt.timedelta(seconds=1)
+        state.clock_jumps_past_retention(item=Role.HOT)
+        assert state.clock.now() == moved
+        assert "past year 9999" in state.steps[-1].outcome
+        state.try_acquire_lock(worker=1, item=Role.HOT)  # the world still runs there
+    finally:
+        state.teardown()

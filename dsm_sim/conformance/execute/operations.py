@@ -35,6 +35,7 @@ from dsm_sim.conformance.execute.instances import HandlerInstances
 from dsm_sim.conformance.execute.loop import LoopDriver
 from dsm_sim.conformance.execute.recording import step
 from dsm_sim.conformance.generate import draws as W
+from dsm_sim.conformance.generate.swarm import SwarmRules
 from dsm_sim.conformance.generate.worlds import (
     DEFAULT_WORLD,
     UTC_ZONE,
@@ -93,6 +94,8 @@ class OperationRules(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        # Swarm testing at one draw per step (dsm_sim.conformance.generate.swarm).
+        self._rules_strategy = SwarmRules(self)  # type: ignore[assignment]
         stats = type(self).stats
         stats.test_cases += 1
         if stats.on_test_case is not None:
@@ -125,6 +128,9 @@ class OperationRules(RuleBasedStateMachine):
         #: Calls on one item so far (every FULL_READ_EVERY-th reads every item back).
         self.partial_reads = 0
         self.view: dict[ItemRef, StateRecord | None] = dict.fromkeys(self.world)
+        #: The world's items each item could be mixed up with (_siblings), for ``_sibling_refs``.
+        self._sibling_refs: tuple[ItemRef, ...] | None = None
+        self._sibling_map: dict[ItemRef, dict[ItemRef, str]] = {}
         self.diverged = False
         self.failed = False
         self.zone = UTC_ZONE
@@ -324,6 +330,7 @@ class OperationRules(RuleBasedStateMachine):
             **{r: o.value for r, o in observed.items()},
         }
         model_view = self._model_view()
+        history = {record.key for record in self.model.superseded}
         for ref in self.world:
             if ref not in observed:
                 continue
@@ -345,22 +352,31 @@ class OperationRules(RuleBasedStateMachine):
                     kept=model_view[ref] if vanishes else None,
                 )
             )
-            self._checked(*J.record_checks(ref, model_view))
+            self._checked(*J.record_checks(ref, model_view, self._siblings(ref)))
             self._report(J.judge_isolation(ref, view, model_view))
-            has_history = any(r.key == ref.record_key for r in self.model.superseded)
             self._report(
                 J.judge_record(
                     ref,
                     after,
                     model_view[ref],
                     now,
-                    has_history=has_history,
+                    has_history=ref.record_key in history,
                     semantics=self.semantics,
                 )
             )
             if self.diverged:
                 return
         self.view = view
+
+    def _siblings(self, ref: ItemRef) -> Mapping[ItemRef, str]:
+        """The items of the world a store could mix ``ref`` up with, kept until the world changes."""
+        refs = self.world.refs
+        if self._sibling_refs is not refs:
+            self._sibling_refs, self._sibling_map = refs, {}
+        found = self._sibling_map.get(ref)
+        if found is None:
+            found = self._sibling_map[ref] = J.isolation_siblings(ref, refs)
+        return found
 
     def _retained(self, record: StateRecord, now: dt.datetime) -> bool:
         """Is a record read earlier still there by a TTL's rule (always, under a sweep)?"""
@@ -574,6 +590,14 @@ class OperationRules(RuleBasedStateMachine):
 
     def _move(self, description: str, delta: dt.timedelta | None = None) -> None:
         if delta is not None:
+            try:
+                self.clock.now() + delta
+            except OverflowError:
+                # A world may start at the far end of time a store must hold
+                # (FAR_END): a second jump past a century's retention from there
+                # leaves the calendar, so the clock stays where it is.
+                self._step("clock", description, f"stays at {at(self.clock.now())}: past year 9999")
+                return
             self.clock.advance(delta)
         self._step("clock", description, f"now {at(self.clock.now())}")
 

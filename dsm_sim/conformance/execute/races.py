@@ -193,12 +193,13 @@ def _copied(model: ReferenceModel, calls: Sequence[_Call]) -> ReferenceModel:
     """
     copied = copy.copy(model)
     if any(call.op.sweeps for call in calls):
-        copied.current = {key: copy.copy(record) for key, record in model.current.items()}
-        copied.superseded = [copy.copy(record) for record in model.superseded]
+        copied.current = {key: K.record_copy(record) for key, record in model.current.items()}
+        copied.superseded = [K.record_copy(record) for record in model.superseded]
         return copied
     keys = {call.ctx.record_key for call in calls if call.ctx is not None}
     copied.current = {
-        key: copy.copy(record) if key in keys else record for key, record in model.current.items()
+        key: K.record_copy(record) if key in keys else record
+        for key, record in model.current.items()
     }
     copied.superseded = list(model.superseded)
     return copied
@@ -755,14 +756,14 @@ class RaceRules(OperationRules):
         model_view = self._model_view(model)
         if not view:
             return False
+        history = {record.key for record in model.superseded}
         for ref in view:
-            has_history = any(r.key == ref.record_key for r in model.superseded)
             if J.judge_record(
                 ref,
                 view.get(ref),
                 model_view[ref],
                 now,
-                has_history=has_history,
+                has_history=ref.record_key in history,
                 semantics=self.semantics,
             ):
                 return False

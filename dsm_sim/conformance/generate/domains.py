@@ -25,6 +25,7 @@ plain value a story reads best with.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 from typing import Literal
 
@@ -61,11 +62,16 @@ _SURROGATES: tuple[Literal["Cs"]] = ("Cs",)
 _ANY = st.characters(exclude_categories=_SURROGATES, exclude_characters="\x00")
 
 
+@functools.lru_cache(maxsize=64)
 def wide_text(width: int, length: int) -> st.SearchStrategy[str]:
     """``length`` characters of exactly ``width`` UTF-8 bytes each, drawn at random.
 
     Drawn as one seed, not character by character: a 256-character key costs one
     draw, and its characters are as random (as incompressible) as a draw each.
+    One strategy per (width, length), as for every strategy built here with
+    arguments: Hypothesis validates a strategy, and works out its label and
+    whether it can be empty, once per strategy object, so a strategy built
+    again for every draw pays that at every draw (a world draws dozens).
     """
     ranges = WIDTHS[width]
 
@@ -80,14 +86,19 @@ def wide_text(width: int, length: int) -> st.SearchStrategy[str]:
     return st.integers(0, 2**32 - 1).map(text)
 
 
-@st.composite
+@functools.lru_cache(maxsize=64)
 def key_text(
-    draw: st.DrawFn, plain: str = "x", *, max_chars: int = MAX_KEY_LENGTH, blank: bool = True
-) -> str:
+    plain: str = "x", *, max_chars: int = MAX_KEY_LENGTH, blank: bool = True
+) -> st.SearchStrategy[str]:
     """A key part from the whole domain, ``plain`` when it shrinks.
 
     ``blank`` allows text of spaces only (an item key may be; a tenant may not).
     """
+    return _key_text(plain, max_chars=max_chars, blank=blank)
+
+
+@st.composite
+def _key_text(draw: st.DrawFn, plain: str, *, max_chars: int, blank: bool) -> str:
     kind = draw(st.integers(0, 5))
     if kind == 0:
         return plain
@@ -132,6 +143,7 @@ LOCK_DURATIONS: st.SearchStrategy[dt.timedelta] = st.one_of(
 )
 
 
+@functools.lru_cache(maxsize=256)
 def retentions(lock: dt.timedelta) -> st.SearchStrategy[dt.timedelta | None]:
     """How long records of a node with ``lock`` are kept: just past the lock up to the maximum."""
     longest = MAX_RETENTION // _MICRO
@@ -151,9 +163,14 @@ def retentions(lock: dt.timedelta) -> st.SearchStrategy[dt.timedelta | None]:
     )
 
 
-@st.composite
-def configs(draw: st.DrawFn) -> HandlerConfig:
+@functools.cache
+def configs() -> st.SearchStrategy[HandlerConfig]:
     """A node's options from the whole domain the options block accepts."""
+    return _configs()
+
+
+@st.composite
+def _configs(draw: st.DrawFn) -> HandlerConfig:
     lock = draw(LOCK_DURATIONS)
     return HandlerConfig(lock_duration=lock, retention=draw(retentions(lock)))
 

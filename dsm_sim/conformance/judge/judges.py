@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from dsm_sim.conformance.generate.payloads import data_difference
 from dsm_sim.conformance.judge.semantics import DSM, SemanticsProfile, truncate
@@ -31,6 +31,7 @@ from reference_engine.record import StateRecord
 from reference_engine.status import COMPLETED, TRANSITIONS, IdempotencyStatus, is_allowed
 
 __all__ = [
+    "isolation_siblings",
     "judge_acquire",
     "judge_exists",
     "judge_isolation",
@@ -677,8 +678,27 @@ def judge_retention_sweep(
     )
 
 
-def record_checks(ref: ItemRef, model_view: Mapping[ItemRef, ModelRecord | None]) -> list[str]:
-    """The properties one comparison of ``ref``'s record can decide, for check counts."""
+def isolation_siblings(ref: ItemRef, world: Iterable[ItemRef]) -> dict[ItemRef, str]:
+    """The items of ``world`` a store could mix ``ref`` up with, and the property each tests."""
+    found: dict[ItemRef, str] = {}
+    for other in world:
+        kind = ref.sibling_of(other)
+        if kind is not None:
+            found[other] = ISOLATION[kind]
+    return found
+
+
+def record_checks(
+    ref: ItemRef,
+    model_view: Mapping[ItemRef, ModelRecord | None],
+    siblings: Mapping[ItemRef, str] | None = None,
+) -> list[str]:
+    """The properties one comparison of ``ref``'s record can decide, for check counts.
+
+    ``siblings`` is :func:`isolation_siblings` of ``ref`` in the world of
+    ``model_view``, when the caller keeps it: a machine compares every item
+    after every step, and the world changes far less often.
+    """
     want = model_view[ref]
     names = ["record_agrees_with_model"]
     if want is None:
@@ -690,8 +710,9 @@ def record_checks(ref: ItemRef, model_view: Mapping[ItemRef, ModelRecord | None]
         names.append("lock_duration_honoured")
     if want.status in (S.PROCESSED, S.FAILED) and want.attempt > 0:
         names.append("completion_releases_lock")
-    for other, record in model_view.items():
-        kind = ref.sibling_of(other)
-        if kind is not None and record is not None:
-            names.append(ISOLATION[kind])
+    if siblings is None:
+        siblings = isolation_siblings(ref, model_view)
+    for other, name in siblings.items():
+        if model_view.get(other) is not None:
+            names.append(name)
     return names
