@@ -14,10 +14,13 @@ shrinks, and choosing a step costs more than the handler calls it makes.
 a test case's first step (the probability of a rule being off, then one
 switch per rule, at least one on): a step then lands on one of all the
 rules, in Hypothesis' order, up to three times, and else picks among the
-rules that are on.  A rule's chance of running is what it is under
-Hypothesis' choice, and so is the bias Hypothesis gives the ends of a range
-(the sweeps come first, the race last); a step costs one draw, or two to
-four when many rules are off.  As in Hypothesis, a switch shrinks towards
+rules that are on.  A rule is switched off with the chance Hypothesis
+gives it, and a landing has Hypothesis' bias towards the ends of the rule
+order (the sweeps come first, the race last); only the fallback differs,
+picking evenly among the rules on, so the share of a rule that is often
+off or waiting on a precondition moves a little (the race 7.4 % of steps
+before, 4.2 % after; docs/performance.md).  A step costs one draw, or two
+to four when many rules are off.  As in Hypothesis, a switch shrinks towards
 on, and a step's choice towards the first rule.
 """
 
