@@ -218,14 +218,20 @@ def _outcomes(
 
 
 def _outcome(task: Task, future: Any, result: Any) -> RunOutcome:
-    """What a finished future gave: its outcome, or why it has none."""
+    """What a completed future gave: the outcome fetched, or why it has none.
+
+    The result fetched as the run completed is not always its outcome: a
+    worker lost before its result was fetched takes the result with it, and
+    Dask runs the task again.  Asking the future itself then waits for that
+    rerun; a run that kills every worker it is given, or whose outcome cannot
+    be sent back, comes back as a crash or an error of its own.
+    """
     from distributed import KilledWorker
 
-    if future.status == "finished":
-        outcome: RunOutcome = result
-        return outcome
+    if isinstance(result, RunOutcome):
+        return result
     try:
-        future.result()  # raises what the run's task raised, as itself
+        outcome: RunOutcome = future.result()
     except KilledWorker as exc:
         return RunOutcome(
             task.scenario,
@@ -234,9 +240,7 @@ def _outcome(task: Task, future: Any, result: Any) -> RunOutcome:
         )
     except Exception as exc:  # the outcome could not be sent back
         return RunOutcome(task.scenario, task.seed, error=exc)
-    return RunOutcome(
-        task.scenario, task.seed, error=RuntimeError(f"the cluster lost the run ({future.status})")
-    )
+    return outcome
 
 
 def _remote(task: Task, timeout: str | None) -> RunOutcome:
