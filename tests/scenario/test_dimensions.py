@@ -180,6 +180,21 @@ def test_the_ledger_expects_each_superseded_row_when_its_retention_ends() -> Non
     )
 
 
+def test_a_sweep_counting_fewer_than_the_records_it_expired_claims_no_superseded_row() -> None:
+    # A handler whose keys collide (tenant_missing_from_key) expires two current records
+    # and answers 1. The shortfall is retention_sweep_agrees_with_model's to report; here
+    # the sweep claimed no superseded row, which is right when none was due and a
+    # violation when one was.
+    sweep = dataclasses.replace(_sweep(2, 20.0, 1), keys=("k", "k2"))
+    first = _processed(1.0)
+    none_due = _ledger_history(_upsert(0, 1.0, None, first), sweep)
+    assert superseded_rows_expire(none_due).passed
+    second = _processed(2.0)
+    one_due = _ledger_history(_upsert(0, 1.0, None, first), _upsert(1, 2.0, first, second), sweep)
+    (violation,) = superseded_rows_expire(one_due).violations
+    assert "but 1 superseded row(s) were past their retain_until" in violation.message
+
+
 def test_a_lost_reply_no_read_can_place_stops_the_ledger_with_a_note() -> None:
     first = _processed(1.0)
     lost = dataclasses.replace(
