@@ -23,14 +23,19 @@ __all__ = ["DATA_WIDTH", "data_text", "digest", "view_of"]
 DATA_WIDTH = 160
 
 
+#: The canonical JSON encoder, built once: ``json.dumps`` with these options builds
+#: a new encoder on every call, and the simulator digests every record it reads.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def digest(data: Mapping[str, Any] | None) -> str | None:
     """A short, stable fingerprint of a payload (``None`` for no payload)."""
     if data is None:
         return None
     try:
-        text = json.dumps(
-            data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        text = _CANONICAL.encode(data)
     except (TypeError, ValueError):
         text = "not-json:" + repr(data)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -66,24 +71,34 @@ def _seconds(instant: dt.datetime | None, epoch: dt.datetime) -> float | None:
 
 
 def view_of(record: StateRecord | None, epoch: dt.datetime) -> RecordView | None:
-    """The checker's view of ``record``; instants as seconds since ``epoch``."""
+    """The checker's view of ``record``; instants as seconds since ``epoch``.
+
+    The simulator takes two of these around every call, so the view is built
+    with its fields in ``RecordView``'s order rather than by keyword, which
+    costs a third less.
+    """
     if record is None:
         return None
-    stamps = (record.locked_until, record.created_at, record.updated_at, record.retain_until)
-    created = _seconds(record.created_at, epoch)
-    updated = _seconds(record.updated_at, epoch)
+    locked, created_at, updated_at, retain = (
+        record.locked_until,
+        record.created_at,
+        record.updated_at,
+        record.retain_until,
+    )
+    created = _seconds(created_at, epoch)
+    updated = _seconds(updated_at, epoch)
     return RecordView(
-        key=key_of(record.key),
-        status=record.status.value,
-        attempt=record.attempt,
-        locked_until=_seconds(record.locked_until, epoch),
-        created_at=0.0 if created is None else created,
-        updated_at=0.0 if updated is None else updated,
-        retain_until=_seconds(record.retain_until, epoch),
-        data=digest(record.data),
-        utc=_aware_utc(stamps[0])
-        and _aware_utc(stamps[1])
-        and _aware_utc(stamps[2])
-        and _aware_utc(stamps[3]),
-        audit=(record.error_detail, record.source_app_id, record.entity_execution_id),
+        key_of(record.key),
+        record.status.value,
+        record.attempt,
+        _seconds(locked, epoch),
+        0.0 if created is None else created,
+        0.0 if updated is None else updated,
+        _seconds(retain, epoch),
+        digest(record.data),
+        _aware_utc(locked)
+        and _aware_utc(created_at)
+        and _aware_utc(updated_at)
+        and _aware_utc(retain),
+        (record.error_detail, record.source_app_id, record.entity_execution_id),
     )

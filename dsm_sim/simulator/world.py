@@ -334,7 +334,7 @@ class World:
         left = self._busy.pop(id(mine), 1) - 1
         if left:
             self._busy[id(mine)] = left
-        elif any(old is mine for old in self._retired):
+        elif self._retired and any(old is mine for old in self._retired):
             self._retired = [old for old in self._retired if old is not mine]
             self.driver.complete(mine.close(), "close()")
 

@@ -1,0 +1,92 @@
+"""The checker's view of a record, and the judge's copy of one, keep every field in its place.
+
+Both are built positionally on the simulator's and the checker's paths (one
+view per read, one copy per judged call), so each field gets a value of its
+own here and a field landing in its neighbour's place shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+
+from dsm_sim.checker.model_judge import _copy
+from dsm_sim.history import RecordView
+from dsm_sim.simulator.views import digest, view_of
+from reference_engine.context import RecordKey
+from reference_engine.model import ModelRecord
+from reference_engine.record import StateRecord
+from reference_engine.status import IdempotencyStatus
+
+EPOCH = dt.datetime(2026, 1, 1, 9, 0, tzinfo=dt.UTC)
+KEY = RecordKey("t", 3, "e", "ek", "k")
+
+
+def _at(seconds: float) -> dt.datetime:
+    return EPOCH + dt.timedelta(seconds=seconds)
+
+
+def test_a_view_has_every_field_of_the_record_in_its_place() -> None:
+    record = StateRecord(
+        key=KEY,
+        status=IdempotencyStatus.PROCESSING,
+        attempt=4,
+        locked_until=_at(90.5),
+        data={"b": 1, "a": "é"},
+        error_detail="why",
+        entity_execution_id="w1-x004",
+        source_app_id="billing",
+        created_at=_at(1.25),
+        updated_at=_at(30.0),
+        retain_until=_at(3600.0),
+    )
+    assert view_of(record, EPOCH) == RecordView(
+        key="t/3/e/ek/k",
+        status="processing",
+        attempt=4,
+        locked_until=90.5,
+        created_at=1.25,
+        updated_at=30.0,
+        retain_until=3600.0,
+        data=digest({"a": "é", "b": 1}),
+        utc=True,
+        audit=("why", "billing", "w1-x004"),
+    )
+
+
+def test_a_view_flags_an_instant_not_in_utc() -> None:
+    record = StateRecord(
+        key=KEY,
+        status=IdempotencyStatus.PROCESSED,
+        attempt=1,
+        locked_until=None,
+        data=None,
+        error_detail=None,
+        entity_execution_id="w1-x001",
+        source_app_id="billing",
+        created_at=_at(0.0),
+        updated_at=_at(5.0).replace(tzinfo=None),
+        retain_until=None,
+    )
+    view = view_of(record, EPOCH)
+    assert view is not None
+    assert (view.updated_at, view.utc, view.data, view.locked_until) == (5.0, False, None, None)
+
+
+def test_the_digest_is_of_the_canonical_json() -> None:
+    data = {"z": [1, 2.5, None], "a": {"y": True, "x": "\x00é"}}
+    text = json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    assert digest(data) == hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    assert digest({"nan": float("nan")}) == digest({"nan": float("nan")})  # not JSON: by repr
+
+
+def test_the_judge_copies_every_field_of_a_model_record() -> None:
+    values = {field.name: f"value of {field.name}" for field in dataclasses.fields(ModelRecord)}
+    record = ModelRecord(**values)  # type: ignore[arg-type]
+    copied = _copy(record)
+    assert copied == record
+    assert copied is not record
