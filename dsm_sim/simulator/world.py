@@ -11,6 +11,7 @@ refused here, without reaching the store.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import random
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from dsm_sim.simulator.clock import ClockMirror, SimClock
 from dsm_sim.simulator.driver import HandlerDriver, in_process
 from dsm_sim.simulator.faults import FaultInjector, StoreFault, stream
 from dsm_sim.simulator.views import digest, view_of
+from reference_engine.config import HandlerConfig
 from reference_engine.context import StateHandlerContext
 from reference_engine.engine.executor import Message
 from reference_engine.errors import DsmError, StoreError
@@ -107,6 +109,10 @@ class World:
         #: The last record read per key (around every call and sweep): every write the
         #: store makes goes through a call or a sweep the simulator reads around.
         self.known: dict[str, StateRecord | None] = {}
+        #: key -> the node options its :class:`KeyInfo` was made from.
+        self._configs: dict[str, HandlerConfig] = {}
+        #: Seconds since the epoch of each stamp read so far (see :func:`view_of`).
+        self._instants: dict[dt.datetime, float] = {}
         #: Keys some worker wrote to: the only ones a sweep can change.
         self.touched: set[str] = set()
         #: In-process handlers (no real I/O) get each internal ``await`` turned into a
@@ -162,19 +168,19 @@ class World:
             self.contexts[key] = ctx.for_item(ctx.item_key, ctx.item_entity_key)
             config = ctx.handler_config
             retention = config.retention
-            self.recorder.key_info(
-                key,
-                KeyInfo(
-                    node=node,
-                    tenant=ctx.tenant_id,
-                    scope=ctx.scope_id,
-                    entity=ctx.entity_id,
-                    item_entity_key=ctx.item_entity_key,
-                    item=ctx.item_key,
-                    lock_duration=config.lock_duration.total_seconds(),
-                    retention=None if retention is None else retention.total_seconds(),
-                ),
+            info = KeyInfo(
+                node=node,
+                tenant=ctx.tenant_id,
+                scope=ctx.scope_id,
+                entity=ctx.entity_id,
+                item_entity_key=ctx.item_entity_key,
+                item=ctx.item_key,
+                lock_duration=config.lock_duration.total_seconds(),
+                retention=None if retention is None else retention.total_seconds(),
             )
+            self.recorder.key_info(key, info)
+            if self.recorder.keys_info.get(key) is info:
+                self._configs[key] = config
         return key
 
     def call(
@@ -321,8 +327,10 @@ class World:
 
     def _options(self, key: str, ctx: StateHandlerContext) -> CallOptions | None:
         """The call's node options when they are not its key's (a node redeployed mid-run)."""
-        info = self.recorder.keys_info.get(key)
         config = ctx.handler_config
+        if self._configs.get(key) is config:
+            return None  # the very options the key's info was made from
+        info = self.recorder.keys_info.get(key)
         lock = config.lock_duration.total_seconds()
         retention = None if config.retention is None else config.retention.total_seconds()
         if info is None or (info.lock_duration == lock and info.retention == retention):
@@ -417,7 +425,7 @@ class World:
         self.clock_mirror.follow()
         record = self._reading((handler or self.handler).get(self.contexts[key]))
         self.known[key] = record
-        return view_of(record, self.clock.epoch)
+        return view_of(record, self.clock.epoch, self._instants)
 
     def probe(
         self, keys: Iterable[str] | None = None, through: StateHandler | None = None

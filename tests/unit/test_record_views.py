@@ -11,10 +11,11 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+from zoneinfo import ZoneInfo
 
 from dsm_sim.checker.model_judge import _copy
 from dsm_sim.history import RecordView
-from dsm_sim.simulator.views import digest, view_of
+from dsm_sim.simulator.views import _canonical_c, digest, view_of
 from reference_engine.context import RecordKey
 from reference_engine.model import ModelRecord
 from reference_engine.record import StateRecord
@@ -90,3 +91,52 @@ def test_the_judge_copies_every_field_of_a_model_record() -> None:
     copied = _copy(record)
     assert copied == record
     assert copied is not record
+
+
+def test_remembered_instants_give_the_seconds_converted_afresh() -> None:
+    paris = ZoneInfo("Europe/Paris")
+    # The last Sunday of October 2026, 02:30 in Paris happens twice: fold 0 then fold 1.
+    first = dt.datetime(2026, 10, 25, 2, 30, tzinfo=paris)
+    second = first.replace(fold=1)
+    assert first == second  # one zone: compared by wall time
+    instants: dict[dt.datetime, float] = {}
+    for stamp in (first, second, _at(7.5), _at(7.5), _at(7.5).replace(tzinfo=None)):
+        record = StateRecord(
+            key=KEY,
+            status=IdempotencyStatus.PROCESSED,
+            attempt=1,
+            locked_until=None,
+            data=None,
+            error_detail=None,
+            entity_execution_id="w1-x001",
+            source_app_id="billing",
+            created_at=stamp,
+            updated_at=stamp,
+            retain_until=stamp,
+        )
+        assert view_of(record, EPOCH, instants) == view_of(record, EPOCH)
+
+
+def test_the_direct_encoder_writes_and_refuses_what_json_dumps_does() -> None:
+    circular: dict[str, object] = {"a": 1}
+    circular["self"] = circular
+    payloads: list[dict[object, object]] = [
+        {"z": 1, "a": [1.5, None, True, "\x00é\ud800"], "m": {"k": {}}},
+        {1: "int key", 2.5: "float key", None: "null key", False: "bool key"},
+        {"nan": float("nan")},
+        {"obj": object()},
+        {"b": 1, 2: "mixed keys cannot be sorted"},
+        circular,  # type: ignore[list-item]
+    ]
+    for data in payloads:
+        try:
+            expected: object = json.dumps(
+                data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            )
+        except (TypeError, ValueError) as exc:
+            expected = type(exc)
+        try:
+            got: object = _canonical_c(data)
+        except (TypeError, ValueError) as exc:
+            got = type(exc)
+        assert got == expected, data
