@@ -140,3 +140,49 @@ def view_of(
         and _aware_utc(retain),
         (record.error_detail, record.source_app_id, record.entity_execution_id),
     )
+
+
+class Viewer:
+    """:func:`view_of` for one run, which reads every key around every call.
+
+    A key read again is mostly found as it was: the same stored stamps,
+    which an in-process store hands out as the very same objects, and only
+    a payload decoded afresh.  When every field but the payload is the same
+    object as in the key's last record and the payload has the same digest,
+    the last view is the view, built field for field from the same values;
+    anything else (an equal value that is another object included) is
+    viewed afresh.
+    """
+
+    def __init__(self, epoch: dt.datetime) -> None:
+        self.epoch = epoch
+        #: Seconds since the epoch of each stamp converted (see :func:`view_of`).
+        self.instants: dict[dt.datetime, float] = {}
+        #: key -> the last record viewed and its view.
+        self._last: dict[str, tuple[StateRecord, RecordView]] = {}
+
+    def view(self, key: str, record: StateRecord | None) -> RecordView | None:
+        """The view of ``record``, just read for ``key``."""
+        if record is None:
+            return None
+        last = self._last.get(key)
+        if last is not None:
+            seen, view = last
+            if (
+                record.key is seen.key
+                and record.status is seen.status
+                and record.attempt is seen.attempt
+                and record.locked_until is seen.locked_until
+                and record.error_detail is seen.error_detail
+                and record.entity_execution_id is seen.entity_execution_id
+                and record.source_app_id is seen.source_app_id
+                and record.created_at is seen.created_at
+                and record.updated_at is seen.updated_at
+                and record.retain_until is seen.retain_until
+                and digest(record.data) == view.data
+            ):
+                return view
+        made = view_of(record, self.epoch, self.instants)
+        assert made is not None
+        self._last[key] = (record, made)
+        return made

@@ -11,7 +11,6 @@ refused here, without reaching the store.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import random
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from dsm_sim.simulator.bridge import (
 from dsm_sim.simulator.clock import ClockMirror, SimClock
 from dsm_sim.simulator.driver import HandlerDriver, in_process
 from dsm_sim.simulator.faults import FaultInjector, StoreFault, stream
-from dsm_sim.simulator.views import digest, view_of
+from dsm_sim.simulator.views import Viewer, digest
 from reference_engine.config import HandlerConfig
 from reference_engine.context import StateHandlerContext
 from reference_engine.engine.executor import Message
@@ -111,8 +110,8 @@ class World:
         self.known: dict[str, StateRecord | None] = {}
         #: key -> the node options its :class:`KeyInfo` was made from.
         self._configs: dict[str, HandlerConfig] = {}
-        #: Seconds since the epoch of each stamp read so far (see :func:`view_of`).
-        self._instants: dict[dt.datetime, float] = {}
+        #: Turns what the reads around calls return into the checker's views.
+        self.viewer = Viewer(clock.epoch)
         #: Keys some worker wrote to: the only ones a sweep can change.
         self.touched: set[str] = set()
         #: In-process handlers (no real I/O) get each internal ``await`` turned into a
@@ -425,7 +424,7 @@ class World:
         self.clock_mirror.follow()
         record = self._reading((handler or self.handler).get(self.contexts[key]))
         self.known[key] = record
-        return view_of(record, self.clock.epoch, self._instants)
+        return self.viewer.view(key, record)
 
     def probe(
         self, keys: Iterable[str] | None = None, through: StateHandler | None = None

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 from dsm_sim.checker.model_judge import _copy
 from dsm_sim.history import RecordView
-from dsm_sim.simulator.views import _canonical_c, digest, view_of
+from dsm_sim.simulator.views import Viewer, _canonical_c, digest, view_of
 from reference_engine.context import RecordKey
 from reference_engine.model import ModelRecord
 from reference_engine.record import StateRecord
@@ -140,3 +140,50 @@ def test_the_direct_encoder_writes_and_refuses_what_json_dumps_does() -> None:
         except (TypeError, ValueError) as exc:
             got = type(exc)
         assert got == expected, data
+
+
+#: A stored record's fields, the very same objects in every read (as an in-process store's).
+STORED: dict[str, object] = {
+    "key": KEY,
+    "status": IdempotencyStatus.PROCESSING,
+    "attempt": 2,
+    "locked_until": _at(60.0),
+    "data": {"amount": 1},
+    "error_detail": None,
+    "entity_execution_id": "w1-x002",
+    "source_app_id": "billing",
+    "created_at": _at(0.0),
+    "updated_at": _at(1.0),
+    "retain_until": None,
+}
+
+
+def _stored(**changes: object) -> StateRecord:
+    return StateRecord(**{**STORED, **changes})  # type: ignore[arg-type]
+
+
+def test_a_record_read_again_keeps_its_view_only_while_every_field_is_the_same() -> None:
+    first = _stored()
+    other = {
+        "key": RecordKey("t", 3, "e", "ek", "k"),  # equal, another object: viewed afresh
+        "status": IdempotencyStatus.PROCESSED,
+        "attempt": 2.0,  # equal to 2, written differently
+        "locked_until": _at(60.0).replace(tzinfo=ZoneInfo("UTC")),  # equal, not dt.UTC
+        "data": {"amount": 1.0},  # equal to {"amount": 1}, another digest
+        "error_detail": "why",
+        "entity_execution_id": "w2-x001",
+        "source_app_id": "other",
+        "created_at": _at(0.5),
+        "updated_at": _at(1.0).replace(tzinfo=None),
+        "retain_until": _at(9.0),
+    }
+    assert set(other) == {field.name for field in dataclasses.fields(StateRecord)}
+    for name, value in other.items():
+        viewer = Viewer(EPOCH)
+        kept = viewer.view("k", first)
+        assert viewer.view("k", _stored(data={"amount": 1})) is kept  # payload decoded afresh
+        changed = _stored(**{name: value})
+        seen = viewer.view("k", changed)
+        assert seen == view_of(changed, EPOCH), name
+        assert seen is not kept, name
+    assert Viewer(EPOCH).view("k", None) is None
