@@ -117,11 +117,12 @@ def model_agreement(history: History, semantics: SemanticsProfile = DSM) -> list
         return []
     past = {} if semantics.strict else pasts(history, semantics)
     findings: list[_Finding] = []
+    stored: _Stored = {}
     for op in history.ops:
         if op.op in _NODE_OPS and op.probed and op.store_time is not None:
             info = history.keys.get(op.key)
             if info is not None:
-                findings.extend(_judge(history, op, info, semantics, past.get(op.index)))
+                findings.extend(_judge(history, op, info, semantics, past.get(op.index), stored))
         elif op.op.is_sweep and op.ok:
             findings.extend(_judge_sweep(op))
     findings.extend(_between_calls(history, semantics, past))
@@ -136,13 +137,25 @@ def model_agreement(history: History, semantics: SemanticsProfile = DSM) -> list
 # --- calls -----------------------------------------------------------------------------------
 
 
+#: The model's record of each *before* view judged so far: (key, id of the view) -> the view
+#: (kept, so the id stays its own) and the record.  The simulator hands out one view object
+#: for every read that found a key unchanged, so calls on a key often start from the same one.
+_Stored = dict[tuple[str, int], tuple[RecordView, ModelRecord]]
+
+
 def _judge(
     history: History,
     op: Op,
     info: KeyInfo,
     semantics: SemanticsProfile = DSM,
     past: Past | None = None,
+    memo: _Stored | None = None,
 ) -> list[_Finding]:
+    """The findings on one call read around, replayed on the model from its *before* record.
+
+    ``memo``: records already made from a view (see :data:`_Stored`); the
+    record made here is only read, its copy goes into the model.
+    """
     assert op.store_time is not None
     found: list[_Finding] = []
 
@@ -166,7 +179,15 @@ def _judge(
     record_key = ctx.record_key
     strict = semantics.strict
     model = model_for(semantics, ctx, past)
-    stored = None if op.before is None else _record(ctx, op.before, history.epoch, record_key)
+    stored = None
+    if op.before is not None:
+        seen = None if memo is None else memo.get((op.key, id(op.before)))
+        if seen is not None and seen[0] is op.before:
+            stored = seen[1]
+        else:
+            stored = _record(ctx, op.before, history.epoch, record_key)
+            if memo is not None:
+                memo[(op.key, id(op.before))] = (op.before, stored)
     if stored is not None and not strict:
         stored = exact_retention(history, info, stored, semantics, past)
     if stored is not None:
