@@ -39,7 +39,7 @@ from typing import Any
 
 from dsm_sim.wall import RunStoppedError
 from reference_engine.clock import UTC, ensure_utc
-from reference_engine.context import RecordKey
+from reference_engine.context import RecordKey, StateHandlerContext
 
 __all__ = [
     "MAX_HISTORY_ENTRIES",
@@ -84,8 +84,11 @@ def _t(value: float | None) -> float | None:
     return None if value is None else round(float(value), _DIGITS)
 
 
-def key_of(key: RecordKey) -> str:
-    """The history's key for a record key: every component, so tenants never collide."""
+def key_of(key: RecordKey | StateHandlerContext) -> str:
+    """The history's key for a record key: every component, so tenants never collide.
+
+    A context with an item key gives the key of its record key, from the same parts.
+    """
     return "/".join(
         [key.tenant_id, str(key.scope_id), key.entity_id, key.item_entity_key, key.item_key]
     )

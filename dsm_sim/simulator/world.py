@@ -162,7 +162,9 @@ class World:
         return self.node_locks.get(node, self.scenario.lock_duration)
 
     def remember(self, ctx: StateHandlerContext, node: str = "") -> str:
-        key = key_of(ctx.record_key)
+        if not ctx.item_key:
+            key_of(ctx.record_key)  # raises: a context without an item has no record
+        key = key_of(ctx)  # the record key's parts, without building one on every call
         if key not in self.contexts:
             self.contexts[key] = ctx.for_item(ctx.item_key, ctx.item_entity_key)
             config = ctx.handler_config
@@ -327,8 +329,9 @@ class World:
     def _options(self, key: str, ctx: StateHandlerContext) -> CallOptions | None:
         """The call's node options when they are not its key's (a node redeployed mid-run)."""
         config = ctx.handler_config
-        if self._configs.get(key) is config:
-            return None  # the very options the key's info was made from
+        made_from = self._configs.get(key)
+        if made_from is not None and (made_from is config or made_from == config):
+            return None  # the options the key's info was made from (each worker parses its own)
         info = self.recorder.keys_info.get(key)
         lock = config.lock_duration.total_seconds()
         retention = None if config.retention is None else config.retention.total_seconds()

@@ -19,7 +19,9 @@ from dsm_sim.history import (
     OpName,
     Outcome,
     RecordView,
+    key_of,
 )
+from reference_engine.context import StateHandlerContext
 
 
 def _view(key: str, attempt: int) -> RecordView:
@@ -147,3 +149,9 @@ def test_an_event_keeps_every_field() -> None:
         "value": 1.25,
         "node": "n",
     }
+
+
+def test_a_context_has_the_history_key_of_its_record_key() -> None:
+    base = StateHandlerContext(7, "Element", "node-1", "w1-x001", "tenant/a", "app")
+    ctx = base.for_item("item:1", "entity-key", lock_token=3)
+    assert key_of(ctx) == key_of(ctx.record_key) == "tenant/a/7/node-1/entity-key/item:1"
