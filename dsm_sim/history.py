@@ -550,6 +550,15 @@ class History:
         """The sweeps (either kind) whose ``keys`` name ``key``, in index order."""
         return list(self._keyed().sweeps.get(key, ()))
 
+    def derived(self) -> dict[object, Any]:
+        """Where a check keeps what it derives from this history and asks for again.
+
+        Several checks ask the same question of one key (its leases, say); a
+        history never changes, so the first answer holds.  Keys are the
+        deriving module's own.
+        """
+        return self._keyed().derived
+
     def _keyed(self) -> _KeyIndex:
         index = self._index
         if index is None:
@@ -611,6 +620,8 @@ class _KeyIndex:
     item_keys: tuple[str, ...]
     ops: Mapping[str, tuple[Op, ...]]
     sweeps: Mapping[str, tuple[Op, ...]]
+    #: What checks derive from the history more than once, kept by whoever derives it.
+    derived: dict[object, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, history: History) -> _KeyIndex:
