@@ -819,6 +819,13 @@ class HistoryRecorder:
             self._op(index), probed=True, before=before, after=after, data=data
         )
 
+    def _pending(self, index: int, at: float | None) -> Op:
+        """Operation ``index``, not completed, as a frozen history shows it: ``info``."""
+        op = self._op(index)
+        return replace(
+            op, outcome=Outcome.INFO, complete=op.invoke if at is None else at, error="Crash"
+        )
+
     def event(
         self,
         kind: EventKind,
@@ -864,12 +871,10 @@ class HistoryRecorder:
     def freeze(self, *, at: float | None = None) -> History:
         """The finished history; an op still pending becomes ``info`` (it may have happened)."""
         ops = tuple(
-            op
-            if op.outcome is not None
-            else replace(
-                op, outcome=Outcome.INFO, complete=op.invoke if at is None else at, error="Crash"
-            )
-            for op in map(self._op, range(len(self._ops)))
+            entry
+            if isinstance(entry, Op) and entry.outcome is not None
+            else self._pending(index, at)
+            for index, entry in enumerate(self._ops)
         )
         return History(
             epoch=self.epoch,
