@@ -117,12 +117,12 @@ def model_agreement(history: History, semantics: SemanticsProfile = DSM) -> list
         return []
     past = {} if semantics.strict else pasts(history, semantics)
     findings: list[_Finding] = []
-    stored: _Stored = {}
+    memo = _Memo()
     for op in history.ops:
         if op.op in _NODE_OPS and op.probed and op.store_time is not None:
             info = history.keys.get(op.key)
             if info is not None:
-                findings.extend(_judge(history, op, info, semantics, past.get(op.index), stored))
+                findings.extend(_judge(history, op, info, semantics, past.get(op.index), memo))
         elif op.op.is_sweep and op.ok:
             findings.extend(_judge_sweep(op))
     findings.extend(_between_calls(history, semantics, past))
@@ -137,10 +137,23 @@ def model_agreement(history: History, semantics: SemanticsProfile = DSM) -> list
 # --- calls -----------------------------------------------------------------------------------
 
 
-#: The model's record of each *before* view judged so far: (key, id of the view) -> the view
-#: (kept, so the id stays its own) and the record.  The simulator hands out one view object
-#: for every read that found a key unchanged, so calls on a key often start from the same one.
-_Stored = dict[tuple[str, int], tuple[RecordView, ModelRecord]]
+class _Memo:
+    """What judging one history's calls works out again and again, worked out once.
+
+    ``records``: the model's record of each *before* view, by (key, id of the
+    view), with the view (kept, so the id stays its own).  The simulator
+    hands out one view object for every read that found a key unchanged, so
+    calls on a key often start from the same one.  ``record_keys``: each
+    key's record key.  ``seconds``: the seconds since the epoch of each UTC
+    instant of the model's records (copies share their instants).
+    """
+
+    __slots__ = ("record_keys", "records", "seconds")
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[str, int], tuple[RecordView, ModelRecord]] = {}
+        self.record_keys: dict[str, RecordKey] = {}
+        self.seconds: dict[dt.datetime, float] = {}
 
 
 def _judge(
@@ -149,12 +162,12 @@ def _judge(
     info: KeyInfo,
     semantics: SemanticsProfile = DSM,
     past: Past | None = None,
-    memo: _Stored | None = None,
+    memo: _Memo | None = None,
 ) -> list[_Finding]:
     """The findings on one call read around, replayed on the model from its *before* record.
 
-    ``memo``: records already made from a view (see :data:`_Stored`); the
-    record made here is only read, its copy goes into the model.
+    ``memo``: what was worked out for earlier calls (see :class:`_Memo`); the
+    record made from the *before* view is only read, its copy goes into the model.
     """
     assert op.store_time is not None
     found: list[_Finding] = []
@@ -176,18 +189,22 @@ def _judge(
             return found
     now = history.epoch + dt.timedelta(seconds=op.store_time)
     ctx = _context(info, op)
-    record_key = ctx.record_key
+    record_key = None if memo is None else memo.record_keys.get(op.key)
+    if record_key is None:
+        record_key = ctx.record_key
+        if memo is not None:
+            memo.record_keys[op.key] = record_key
     strict = semantics.strict
     model = model_for(semantics, ctx, past)
     stored = None
     if op.before is not None:
-        seen = None if memo is None else memo.get((op.key, id(op.before)))
+        seen = None if memo is None else memo.records.get((op.key, id(op.before)))
         if seen is not None and seen[0] is op.before:
             stored = seen[1]
         else:
             stored = _record(ctx, op.before, history.epoch, record_key)
             if memo is not None:
-                memo[(op.key, id(op.before))] = (op.before, stored)
+                memo.records[(op.key, id(op.before))] = (op.before, stored)
     if stored is not None and not strict:
         stored = exact_retention(history, info, stored, semantics, past)
     if stored is not None:
@@ -262,7 +279,13 @@ def _judge(
             "succeed and change nothing",
         )
         return found
-    expected = _expected_view(model.current.get(record_key), op, history.epoch, expected_error)
+    expected = _expected_view(
+        model.current.get(record_key),
+        op,
+        history.epoch,
+        expected_error,
+        None if memo is None else memo.seconds,
+    )
     after = op.after
     if not strict:
         expected = at_resolution(expected, history, semantics)
@@ -300,8 +323,12 @@ def _expected_view(
     op: Op,
     epoch: dt.datetime,
     error: str | None,
+    seconds: dict[dt.datetime, float] | None = None,
 ) -> RecordView | None:
-    """The view of the model's ``record`` after ``op``, as the store's read would give it."""
+    """The view of the model's ``record`` after ``op``, as the store's read would give it.
+
+    ``seconds``: instants already converted (see :class:`_Memo`).
+    """
     if record is None:
         return None
     data = record.data
@@ -313,10 +340,10 @@ def _expected_view(
         op.key,
         record.status.value,
         record.attempt,
-        _sec(record.locked_until, epoch),
-        _sec(record.created_at, epoch) or 0.0,
-        _sec(record.updated_at, epoch) or 0.0,
-        _sec(record.retain_until, epoch),
+        _sec(record.locked_until, epoch, seconds),
+        _sec(record.created_at, epoch, seconds) or 0.0,
+        _sec(record.updated_at, epoch, seconds) or 0.0,
+        _sec(record.retain_until, epoch, seconds),
         kept,
         True,  # utc: the model's instants are
         _audit_of(record) if op.after is not None and op.after.audit is not None else None,
@@ -773,8 +800,20 @@ def _digest_of(data: str) -> str | None:
     return data
 
 
-def _sec(instant: dt.datetime | None, epoch: dt.datetime) -> float | None:
-    return None if instant is None else round((instant - epoch).total_seconds(), 6)
+def _sec(
+    instant: dt.datetime | None,
+    epoch: dt.datetime,
+    memo: dict[dt.datetime, float] | None = None,
+) -> float | None:
+    """``instant`` as seconds since ``epoch``; ``memo`` remembers UTC instants (one each)."""
+    if instant is None:
+        return None
+    if memo is None or instant.tzinfo is not dt.UTC:
+        return round((instant - epoch).total_seconds(), 6)
+    seconds = memo.get(instant)
+    if seconds is None:
+        seconds = memo[instant] = round((instant - epoch).total_seconds(), 6)
+    return seconds
 
 
 def _same(a: float | None, b: float | None) -> bool:
