@@ -238,21 +238,36 @@ def leases_for(history: History, key: str, semantics: SemanticsProfile = DSM) ->
     """The key's ok acquisitions in timeline order, each with its holder's ending write.
 
     A lease's expiry is the last instant its lock is live under ``semantics``.
+    Four checks ask for a key's leases; they are worked out once per history,
+    key and profile (the profile kept with them, so its id stays its own).
     """
+    memo = history.derived()
+    known = memo.get((leases_for, key, id(semantics)))
+    if known is not None and known[0] is semantics:
+        return list(known[1])
+    leases = _leases(history, key, semantics)
+    memo[(leases_for, key, id(semantics))] = (semantics, tuple(leases))
+    return leases
+
+
+def _leases(history: History, key: str, semantics: SemanticsProfile) -> list[Lease]:
     ops = sorted(history.ops_for(key), key=order)
+    # The writes that can end a lease, in the same order, each with its order (once).
+    ends = [
+        (w, order(w))
+        for w in ops
+        if w.op in HOLDER_WRITES and w.outcome in (Outcome.OK, Outcome.INFO)
+    ]
     leases = []
     for op in ops:
         if not acquired(op):
             continue
+        taken = order(op)
         end = next(
             (
                 w
-                for w in ops
-                if w.op in HOLDER_WRITES
-                and w.token == op.token
-                and w.execution == op.execution
-                and w.outcome in (Outcome.OK, Outcome.INFO)
-                and order(w) > order(op)
+                for w, at in ends
+                if w.token == op.token and w.execution == op.execution and at > taken
             ),
             None,
         )

@@ -48,7 +48,7 @@ from dsm_sim.checker.profiled import (
 from dsm_sim.conformance.judge.semantics import DSM, ProfiledModel, SemanticsProfile
 from dsm_sim.history import CallOptions, History, KeyInfo, Op, OpName, Outcome, RecordView
 from reference_engine.config import HandlerConfig
-from reference_engine.context import StateHandlerContext
+from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import DsmError
 from reference_engine.model import ModelRecord, ReferenceModel
 from reference_engine.record import encode_data
@@ -97,6 +97,8 @@ _NODE_OPS = (
     OpName.UPSERT,
 )
 _COMPLETED_RECORD = frozenset({"processed", "skipped", "superseded", "expired"})
+#: Status by value, looked up once per judged call (calling the enum costs several times more).
+_STATUSES: dict[str, IdempotencyStatus] = {status.value: status for status in IdempotencyStatus}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +117,12 @@ def model_agreement(history: History, semantics: SemanticsProfile = DSM) -> list
         return []
     past = {} if semantics.strict else pasts(history, semantics)
     findings: list[_Finding] = []
+    memo = _Memo()
     for op in history.ops:
         if op.op in _NODE_OPS and op.probed and op.store_time is not None:
             info = history.keys.get(op.key)
             if info is not None:
-                findings.extend(_judge(history, op, info, semantics, past.get(op.index)))
+                findings.extend(_judge(history, op, info, semantics, past.get(op.index), memo))
         elif op.op.is_sweep and op.ok:
             findings.extend(_judge_sweep(op))
     findings.extend(_between_calls(history, semantics, past))
@@ -134,13 +137,38 @@ def model_agreement(history: History, semantics: SemanticsProfile = DSM) -> list
 # --- calls -----------------------------------------------------------------------------------
 
 
+class _Memo:
+    """What judging one history's calls works out again and again, worked out once.
+
+    ``records``: the model's record of each *before* view, by (key, id of the
+    view), with the view (kept, so the id stays its own).  The simulator
+    hands out one view object for every read that found a key unchanged, so
+    calls on a key often start from the same one.  ``record_keys``: each
+    key's record key.  ``seconds``: the seconds since the epoch of each UTC
+    instant of the model's records (copies share their instants).
+    """
+
+    __slots__ = ("record_keys", "records", "seconds")
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[str, int], tuple[RecordView, ModelRecord]] = {}
+        self.record_keys: dict[str, RecordKey] = {}
+        self.seconds: dict[dt.datetime, float] = {}
+
+
 def _judge(
     history: History,
     op: Op,
     info: KeyInfo,
     semantics: SemanticsProfile = DSM,
     past: Past | None = None,
+    memo: _Memo | None = None,
 ) -> list[_Finding]:
+    """The findings on one call read around, replayed on the model from its *before* record.
+
+    ``memo``: what was worked out for earlier calls (see :class:`_Memo`); the
+    record made from the *before* view is only read, its copy goes into the model.
+    """
     assert op.store_time is not None
     found: list[_Finding] = []
 
@@ -161,12 +189,26 @@ def _judge(
             return found
     now = history.epoch + dt.timedelta(seconds=op.store_time)
     ctx = _context(info, op)
+    record_key = None if memo is None else memo.record_keys.get(op.key)
+    if record_key is None:
+        record_key = ctx.record_key
+        if memo is not None:
+            memo.record_keys[op.key] = record_key
+    strict = semantics.strict
     model = model_for(semantics, ctx, past)
-    stored = None if op.before is None else _record(ctx, op.before, history.epoch)
-    if stored is not None and not semantics.strict:
+    stored = None
+    if op.before is not None:
+        seen = None if memo is None else memo.records.get((op.key, id(op.before)))
+        if seen is not None and seen[0] is op.before:
+            stored = seen[1]
+        else:
+            stored = _record(ctx, op.before, history.epoch, record_key)
+            if memo is not None:
+                memo.records[(op.key, id(op.before))] = (op.before, stored)
+    if stored is not None and not strict:
         stored = exact_retention(history, info, stored, semantics, past)
     if stored is not None:
-        model.current[ctx.record_key] = dataclasses.replace(stored)
+        model.current[record_key] = _copy(stored)
     expected_value: object = None
     expected_error: str | None = None
     try:
@@ -227,7 +269,7 @@ def _judge(
         stored is not None
         and op.token is not None
         and op.op in _FENCED_WRITES
-        and model.current.get(ctx.record_key) == stored
+        and model.current.get(record_key) == stored
     )
     if landed and op.after is not None and (change := _difference(op.after, op.before)):
         say(
@@ -237,11 +279,19 @@ def _judge(
             "succeed and change nothing",
         )
         return found
-    expected = _expected_view(model, ctx, op, history.epoch, expected_error)
+    expected = _expected_view(
+        model.current.get(record_key),
+        op,
+        history.epoch,
+        expected_error,
+        None if memo is None else memo.seconds,
+    )
     after = op.after
-    if not semantics.strict:
+    if not strict:
         expected = at_resolution(expected, history, semantics)
         after = at_resolution(after, history, semantics)
+    if expected == after:
+        return found  # the usual case: field for field what the spec leaves, nothing to say
     found.extend(_compare(op, before, expected, after, say_prefix=say, semantics=semantics))
     return found
 
@@ -269,29 +319,34 @@ def _tokenless(ctx: StateHandlerContext) -> StateHandlerContext:
 
 
 def _expected_view(
-    model: ReferenceModel,
-    ctx: StateHandlerContext,
+    record: ModelRecord | None,
     op: Op,
     epoch: dt.datetime,
     error: str | None,
+    seconds: dict[dt.datetime, float] | None = None,
 ) -> RecordView | None:
-    record = model.current.get(ctx.record_key)
+    """The view of the model's ``record`` after ``op``, as the store's read would give it.
+
+    ``seconds``: instants already converted (see :class:`_Memo`).
+    """
     if record is None:
         return None
     data = record.data
     kept = _digest(data)
     if error is None and op.op in (OpName.SET, OpName.UPSERT) and op.data is not None:
         kept = op.data
+    # In RecordView's field order, not by keyword (a third cheaper): one per judged call.
     return RecordView(
-        key=op.key,
-        status=record.status.value,
-        attempt=record.attempt,
-        locked_until=_sec(record.locked_until, epoch),
-        created_at=_sec(record.created_at, epoch) or 0.0,
-        updated_at=_sec(record.updated_at, epoch) or 0.0,
-        retain_until=_sec(record.retain_until, epoch),
-        data=kept,
-        audit=_audit_of(record) if op.after is not None and op.after.audit is not None else None,
+        op.key,
+        record.status.value,
+        record.attempt,
+        _sec(record.locked_until, epoch, seconds),
+        _sec(record.created_at, epoch, seconds) or 0.0,
+        _sec(record.updated_at, epoch, seconds) or 0.0,
+        _sec(record.retain_until, epoch, seconds),
+        kept,
+        True,  # utc: the model's instants are
+        _audit_of(record) if op.after is not None and op.after.audit is not None else None,
     )
 
 
@@ -489,8 +544,12 @@ def _between_calls(
             continue
         if op.op is OpName.GET:
             continue
-        views = (op.before, op.after)
-        if not op.probed or any(v is not None and v.key != op.key for v in views):
+        before, after = op.before, op.after
+        if (
+            not op.probed
+            or (before is not None and before.key != op.key)
+            or (after is not None and after.key != op.key)
+        ):
             left.pop(op.key, None)
             continue
         previous = left.get(op.key)
@@ -590,6 +649,8 @@ def _difference(actual: RecordView | None, expected: RecordView | None) -> str |
     """The first field in which ``actual`` differs from ``expected``, worded; ``None`` if none."""
     if actual is None or expected is None:
         return None if actual is expected else f"it is {_label(actual)}, not {_label(expected)}"
+    if actual == expected:
+        return None  # the usual case, and the fields below would all agree
     if actual.data != expected.data:
         return f"data {actual.data}, not {expected.data} (digests of the canonical JSON)"
     if actual.status != expected.status or actual.attempt != expected.attempt:
@@ -668,13 +729,41 @@ def _context_of(
     )
 
 
-def _record(ctx: StateHandlerContext, view: RecordView, epoch: dt.datetime) -> ModelRecord:
+def _copy(record: ModelRecord) -> ModelRecord:
+    """A copy for the model to write in place, leaving ``record`` as read for the landed test.
+
+    Built field by field: ``dataclasses.replace`` introspects the fields on
+    every call, and the judge copies one record per call it judges.
+    """
+    return ModelRecord(
+        key=record.key,
+        status=record.status,
+        attempt=record.attempt,
+        locked_until=record.locked_until,
+        data=record.data,
+        error_detail=record.error_detail,
+        entity_execution_id=record.entity_execution_id,
+        source_app_id=record.source_app_id,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        retain_until=record.retain_until,
+    )
+
+
+def _record(
+    ctx: StateHandlerContext,
+    view: RecordView,
+    epoch: dt.datetime,
+    record_key: RecordKey | None = None,
+) -> ModelRecord:
+    """The model's record for a read ``view``; ``record_key``: ``ctx``'s, when already built."""
+
     def at(seconds: float | None) -> dt.datetime | None:
         return None if seconds is None else epoch + dt.timedelta(seconds=seconds)
 
     return ModelRecord(
-        key=ctx.record_key,
-        status=S(view.status),
+        key=ctx.record_key if record_key is None else record_key,
+        status=_STATUSES.get(view.status) or S(view.status),
         attempt=view.attempt,
         locked_until=at(view.locked_until),
         data=None if view.data is None else _encoded(view.data),
@@ -711,8 +800,20 @@ def _digest_of(data: str) -> str | None:
     return data
 
 
-def _sec(instant: dt.datetime | None, epoch: dt.datetime) -> float | None:
-    return None if instant is None else round((instant - epoch).total_seconds(), 6)
+def _sec(
+    instant: dt.datetime | None,
+    epoch: dt.datetime,
+    memo: dict[dt.datetime, float] | None = None,
+) -> float | None:
+    """``instant`` as seconds since ``epoch``; ``memo`` remembers UTC instants (one each)."""
+    if instant is None:
+        return None
+    if memo is None or instant.tzinfo is not dt.UTC:
+        return round((instant - epoch).total_seconds(), 6)
+    seconds = memo.get(instant)
+    if seconds is None:
+        seconds = memo[instant] = round((instant - epoch).total_seconds(), 6)
+    return seconds
 
 
 def _same(a: float | None, b: float | None) -> bool:

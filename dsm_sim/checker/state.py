@@ -336,20 +336,20 @@ def _seen_after(state: _Seen, op: Op, rules: _Rules) -> _Seen:
         return state
     if op.op is OpName.EXPIRE_PAST_RETENTION or op.outcome is Outcome.INFO:
         return _Seen(None, state.lock_lo, state.lock_hi)
-    if rules.written(op):
-        state = replace(state, vanish=rules.vanish(op))
+    # Built directly rather than by dataclasses.replace: this runs once per write of
+    # every key, and replace introspects the fields each time.
+    vanish = rules.vanish(op) if rules.written(op) else state.vanish
     if op.op is OpName.TRY_ACQUIRE_LOCK:
-        return replace(
-            state,
-            current=S.PROCESSING,
-            lock_lo=rules.lock_end(op.earliest, op),
-            lock_hi=rules.lock_end(op.latest, op),
+        return _Seen(
+            S.PROCESSING, rules.lock_end(op.earliest, op), rules.lock_end(op.latest, op), vanish
         )
     if op.op is OpName.SET:
-        return replace(state, current=_status(op.status))
-    if op.op is OpName.UPSERT:
-        return replace(state, current=S.PROCESSED)
-    return replace(state, current=S.FAILED)
+        current = _status(op.status)
+    elif op.op is OpName.UPSERT:
+        current = S.PROCESSED
+    else:
+        current = S.FAILED
+    return _Seen(current, state.lock_lo, state.lock_hi, vanish)
 
 
 # --- liveness --------------------------------------------------------------------------------

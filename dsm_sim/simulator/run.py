@@ -77,7 +77,7 @@ from dsm_sim.simulator.worker import Worker
 from dsm_sim.simulator.workload import APP, Delivery, element_of, nodes_of, workload
 from dsm_sim.simulator.world import World
 from reference_engine.clock import Clock
-from reference_engine.config import parse_node_settings
+from reference_engine.config import DataStateMachineConfig, parse_node_settings
 from reference_engine.engine.definitions import Element, ExecutionThread
 from reference_engine.engine.executor import BaseNodeExecutor
 from reference_engine.errors import DsmError
@@ -451,13 +451,17 @@ def _build(
     elements = {node.id: element_of(node) for node in nodes}
     world.node_locks = {node.id: node.lock_duration for node in nodes}
     deliveries = workload(scenario, seed, stream(seed, "arrivals"))
+    by_id = {node.id: node for node in reversed(nodes)}  # the first node of an id wins
+    configs: dict[str, DataStateMachineConfig | None] = {}  # each node's parsed once
     for _, delivery in deliveries:
-        node = next(n for n in nodes if n.id == delivery.node)
+        node = by_id[delivery.node]
         world.routes[delivery.message.id] = node.id
         if node.scope == "Thread":
             continue  # keyed by the execution: known once it runs
         element = elements[node.id]
-        config = parse_node_settings(element.settings)
+        if node.id not in configs:
+            configs[node.id] = parse_node_settings(element.settings)
+        config = configs[node.id]
         assert config is not None
         tenant, item, entity_key = delivery.item
         base = factory.base_context(element, ExecutionThread("setup", tenant, APP), config)

@@ -144,6 +144,8 @@ class Worker:
 
     @staticmethod
     def _crash_now(plan: ExecutionPlan, request: Request, effect_done: bool) -> bool:
+        if plan.crash is None:
+            return False  # most executions: asked before every request
         match plan.crash:
             case CrashPoint.BEFORE_ACQUIRE:
                 return isinstance(request, HandlerCall) and request.op is OpName.TRY_ACQUIRE_LOCK

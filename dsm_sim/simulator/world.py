@@ -40,7 +40,8 @@ from dsm_sim.simulator.bridge import (
 from dsm_sim.simulator.clock import ClockMirror, SimClock
 from dsm_sim.simulator.driver import HandlerDriver, in_process
 from dsm_sim.simulator.faults import FaultInjector, StoreFault, stream
-from dsm_sim.simulator.views import digest, view_of
+from dsm_sim.simulator.views import Viewer, digest
+from reference_engine.config import HandlerConfig
 from reference_engine.context import StateHandlerContext
 from reference_engine.engine.executor import Message
 from reference_engine.errors import DsmError, StoreError
@@ -107,6 +108,10 @@ class World:
         #: The last record read per key (around every call and sweep): every write the
         #: store makes goes through a call or a sweep the simulator reads around.
         self.known: dict[str, StateRecord | None] = {}
+        #: key -> the node options its :class:`KeyInfo` was made from.
+        self._configs: dict[str, HandlerConfig] = {}
+        #: Turns what the reads around calls return into the checker's views.
+        self.viewer = Viewer(clock.epoch)
         #: Keys some worker wrote to: the only ones a sweep can change.
         self.touched: set[str] = set()
         #: In-process handlers (no real I/O) get each internal ``await`` turned into a
@@ -157,24 +162,26 @@ class World:
         return self.node_locks.get(node, self.scenario.lock_duration)
 
     def remember(self, ctx: StateHandlerContext, node: str = "") -> str:
-        key = key_of(ctx.record_key)
+        if not ctx.item_key:
+            key_of(ctx.record_key)  # raises: a context without an item has no record
+        key = key_of(ctx)  # the record key's parts, without building one on every call
         if key not in self.contexts:
             self.contexts[key] = ctx.for_item(ctx.item_key, ctx.item_entity_key)
             config = ctx.handler_config
             retention = config.retention
-            self.recorder.key_info(
-                key,
-                KeyInfo(
-                    node=node,
-                    tenant=ctx.tenant_id,
-                    scope=ctx.scope_id,
-                    entity=ctx.entity_id,
-                    item_entity_key=ctx.item_entity_key,
-                    item=ctx.item_key,
-                    lock_duration=config.lock_duration.total_seconds(),
-                    retention=None if retention is None else retention.total_seconds(),
-                ),
+            info = KeyInfo(
+                node=node,
+                tenant=ctx.tenant_id,
+                scope=ctx.scope_id,
+                entity=ctx.entity_id,
+                item_entity_key=ctx.item_entity_key,
+                item=ctx.item_key,
+                lock_duration=config.lock_duration.total_seconds(),
+                retention=None if retention is None else retention.total_seconds(),
             )
+            self.recorder.key_info(key, info)
+            if self.recorder.keys_info.get(key) is info:
+                self._configs[key] = config
         return key
 
     def call(
@@ -321,8 +328,11 @@ class World:
 
     def _options(self, key: str, ctx: StateHandlerContext) -> CallOptions | None:
         """The call's node options when they are not its key's (a node redeployed mid-run)."""
-        info = self.recorder.keys_info.get(key)
         config = ctx.handler_config
+        made_from = self._configs.get(key)
+        if made_from is not None and (made_from is config or made_from == config):
+            return None  # the options the key's info was made from (each worker parses its own)
+        info = self.recorder.keys_info.get(key)
         lock = config.lock_duration.total_seconds()
         retention = None if config.retention is None else config.retention.total_seconds()
         if info is None or (info.lock_duration == lock and info.retention == retention):
@@ -334,7 +344,7 @@ class World:
         left = self._busy.pop(id(mine), 1) - 1
         if left:
             self._busy[id(mine)] = left
-        elif any(old is mine for old in self._retired):
+        elif self._retired and any(old is mine for old in self._retired):
             self._retired = [old for old in self._retired if old is not mine]
             self.driver.complete(mine.close(), "close()")
 
@@ -417,7 +427,7 @@ class World:
         self.clock_mirror.follow()
         record = self._reading((handler or self.handler).get(self.contexts[key]))
         self.known[key] = record
-        return view_of(record, self.clock.epoch)
+        return self.viewer.view(key, record)
 
     def probe(
         self, keys: Iterable[str] | None = None, through: StateHandler | None = None
