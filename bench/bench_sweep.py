@@ -8,14 +8,17 @@ through the same ``run_plan`` as ``dsm run --jobs 2``, until the deliveries
 reach the target (a first plan of :data:`BLOCK` seeds, then one plan of as
 many seeds as its rate says are left, stopped at the first seed that reaches
 the target), as ``dsm run`` without ``--report`` does; every run's
-verdict counts, and one failing run makes the benchmark fail.  The speed-up
-of the second process is measured side by side: the same seeds again with
-``jobs=1``, which must give the same stats and verdict for every run.
+verdict counts, and one failing run makes the benchmark fail.  The same
+plans then run on a local Dask cluster of two workers (``dsm run --cluster
+local --jobs 2``) and with ``jobs=1`` in this process, which give the
+speed-up of the second process and the cluster's share of ``--jobs 2``'s
+rate; every run must give the same stats and verdict in all three.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,8 @@ from common import BenchSkipped, Table, timed
 __all__ = ["TITLE", "run"]
 
 TITLE = (
-    "dsm run over every scenario until 10^6 simulated deliveries, jobs 2 vs 1 (in-memory handler)"
+    "dsm run over every scenario until 10^6 simulated deliveries: jobs 2, a local Dask "
+    "cluster of 2 and jobs 1 (in-memory handler)"
 )
 HEADERS = (
     "jobs",
@@ -37,6 +41,7 @@ HEADERS = (
     "seconds",
     "deliveries/s",
     "jobs/1",
+    "/jobs 2",
 )
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 HANDLER = "reference_engine.handlers.memory:in_memory_handler"
@@ -63,20 +68,23 @@ def _target() -> int:
 
 def run(short: bool) -> list[Table]:
     try:
-        from dsm_sim.scenario import load_scenarios
-        from dsm_sim.simulator.parallel import run_plan
+        from dsm_sim.scenario import Scenario, load_scenarios
+        from dsm_sim.simulator.parallel import RunOutcome, run_plan
     except ImportError as exc:
         raise BenchSkipped(f"the simulator is not available: {exc}") from exc
     target = 2_000 if short else _target()
     block = 1 if short else BLOCK
     scenarios = load_scenarios(SCENARIOS)
+    Plan = list[tuple[Scenario, int]]
 
-    def sweep(jobs: int, seeds: int | None) -> _Sweep:
+    def sweep(runs: Callable[[Plan], Iterator[RunOutcome]], splits: list[int] | None) -> _Sweep:
+        """Until the target (``splits`` None), or the seeds of each plan of an earlier sweep."""
         done = _Sweep()
+        planned = list(splits or [])
         started = timed()
-        while (done.deliveries < target) if seeds is None else (done.seeds < seeds):
-            if seeds is not None:
-                count = seeds - done.seeds
+        while (done.deliveries < target) if splits is None else planned:
+            if splits is not None:
+                count = planned.pop(0)
             elif done.seeds == 0:
                 count = block
             else:
@@ -85,10 +93,10 @@ def run(short: bool) -> list[Table]:
                 # plan leave a worker idle while the other finishes.
                 per_seed = done.deliveries / done.seeds
                 count = max(block, int((target - done.deliveries) / per_seed * 1.1) + 1)
-            seeds_now = range(done.seeds + 1, done.seeds + count + 1)
+            first = done.seeds
+            seeds_now = range(first + 1, first + count + 1)
             plan = [(s, seed) for seed in seeds_now for s in scenarios]
-            # As `dsm run` without --report: the workers send back no history.
-            outcomes = run_plan(plan, HANDLER, jobs=jobs, keep_history=False)
+            outcomes = runs(plan)
             try:
                 for n, outcome in enumerate(outcomes, start=1):
                     if outcome.result is None:
@@ -98,19 +106,33 @@ def run(short: bool) -> list[Table]:
                     done.add(outcome.result)
                     if n % len(scenarios) == 0:  # a seed's runs are all in
                         done.seeds = outcome.seed
-                        if seeds is None and done.deliveries >= target:
+                        if splits is None and done.deliveries >= target:
                             break  # the runs still in flight are stopped
             finally:
                 close = getattr(outcomes, "close", None)
                 if callable(close):
                     close()
+            done.splits.append(done.seeds - first)
         done.seconds = timed() - started
         return done
 
-    parallel = sweep(JOBS, None)
-    serial = sweep(1, parallel.seeds)
-    if serial.digest != parallel.digest:
-        raise RuntimeError(f"jobs={JOBS} gave other results than jobs=1")
+    # As `dsm run` without --report: the workers send back no history.
+    parallel = sweep(lambda plan: run_plan(plan, HANDLER, jobs=JOBS, keep_history=False), None)
+    swept: list[tuple[int | str, _Sweep]] = [(JOBS, parallel)]
+    try:
+        from dsm_sim.simulator.distributed import run_plan_on_cluster
+    except ImportError:  # pragma: no cover - the dev extra installs Dask
+        pass
+    else:
+        cluster = sweep(
+            lambda plan: run_plan_on_cluster(plan, HANDLER, workers=JOBS, keep_history=False),
+            parallel.splits,
+        )
+        swept.append((f"cluster {JOBS}", cluster))
+    serial = sweep(lambda plan: run_plan(plan, HANDLER, jobs=1), parallel.splits)
+    for name, done in swept:
+        if serial.digest != done.digest:
+            raise RuntimeError(f"{name} gave other results than jobs=1")
     if parallel.failed:
         failed = ", ".join(parallel.failed[:10])
         raise RuntimeError(f"{len(parallel.failed)} runs broke an invariant: {failed}")
@@ -126,15 +148,16 @@ def run(short: bool) -> list[Table]:
             done.seconds,
             done.deliveries / done.seconds,
             serial.seconds / done.seconds,
+            parallel.seconds / done.seconds if jobs != 1 else "-",
         )
-        for jobs, done in ((1, serial), (JOBS, parallel))
+        for jobs, done in ((1, serial), *swept)
     ]
     note = (
-        f"{len(scenarios)} scenarios x seeds 1-{parallel.seeds} (first {block} seeds, then the "
-        f"rest in one plan): jobs={JOBS} "
-        f"(forkserver workers, start-up included) until {target:,} deliveries "
-        f"(${TARGET_ENV}), then jobs=1 in this process over the same seeds; the same stats "
-        "and verdict for every run, and every run must keep every invariant"
+        f"{len(scenarios)} scenarios x seeds 1-{parallel.seeds} (plans of {parallel.splits} "
+        f"seeds): jobs={JOBS} (forkserver workers, start-up included) until {target:,} "
+        f"deliveries (${TARGET_ENV}), then the same plans on a LocalCluster of {JOBS} workers "
+        "(start-up included) and with jobs=1 in this process; the same stats and verdict for "
+        "every run, and every run must keep every invariant"
     )
     return [Table(TITLE, HEADERS, rows, note)]
 
@@ -146,6 +169,8 @@ class _Sweep:
         self.seeds = self.runs = self.deliveries = self.operations = self.violations = 0
         self.seconds = 0.0
         self.failed: list[str] = []
+        #: Seeds run by each plan, in order: what a later sweep repeats.
+        self.splits: list[int] = []
         self.digest: list[tuple[object, ...]] = []
 
     def add(self, result: Any) -> None:
