@@ -84,7 +84,12 @@ def run(short: bool) -> list[Table]:
                 round(counting.calls["get"] / max(total, 1), 2),
             )
         )
-        if not report.passed:
+        broken = [r.name for r in report.violations]
+        if report.error is not None or broken:
+            raise RuntimeError(f"the correct {name} handler failed: {report.error or broken}")
+        if report.not_exercised and profile != "dev":
+            # Under dev (30 test cases, no top-up seeds) a rarely reached property may go
+            # unexercised by chance; under ci the top-ups must reach every one.
             raise RuntimeError(f"the correct {name} handler did not pass: {report.not_exercised}")
     note = (
         "calls: every call the kit made on the handler and its peers (probes, race matrix, "
