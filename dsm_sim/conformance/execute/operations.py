@@ -35,7 +35,6 @@ from dsm_sim.conformance.execute.instances import HandlerInstances
 from dsm_sim.conformance.execute.loop import LoopDriver
 from dsm_sim.conformance.execute.recording import step
 from dsm_sim.conformance.generate import draws as W
-from dsm_sim.conformance.generate.swarm import SwarmRules
 from dsm_sim.conformance.generate.worlds import (
     DEFAULT_WORLD,
     UTC_ZONE,
@@ -94,8 +93,6 @@ class OperationRules(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        # Swarm testing at one draw per step (dsm_sim.conformance.generate.swarm).
-        self._rules_strategy = SwarmRules(self)  # type: ignore[assignment]
         stats = type(self).stats
         stats.test_cases += 1
         if stats.on_test_case is not None:
