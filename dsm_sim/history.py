@@ -58,6 +58,7 @@ __all__ = [
     "RecordView",
     "Scalar",
     "key_of",
+    "seconds_since",
 ]
 
 #: What a result or detail value may be: JSON scalars only, so files stay diffable.
@@ -82,6 +83,37 @@ class HistoryLimitError(RunStoppedError):
 
 def _t(value: float | None) -> float | None:
     return None if value is None else round(float(value), _DIGITS)
+
+
+def seconds_since(
+    instant: dt.datetime | None,
+    epoch: dt.datetime,
+    memo: dict[dt.datetime, float] | None = None,
+) -> float | None:
+    """``instant`` as a view's seconds since ``epoch`` (a naive instant read as UTC wall time).
+
+    ``memo`` (one per epoch) remembers the seconds of naive and UTC instants:
+    records are read and modelled many times with the same stamps.  Two such
+    instants that are equal are one instant (a naive one never equals an
+    aware one), where in a zone with folds two equal wall times can be an
+    hour apart, so those are converted every time.
+    """
+    if instant is None:
+        return None
+    zone = instant.tzinfo
+    if memo is None or (zone is not None and zone is not dt.UTC):
+        memo = None
+    else:
+        known = memo.get(instant)
+        if known is not None:
+            return known
+    key = instant
+    if zone is None:
+        instant = instant.replace(tzinfo=dt.UTC)
+    seconds = round((instant - epoch).total_seconds(), _DIGITS)
+    if memo is not None:
+        memo[key] = seconds
+    return seconds
 
 
 def key_of(key: RecordKey | StateHandlerContext) -> str:

@@ -46,7 +46,17 @@ from dsm_sim.checker.profiled import (
     status_at,
 )
 from dsm_sim.conformance.judge.semantics import DSM, ProfiledModel, SemanticsProfile
-from dsm_sim.history import CallOptions, History, KeyInfo, Op, OpName, Outcome, RecordView
+from dsm_sim.history import (
+    CallOptions,
+    History,
+    KeyInfo,
+    Op,
+    OpName,
+    Outcome,
+    RecordView,
+    seconds_since,
+)
+from dsm_sim.model import record_copy
 from reference_engine.config import HandlerConfig
 from reference_engine.context import RecordKey, StateHandlerContext
 from reference_engine.errors import DsmError
@@ -208,7 +218,7 @@ def _judge(
     if stored is not None and not strict:
         stored = exact_retention(history, info, stored, semantics, past)
     if stored is not None:
-        model.current[record_key] = _copy(stored)
+        model.current[record_key] = record_copy(stored)
     expected_value: object = None
     expected_error: str | None = None
     try:
@@ -340,10 +350,10 @@ def _expected_view(
         op.key,
         record.status.value,
         record.attempt,
-        _sec(record.locked_until, epoch, seconds),
-        _sec(record.created_at, epoch, seconds) or 0.0,
-        _sec(record.updated_at, epoch, seconds) or 0.0,
-        _sec(record.retain_until, epoch, seconds),
+        seconds_since(record.locked_until, epoch, seconds),
+        seconds_since(record.created_at, epoch, seconds) or 0.0,
+        seconds_since(record.updated_at, epoch, seconds) or 0.0,
+        seconds_since(record.retain_until, epoch, seconds),
         kept,
         True,  # utc: the model's instants are
         _audit_of(record) if op.after is not None and op.after.audit is not None else None,
@@ -636,10 +646,10 @@ def _view_of_model(
         key=key,
         status=record.status.value,
         attempt=record.attempt,
-        locked_until=_sec(record.locked_until, epoch),
-        created_at=_sec(record.created_at, epoch) or 0.0,
-        updated_at=_sec(record.updated_at, epoch) or 0.0,
-        retain_until=_sec(record.retain_until, epoch),
+        locked_until=seconds_since(record.locked_until, epoch),
+        created_at=seconds_since(record.created_at, epoch) or 0.0,
+        updated_at=seconds_since(record.updated_at, epoch) or 0.0,
+        retain_until=seconds_since(record.retain_until, epoch),
         data=_digest(data),
         audit=_audit_of(record) if with_audit else None,
     )
@@ -729,27 +739,6 @@ def _context_of(
     )
 
 
-def _copy(record: ModelRecord) -> ModelRecord:
-    """A copy for the model to write in place, leaving ``record`` as read for the landed test.
-
-    Built field by field: ``dataclasses.replace`` introspects the fields on
-    every call, and the judge copies one record per call it judges.
-    """
-    return ModelRecord(
-        key=record.key,
-        status=record.status,
-        attempt=record.attempt,
-        locked_until=record.locked_until,
-        data=record.data,
-        error_detail=record.error_detail,
-        entity_execution_id=record.entity_execution_id,
-        source_app_id=record.source_app_id,
-        created_at=record.created_at,
-        updated_at=record.updated_at,
-        retain_until=record.retain_until,
-    )
-
-
 def _record(
     ctx: StateHandlerContext,
     view: RecordView,
@@ -798,22 +787,6 @@ def _digest_of(data: str) -> str | None:
     if isinstance(decoded, dict) and set(decoded) == {_MARK}:
         return str(decoded[_MARK])
     return data
-
-
-def _sec(
-    instant: dt.datetime | None,
-    epoch: dt.datetime,
-    memo: dict[dt.datetime, float] | None = None,
-) -> float | None:
-    """``instant`` as seconds since ``epoch``; ``memo`` remembers UTC instants (one each)."""
-    if instant is None:
-        return None
-    if memo is None or instant.tzinfo is not dt.UTC:
-        return round((instant - epoch).total_seconds(), 6)
-    seconds = memo.get(instant)
-    if seconds is None:
-        seconds = memo[instant] = round((instant - epoch).total_seconds(), 6)
-    return seconds
 
 
 def _same(a: float | None, b: float | None) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
-from dsm_sim.history import RecordView, key_of
+from dsm_sim.history import RecordView, key_of, seconds_since
 from reference_engine.record import StateRecord, encode_data
 
 __all__ = ["DATA_WIDTH", "data_text", "digest", "view_of"]
@@ -77,29 +77,6 @@ def _aware_utc(instant: dt.datetime | None) -> bool:
     return zone is _UTC or (zone is not None and instant.utcoffset() == _ZERO)
 
 
-def _seconds(
-    instant: dt.datetime | None,
-    epoch: dt.datetime,
-    memo: dict[dt.datetime, float] | None = None,
-) -> float | None:
-    if instant is None:
-        return None
-    zone = instant.tzinfo
-    if memo is None or (zone is not None and zone is not _UTC):
-        memo = None  # a zone with folds: equal wall times can be different instants
-    else:
-        known = memo.get(instant)
-        if known is not None:
-            return known
-    key = instant
-    if zone is None:  # a naive instant is read as UTC wall time; utc=False flags it
-        instant = instant.replace(tzinfo=dt.UTC)
-    seconds = round((instant - epoch).total_seconds(), 6)
-    if memo is not None:
-        memo[key] = seconds
-    return seconds
-
-
 def view_of(
     record: StateRecord | None,
     epoch: dt.datetime,
@@ -110,10 +87,8 @@ def view_of(
     The simulator takes two of these around every call, so the view is built
     with its fields in ``RecordView``'s order rather than by keyword, which
     costs a third less, and ``instants`` (one per epoch) remembers the seconds
-    of every instant converted: a record is read many times with the same
-    stamps.  Only naive and UTC instants are remembered: two of those that
-    are equal are one instant (a naive one never equals an aware one), where
-    in a zone with folds two equal wall times can be an hour apart.
+    of its naive and UTC instants (:func:`~dsm_sim.history.seconds_since`): a
+    record is read many times with the same stamps.
     """
     if record is None:
         return None
@@ -123,16 +98,16 @@ def view_of(
         record.updated_at,
         record.retain_until,
     )
-    created = _seconds(created_at, epoch, instants)
-    updated = _seconds(updated_at, epoch, instants)
+    created = seconds_since(created_at, epoch, instants)
+    updated = seconds_since(updated_at, epoch, instants)
     return RecordView(
         key_of(record.key),
         record.status.value,
         record.attempt,
-        _seconds(locked, epoch, instants),
+        seconds_since(locked, epoch, instants),
         0.0 if created is None else created,
         0.0 if updated is None else updated,
-        _seconds(retain, epoch, instants),
+        seconds_since(retain, epoch, instants),
         digest(record.data),
         _aware_utc(locked)
         and _aware_utc(created_at)

@@ -13,8 +13,8 @@ import hashlib
 import json
 from zoneinfo import ZoneInfo
 
-from dsm_sim.checker.model_judge import _copy
 from dsm_sim.history import RecordView
+from dsm_sim.model import record_copy
 from dsm_sim.simulator.views import Viewer, _canonical_c, digest, view_of
 from reference_engine.context import RecordKey
 from reference_engine.model import ModelRecord
@@ -85,10 +85,10 @@ def test_the_digest_is_of_the_canonical_json() -> None:
     assert digest({"nan": float("nan")}) == digest({"nan": float("nan")})  # not JSON: by repr
 
 
-def test_the_judge_copies_every_field_of_a_model_record() -> None:
+def test_a_model_record_copy_has_every_field() -> None:
     values = {field.name: f"value of {field.name}" for field in dataclasses.fields(ModelRecord)}
     record = ModelRecord(**values)  # type: ignore[arg-type]
-    copied = _copy(record)
+    copied = record_copy(record)
     assert copied == record
     assert copied is not record
 

@@ -11,16 +11,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import operator
 from collections import Counter
 from collections.abc import Callable
 
 from dsm_sim.conformance.report import Gap
-from dsm_sim.model import ItemRef, ModelRecord, execution_id, shown
+from dsm_sim.model import ItemRef, ModelRecord, execution_id, record_copy, shown
 from reference_engine.context import StateHandlerContext
 from reference_engine.status import IdempotencyStatus
 
-__all__ = ["Hold", "RunStats", "context_for", "copy_record", "is_live", "record_copy"]
+__all__ = ["Hold", "RunStats", "context_for", "copy_record", "is_live"]
 
 S = IdempotencyStatus
 
@@ -97,22 +96,6 @@ def is_live(record: ModelRecord | None, now: dt.datetime) -> bool:
         and record.locked_until is not None
         and now <= record.locked_until
     )
-
-
-#: A model record's fields in order: a copy is the class called with them.
-_RECORD_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(ModelRecord)))
-
-
-def record_copy(record: ModelRecord) -> ModelRecord:
-    """A copy of a model record (its fields are immutable values, so a shallow copy is whole).
-
-    Every call the kit judges copies a record or two, and a race's replay
-    with a sweep copies every record of the model: the class called with
-    the fields costs a fifth of ``dataclasses.replace`` or ``copy.copy``.
-    """
-    if type(record) is not ModelRecord:
-        return dataclasses.replace(record)
-    return ModelRecord(*_RECORD_FIELDS(record))
 
 
 def copy_record(record: ModelRecord | None) -> ModelRecord | None:

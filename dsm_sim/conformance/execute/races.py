@@ -72,6 +72,7 @@ from dsm_sim.model import (
     ReferenceModel,
     effective_status,
     outcome_of,
+    record_copy,
 )
 from reference_engine.begin import Acquired, Completed, begin
 from reference_engine.context import StateHandlerContext
@@ -193,13 +194,12 @@ def _copied(model: ReferenceModel, calls: Sequence[_Call]) -> ReferenceModel:
     """
     copied = copy.copy(model)
     if any(call.op.sweeps for call in calls):
-        copied.current = {key: K.record_copy(record) for key, record in model.current.items()}
-        copied.superseded = [K.record_copy(record) for record in model.superseded]
+        copied.current = {key: record_copy(record) for key, record in model.current.items()}
+        copied.superseded = [record_copy(record) for record in model.superseded]
         return copied
     keys = {call.ctx.record_key for call in calls if call.ctx is not None}
     copied.current = {
-        key: K.record_copy(record) if key in keys else record
-        for key, record in model.current.items()
+        key: record_copy(record) if key in keys else record for key, record in model.current.items()
     }
     copied.superseded = list(model.superseded)
     return copied
