@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import socket
+import sys
 import warnings
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from run_outputs import files_under
 from dsm_sim.cli import main as dsm
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.distributed import (
+    WORKER_SWITCH_INTERVAL,
     ClusterUnavailableError,
     local_cluster,
     run_plan_on_cluster,
@@ -130,6 +132,10 @@ def test_a_worker_lost_mid_sweep_costs_only_its_unfinished_runs() -> None:
     with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
         pids = client.run(os.getpid)
         victim = sorted(pids.values())[0]
+        # Our own workers let a run keep the GIL longer; this process keeps Python's own.
+        intervals = client.run(sys.getswitchinterval).values()
+        assert list(intervals) == [pytest.approx(WORKER_SWITCH_INTERVAL)] * 2, intervals
+        assert sys.getswitchinterval() != pytest.approx(WORKER_SWITCH_INTERVAL)
         remote = []
         for n, outcome in enumerate(
             run_plan_on_cluster(plan, handler, address=cluster.scheduler_address)
@@ -137,6 +143,10 @@ def test_a_worker_lost_mid_sweep_costs_only_its_unfinished_runs() -> None:
             remote.append(outcome)
             if n == 0:
                 os.kill(victim, signal.SIGKILL)
+        # The worker its nanny started again (once it is back) is set up the same.
+        client.wait_for_workers(2, timeout=30)
+        intervals = client.run(sys.getswitchinterval).values()
+        assert list(intervals) == [pytest.approx(WORKER_SWITCH_INTERVAL)] * 2, intervals
     assert [(o.scenario.name, o.seed) for o in remote] == [(s.name, seed) for s, seed in plan]
     for mine, theirs in zip(serial, remote, strict=True):
         assert mine.result is not None and theirs.result is not None, (mine, theirs)
