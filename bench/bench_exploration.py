@@ -8,6 +8,12 @@ and then the same handler runs a tight loop of the same operations in the
 same proportions on its own items.  The ratio of the two call rates is the
 share of the handler's own speed the kit turns into evidence; the rest is
 the kit's judging, shrinking and per-test-case store set-up.
+
+A second table splits each verification by stage (the edge probes, the race
+matrix, the search), from the progress ``dsm verify`` reports as each stage
+goes: the calls and seconds between one report and the next belong to the
+stage reported.  The whole run's ratio cannot exceed what its slowest
+necessary stage allows, so this says where a store's ratio is decided.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from typing import Any
 from common import BenchSkipped, Table, timed
 from handler_calls import Counting, tight_loop
 
-__all__ = ["TITLE", "run"]
+__all__ = ["STAGES_TITLE", "TITLE", "run"]
 
 TITLE = "Exploration efficiency: calls/s in dsm verify over the same handler's tight loop"
+STAGES_TITLE = "Exploration efficiency by stage: where each verification's calls and seconds go"
+STAGE_HEADERS = ("store", "stage", "seconds", "calls", "calls/s", "stage/tight", "share of seconds")
 HEADERS = (
     "store",
     "profile",
@@ -64,11 +72,14 @@ def run(short: bool) -> list[Table]:
         raise BenchSkipped(f"the conformance runner is missing: {exc}") from exc
     profile = "dev" if short else "ci"
     rows: list[tuple[object, ...]] = []
+    stage_rows: list[tuple[object, ...]] = []
     for name, factory in _stores(short):
         counting = Counting(factory)
         started = timed()
-        report = verify(counting, profile, SEED)
+        stages = _Stages(counting, started)
+        report = verify(counting, profile, SEED, stage=stages)
         seconds = timed() - started
+        stages.close()
         total = sum(counting.calls.values())
         kit_rate = total / seconds
         loop_rate = asyncio.run(tight_loop(factory, counting.calls, 2000 if short else 6000))
@@ -84,6 +95,19 @@ def run(short: bool) -> list[Table]:
                 round(counting.calls["get"] / max(total, 1), 2),
             )
         )
+        for stage, (stage_seconds, calls) in stages.spent.items():
+            stage_rate = calls / stage_seconds if stage_seconds else 0.0
+            stage_rows.append(
+                (
+                    name,
+                    stage,
+                    round(stage_seconds, 2),
+                    calls,
+                    round(stage_rate),
+                    round(stage_rate / loop_rate, 2),
+                    round(stage_seconds / seconds, 2),
+                )
+            )
         broken = [r.name for r in report.violations]
         if report.error is not None or broken:
             raise RuntimeError(f"the correct {name} handler failed: {report.error or broken}")
@@ -95,4 +119,38 @@ def run(short: bool) -> list[Table]:
         "calls: every call the kit made on the handler and its peers (probes, race matrix, "
         "search, trimming); the tight loop runs the same operations in the same proportions."
     )
-    return [Table(TITLE, HEADERS, rows, note)]
+    stage_note = (
+        "stage: as dsm verify reports its progress; the calls and seconds up to each report "
+        "belong to the stage reported ('after the search': trimming and what follows the last "
+        "report). stage/tight: the stage's calls/s over the same store's tight loop above."
+    )
+    return [
+        Table(TITLE, HEADERS, rows, note),
+        Table(STAGES_TITLE, STAGE_HEADERS, stage_rows, stage_note),
+    ]
+
+
+class _Stages:
+    """The ``stage`` callback of ``verify``: seconds and calls per stage, as reported.
+
+    Everything between two reports is booked to the stage of the later one (a
+    report comes once a probe, a race-matrix cell or a test case is done); what
+    follows the last report is booked by :meth:`close`.
+    """
+
+    def __init__(self, counting: Counting, started: float) -> None:
+        self.counting = counting
+        self.last = (started, 0)
+        self.spent: dict[str, tuple[float, int]] = {}
+
+    def __call__(self, stage: str, done: int, planned: int) -> None:
+        self._book(stage.split(" (")[0])
+
+    def close(self) -> None:
+        self._book("after the search")
+
+    def _book(self, stage: str) -> None:
+        now, calls = timed(), sum(self.counting.calls.values())
+        seconds, count = self.spent.get(stage, (0.0, 0))
+        self.spent[stage] = (seconds + now - self.last[0], count + calls - self.last[1])
+        self.last = (now, calls)
