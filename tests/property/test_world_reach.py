@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import operator
 import types
 from collections.abc import Callable
 from typing import Any
@@ -168,7 +169,7 @@ def test_payloads_reach_empty_values_and_100_digit_integers() -> None:
 
 def test_error_details_reach_blank_and_padded_text() -> None:
     for detail in ("", " ", "\t\n \r", " card declined "):
-        _found("errors", lambda drawn, detail=detail: drawn == detail)
+        _found("errors", functools.partial(operator.eq, detail))
 
 
 def test_payload_draws_are_fresh_objects() -> None:
