@@ -77,20 +77,25 @@ class ClusterUnavailableError(ConfigurationError):
 
 @contextlib.contextmanager
 def _quiet_on_give_up() -> Iterator[Callable[[], None]]:
-    """Once a run is given up on, Dask's own logs of the workers it kills stay quiet.
+    """Once the plan is given up on, Dask's own logs of the workers it kills stay quiet.
 
-    Closing a cluster whose worker is blocked in a thread makes Dask log the
-    heartbeats and streams that break (with tracebacks) on stderr, after the
-    command has said what it stopped and why; the loggers' levels come back
-    when the cluster is closed.
+    Closing a cluster with runs in flight (a worker blocked in a thread, a
+    Ctrl-C) makes Dask log the heartbeats, gathers and streams that break,
+    with tracebacks, on stderr, after the command has said what it stopped
+    and why.  Every ``distributed`` and ``tornado`` logger is silenced,
+    including those Dask's logging configuration gives a level of their own
+    (``tornado.application``); their levels come back when the cluster is
+    closed.
     """
     saved: dict[str, int] = {}
 
     def give_up() -> None:
-        for name in ("distributed", "tornado"):
-            logger = logging.getLogger(name)
-            saved.setdefault(name, logger.level)
-            logger.setLevel(logging.CRITICAL + 1)
+        known = list(logging.root.manager.loggerDict)
+        for name in ["distributed", "tornado", *known]:
+            if name.split(".")[0] in ("distributed", "tornado"):
+                logger = logging.getLogger(name)
+                saved.setdefault(name, logger.level)
+                logger.setLevel(logging.CRITICAL + 1)
 
     try:
         yield give_up
@@ -135,7 +140,9 @@ def local_cluster(workers: int) -> Any:
 
     No dashboard, and the scheduler's own HTTP routes on a free loopback port:
     Dask's default, 8787, makes a second local cluster on the machine warn
-    (or fail, with warnings as errors).  The workers' profiler and monitors
+    (or fail, with warnings as errors).  The workers log errors only: their
+    warnings (a cancelled task as the cluster closes, a busy event loop) say
+    nothing about the runs.  The workers' profiler and monitors
     run rarely or not at all and their runs keep the GIL longer
     (:data:`_LOCAL_WORKERS`): on two cores they took CPU and the GIL from the
     runs (200 runs: 8.45 s best of three with them, 7.99 s without; ``--jobs 2``
@@ -152,6 +159,7 @@ def local_cluster(workers: int) -> Any:
             processes=True,
             dashboard_address=None,
             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+            silence_logs=logging.ERROR,
         )
 
 
@@ -201,7 +209,7 @@ def run_plan_on_cluster(
     except Exception as exc:
         stack.close()
         raise ClusterUnavailableError(where, f"{type(exc).__name__}: {exc}") from None
-    return _outcomes(stack, client, tasks, timeout, workers, deadline)
+    return _outcomes(stack, client, tasks, timeout, workers, deadline, own=address is None)
 
 
 def _outcomes(
@@ -211,6 +219,8 @@ def _outcomes(
     timeout: str | None,
     workers: int,
     deadline: float | None = None,
+    *,
+    own: bool = False,
 ) -> Iterator[RunOutcome]:
     """The outcomes in plan order; a run still going well past ``deadline`` is given up on.
 
@@ -222,11 +232,14 @@ def _outcomes(
     New runs go out in batches once half the window is handed back
     (:data:`_AHEAD`).
 
-    Leaving early (the deadline, Ctrl-C, SIGTERM) cancels every run in flight
-    and closes the client, and a ``LocalCluster`` with it: its worker
-    processes are ended, a run blocked in its thread included.  The workers
-    of a cluster given by address are not ours to kill; a run blocked on one
-    of them is cancelled, and the command ends anyway.
+    Leaving early (the deadline, Ctrl-C, SIGTERM, a caller that stops
+    pulling) closes the client, and a cluster of our own (``own``) with it:
+    its worker processes are ended, a run blocked in its thread included.
+    The workers of a cluster given by address are not ours to kill; the runs
+    in flight there are cancelled, and the command ends anyway.  The command
+    says what it stopped and why; the streams and heartbeats that break as
+    the cluster closes are not news, and Dask's logs of them stay quiet
+    (:func:`_quiet_on_give_up`), as ``--jobs`` workers say nothing when stopped.
     """
     from distributed import as_completed
 
@@ -236,7 +249,14 @@ def _outcomes(
     fetched: dict[str, Any] = {}
     ahead = _AHEAD * max(1, workers)
     with _quiet_on_give_up() as give_up, stack:
-        stack.callback(lambda: client.cancel([f for _, f in inflight], force=True))
+        if not own:
+            # Our own workers are ended with the cluster: cancelling their runs first
+            # only made each log the cancelled task.
+            stack.callback(lambda: client.cancel([f for _, f in inflight], force=True))
+        # Run first (the stack's callbacks run last in, first out), before anything
+        # closes, however the plan is left: a Ctrl-C may come while the caller holds
+        # an outcome, and this generator is then closed only when it is collected.
+        stack.callback(give_up)
         done = as_completed(  # type: ignore[no-untyped-call]
             with_results=True, raise_errors=False, timeout=patience(deadline)
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from run_outputs import files_under
 
+from dsm_sim.cli import EXIT_TERMINATED
 from dsm_sim.cli import main as dsm
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.distributed import (
@@ -152,3 +153,27 @@ def test_a_worker_lost_mid_sweep_costs_only_its_unfinished_runs() -> None:
         assert mine.result is not None and theirs.result is not None, (mine, theirs)
         assert theirs.result.stats == mine.result.stats
         assert theirs.result.violated == mine.result.violated
+
+
+def test_a_sweep_stopped_on_a_local_cluster_says_nothing_of_dasks_teardown() -> None:
+    # SIGTERM (as CI sends on a cancelled job) once the first run is reported: the
+    # command ends as --jobs does, with its exit code and no word on stderr, instead
+    # of the tracebacks of the gathers and streams Dask breaks as the cluster closes
+    # and the workers' warnings about the runs cut short.
+    import signal
+    import subprocess
+
+    command = [sys.executable, "-m", "dsm_sim.cli", "run", str(SCENARIOS)]
+    command += ["--seeds", "20", "--cluster", "local", "--jobs", "2"]
+    with subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as sweep:
+        assert sweep.stdout is not None
+        heard = [sweep.stdout.readline()]
+        while heard[-1] and "PASS" not in heard[-1]:  # the plan's heading, then the first run
+            heard.append(sweep.stdout.readline())
+        sweep.send_signal(signal.SIGTERM)
+        _, said = sweep.communicate(timeout=60)
+    assert "PASS" in heard[-1], heard
+    assert sweep.returncode == EXIT_TERMINATED, said
+    assert said == "", said
