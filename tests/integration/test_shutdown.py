@@ -97,9 +97,13 @@ def spawned(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
     seen: set[int] = set()
 
-    def start(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def start(
+        *argv: str, env: dict[str, str] | None = None, sigint_ignored: bool = False
+    ) -> subprocess.Popen[str]:
+        # SIGINT ignored, as for a command a script starts with "&": exec keeps it ignored.
+        ignoring = [sys.executable, "-c", _IGNORING_SIGINT] if sigint_ignored else []
         process = subprocess.Popen(
-            [sys.executable, "-m", "dsm_sim.cli", *argv],
+            [*ignoring, sys.executable, "-m", "dsm_sim.cli", *argv],
             cwd=tmp_path,
             env={**os.environ, **(env or {})},
             stdout=subprocess.PIPE,
@@ -122,6 +126,12 @@ def spawned(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
         process.kill()
         process.communicate()
     _kill_all(seen | _recorded(tmp_path / "pids"))
+
+
+_IGNORING_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 def _wait_for(condition: Callable[[], object], what: str, within_s: float = BOUND_S) -> None:
@@ -204,14 +214,18 @@ def test_sigterm_ends_dsm_stress_with_its_workers_and_removes_its_files(
     assert list(tmp_path.glob(effects)) == []
 
 
+@pytest.mark.parametrize("sigint", ["handled", "ignored"])
 def test_sigterm_ends_dsm_stress_broker_and_deletes_its_queue(
-    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]], amqp_url: str
+    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]], amqp_url: str, sigint: str
 ) -> None:
+    # With SIGINT ignored (started with "&" by a script), asyncio installs no Ctrl-C
+    # handler of its own, and the run ends with every task of its loop cancelled, the
+    # broker connection's reader among them: the queue went on living on the broker.
     database = tmp_path / "broker.sqlite3"
     dsm = spawned(
         "stress", "--broker", amqp_url, "--db", f"sqlite+aiosqlite:///{database}",
         "--keys", "20000", "--processes", "2", "--workers", "2", "--kills", "0",
-        env={"TMPDIR": str(tmp_path)},
+        env={"TMPDIR": str(tmp_path)}, sigint_ignored=sigint == "ignored",
     )  # fmt: skip
     _wait_for(lambda: list(tmp_path.glob("dsm-broker-*/p*.jsonl")), "the consumers starting")
     run_id = next(tmp_path.glob("dsm-broker-*")).name.split("-")[2]
@@ -225,6 +239,24 @@ def test_sigterm_ends_dsm_stress_broker_and_deletes_its_queue(
     assert "Traceback" not in err, err
     assert _gone(before) == set()
     assert not asyncio.run(_queue_exists(amqp_url, queue))
+    assert not asyncio.run(_exchange_exists(amqp_url, queue))  # named as the queue
+    assert list(tmp_path.glob("dsm-broker-*")) == []
+
+
+async def _exchange_exists(url: str, name: str) -> bool:
+    import aio_pika
+    from aio_pika.exceptions import ChannelNotFoundEntity
+
+    connection = await aio_pika.connect(url)
+    try:
+        channel = await connection.channel()
+        try:
+            await channel.get_exchange(name, ensure=True)
+        except ChannelNotFoundEntity:
+            return False
+        return True
+    finally:
+        await connection.close()
 
 
 async def _queue_exists(url: str, name: str) -> bool:

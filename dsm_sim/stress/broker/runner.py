@@ -506,8 +506,7 @@ async def run_broker_stress(
         end_processes(processes.all)
         try:
             if declared and not cleaned:
-                with contextlib.suppress(DsmError):
-                    await broker.delete()
+                await _delete_run_topology(broker, settings)
         finally:
             await broker.close()
             try:
@@ -521,6 +520,31 @@ async def run_broker_stress(
                     saved_target.restore()
                 if not keep:
                     shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _delete_run_topology(broker: AmqpBroker, settings: BrokerStressSettings) -> None:
+    """Delete the run's queue and exchange after a run that did not get to it; never raises.
+
+    A run stopped by Ctrl-C or SIGTERM with SIGINT ignored (a command started
+    with ``&`` from a script) ends with every task of its loop cancelled,
+    the broker connection's reader among them: the queue is then deleted on
+    a connection of its own, or it would stay on the broker with the run's
+    messages.
+    """
+    try:
+        await broker.delete()
+        return
+    except (DsmError, asyncio.CancelledError):
+        # A CancelledError here is the dead connection's own (its reader's); this
+        # task's cancellation is being handled by the ``finally`` that called us.
+        pass
+    fresh = AmqpBroker(settings.broker_url, settings.topology)
+    try:
+        with contextlib.suppress(DsmError):
+            await fresh.connect()
+            await fresh.delete()
+    finally:
+        await fresh.close()
 
 
 def _duplicate_causes(
