@@ -190,13 +190,15 @@ def test_sigterm_ends_dsm_run_jobs_with_its_workers_and_handlers(
     assert _gone(before) == set()
 
 
+@pytest.mark.parametrize("sigint", ["handled", "ignored"])
 def test_sigterm_ends_dsm_stress_with_its_workers_and_removes_its_files(
-    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]]
+    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]], sigint: str
 ) -> None:
     database = tmp_path / "stress.sqlite3"
     dsm = spawned(
         "stress", "--db", f"sqlite+aiosqlite:///{database}", "--keys", "100000",
         "--processes", "2", "--workers", "2", "--timeout", "600",
+        sigint_ignored=sigint == "ignored",
     )  # fmt: skip
     effects = f"{database.name}.*.effects*"  # the run's own ledger, beside the user's file
     _wait_for(
