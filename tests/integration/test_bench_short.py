@@ -30,8 +30,11 @@ EXPECTED = {
     "Exploration efficiency: calls/s in dsm verify over the same handler's tight loop": (
         "verify/tight"
     ),
-    "dsm run over every scenario until 10^6 simulated deliveries, jobs 2 vs 1 "
-    "(in-memory handler)": "jobs/1",
+    "Exploration efficiency by stage: where each verification's calls and seconds go": (
+        "stage/tight"
+    ),
+    "dsm run over every scenario until 10^6 simulated deliveries: jobs 2, a local Dask "
+    "cluster of 2 and jobs 1 (in-memory handler)": "/jobs 2",
     "Full happy path per second (check, acquire, complete): dsm vs Powertools idempotency": (
         "redis/decorator"
     ),
