@@ -121,8 +121,9 @@ def run(short: bool) -> list[Table]:
     )
     stage_note = (
         "stage: as dsm verify reports its progress; the calls and seconds up to each report "
-        "belong to the stage reported ('after the search': trimming and what follows the last "
-        "report). stage/tight: the stage's calls/s over the same store's tight loop above."
+        "belong to the stage reported, and what follows the last report (the last test case, "
+        "any trimming) to the last stage. stage/tight: the stage's calls/s over the same "
+        "store's tight loop above."
     )
     return [
         Table(TITLE, HEADERS, rows, note),
@@ -133,21 +134,25 @@ def run(short: bool) -> list[Table]:
 class _Stages:
     """The ``stage`` callback of ``verify``: seconds and calls per stage, as reported.
 
-    Everything between two reports is booked to the stage of the later one (a
-    report comes once a probe, a race-matrix cell or a test case is done); what
-    follows the last report is booked by :meth:`close`.
+    Everything between two reports is booked to the stage of the later one: a
+    probe and a race-matrix cell are reported once done, a test case of the
+    search as it starts (so each books the one before it).  What follows the
+    last report (the last test case, and any trimming) is booked by
+    :meth:`close` to the last stage reported.
     """
 
     def __init__(self, counting: Counting, started: float) -> None:
         self.counting = counting
         self.last = (started, 0)
+        self.stage = "start"
         self.spent: dict[str, tuple[float, int]] = {}
 
     def __call__(self, stage: str, done: int, planned: int) -> None:
-        self._book(stage.split(" (")[0])
+        self.stage = stage.split(" (")[0]
+        self._book(self.stage)
 
     def close(self) -> None:
-        self._book("after the search")
+        self._book(self.stage)
 
     def _book(self, stage: str) -> None:
         now, calls = timed(), sum(self.counting.calls.values())

@@ -109,17 +109,16 @@ def _quiet_on_give_up() -> Iterator[Callable[[], None]]:
 #: event loop beside it wakes for messages and heartbeats, and at 5 ms every wake
 #: forced a switch away from the run and back.  At 50 ms the event loop waits a
 #: little longer (heartbeats are seconds apart) and the run keeps its cache warm:
-#: on 600 runs the cluster went from 0.83 to 0.84-0.85 of ``--jobs 2``.
+#: 600 runs took 20.0 s against 20.35 s at 5 ms (alternating, three times each).
 WORKER_SWITCH_INTERVAL = 0.05
 
-#: How a local sweep's workers are set up: the switch interval above, set by
-#: :func:`dask_setup` as each worker starts (a worker its nanny restarts included),
-#: and none of Dask's background work a local sweep has no use for: the workers'
-#: statistical profiler (a thread sampling every 10 ms, for a dashboard nobody
-#: opens), the system monitor, and memory checks ten times a second for runs that
-#: hold a few MB.
+#: How a local sweep's workers are set up, beside the switch interval above (set by
+#: :func:`dask_setup` as each worker starts, a worker its nanny restarts included:
+#: :func:`local_cluster` preloads this module): none of Dask's background work a
+#: local sweep has no use for, that is the workers' statistical profiler (a thread
+#: sampling every 10 ms, for a dashboard nobody opens), the system monitor, and
+#: memory checks ten times a second for runs that hold a few MB.
 _LOCAL_WORKERS = {
-    "distributed.worker.preload": [__name__],
     "distributed.worker.profile.enabled": False,
     "distributed.admin.system-monitor.interval": "5s",
     "distributed.worker.memory.monitor-interval": "1s",
@@ -140,26 +139,31 @@ def local_cluster(workers: int) -> Any:
 
     No dashboard, and the scheduler's own HTTP routes on a free loopback port:
     Dask's default, 8787, makes a second local cluster on the machine warn
-    (or fail, with warnings as errors).  The workers log errors only: their
-    warnings (a cancelled task as the cluster closes, a busy event loop) say
-    nothing about the runs.  The workers' profiler and monitors
-    run rarely or not at all and their runs keep the GIL longer
-    (:data:`_LOCAL_WORKERS`): on two cores they took CPU and the GIL from the
-    runs (200 runs: 8.45 s best of three with them, 7.99 s without; ``--jobs 2``
-    6.19 s).  Raises ImportError without Dask.
+    (or fail, with warnings as errors).  The workers log only what is
+    critical: what goes wrong in a run comes back through its future (the
+    run's error, or its crash), and the rest is Dask's own (a task cancelled
+    as the cluster closes, a result whose client left while it was being
+    sent, a busy event loop), with tracebacks, on the command's stderr.  The
+    nannies, in this process, still say when a worker dies.  The workers'
+    profiler and monitors run rarely or not at all and their runs keep the GIL
+    longer (:data:`_LOCAL_WORKERS`): on two cores they took CPU and the GIL
+    from the runs (200 runs: 8.45 s best of three with them, 7.99 s without;
+    ``--jobs 2`` 6.19 s).  Raises ImportError without Dask.
     """
     import dask
     from distributed import LocalCluster
 
-    # The nannies hand the configuration they were made under to their workers.
-    with dask.config.set(_LOCAL_WORKERS):
+    # The nannies hand the configuration they were made under to their workers; preloads
+    # the user configured stay, ours comes after them.
+    preloads = [*dask.config.get("distributed.worker.preload", []), __name__]
+    with dask.config.set({**_LOCAL_WORKERS, "distributed.worker.preload": preloads}):
         return LocalCluster(  # type: ignore[no-untyped-call]
             n_workers=workers,
             threads_per_worker=1,
             processes=True,
             dashboard_address=None,
             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-            silence_logs=logging.ERROR,
+            silence_logs=logging.CRITICAL,
         )
 
 

@@ -12,8 +12,10 @@ import os
 import shutil
 import socket
 import sys
+import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from run_outputs import files_under
@@ -132,7 +134,7 @@ def test_a_worker_lost_mid_sweep_costs_only_its_unfinished_runs() -> None:
     cluster = local_cluster(2)
     with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
         pids = client.run(os.getpid)
-        victim = sorted(pids.values())[0]
+        victim_at, victim = min(pids.items(), key=lambda item: item[1])
         # Our own workers let a run keep the GIL longer; this process keeps Python's own.
         intervals = client.run(sys.getswitchinterval).values()
         assert list(intervals) == [pytest.approx(WORKER_SWITCH_INTERVAL)] * 2, intervals
@@ -145,6 +147,10 @@ def test_a_worker_lost_mid_sweep_costs_only_its_unfinished_runs() -> None:
             if n == 0:
                 os.kill(victim, signal.SIGKILL)
         # The worker its nanny started again (once it is back) is set up the same.
+        until = time.monotonic() + 30
+        while victim_at in client.run_on_scheduler(_worker_addresses):
+            assert time.monotonic() < until, "the scheduler never dropped the killed worker"
+            time.sleep(0.05)
         client.wait_for_workers(2, timeout=30)
         intervals = client.run(sys.getswitchinterval).values()
         assert list(intervals) == [pytest.approx(WORKER_SWITCH_INTERVAL)] * 2, intervals
@@ -165,8 +171,14 @@ def test_a_sweep_stopped_on_a_local_cluster_says_nothing_of_dasks_teardown() -> 
 
     command = [sys.executable, "-m", "dsm_sim.cli", "run", str(SCENARIOS)]
     command += ["--seeds", "20", "--cluster", "local", "--jobs", "2"]
+    # Unbuffered, so the first run's line comes as it is printed, not 8 KB later.
     with subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     ) as sweep:
         assert sweep.stdout is not None
         heard = [sweep.stdout.readline()]
@@ -177,3 +189,8 @@ def test_a_sweep_stopped_on_a_local_cluster_says_nothing_of_dasks_teardown() -> 
     assert "PASS" in heard[-1], heard
     assert sweep.returncode == EXIT_TERMINATED, said
     assert said == "", said
+
+
+def _worker_addresses(dask_scheduler: Any) -> list[str]:
+    """The workers the scheduler counts, run on the scheduler."""
+    return list(dask_scheduler.workers)

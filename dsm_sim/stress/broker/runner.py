@@ -508,36 +508,44 @@ async def run_broker_stress(
             if declared and not cleaned:
                 await _delete_run_topology(broker, settings)
         finally:
-            await broker.close()
             try:
-                if not keep:
-                    await ledger.drop()
+                await broker.close()
             finally:
                 try:
-                    await ledger.close()
-                    await handler.close()
+                    if not keep:
+                        await ledger.drop()
                 finally:
-                    saved_target.restore()
-                if not keep:
-                    shutil.rmtree(workdir, ignore_errors=True)
+                    try:
+                        await ledger.close()
+                        await handler.close()
+                    finally:
+                        saved_target.restore()
+                    if not keep:
+                        shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def _delete_run_topology(broker: AmqpBroker, settings: BrokerStressSettings) -> None:
-    """Delete the run's queue and exchange after a run that did not get to it; never raises.
+    """Delete the run's queue and exchange after a run that did not get to it.
 
     A run stopped by Ctrl-C or SIGTERM with SIGINT ignored (a command started
     with ``&`` from a script) ends with every task of its loop cancelled,
-    the broker connection's reader among them: the queue is then deleted on
-    a connection of its own, or it would stay on the broker with the run's
-    messages.
+    the broker connection's reader among them: the connection then answers
+    with the reader's ``CancelledError``, and the queue is deleted on a
+    connection of its own, or it would stay on the broker with the run's
+    messages.  A cancellation of this task while it deletes (a Ctrl-C during
+    the clean-up of a run that failed) is not the connection's: it goes on.
+    Other failures to delete are not raised: the run's own outcome is.
     """
+    task = asyncio.current_task()
+    asked = 0 if task is None else task.cancelling()
     try:
         await broker.delete()
         return
-    except (DsmError, asyncio.CancelledError):
-        # A CancelledError here is the dead connection's own (its reader's); this
-        # task's cancellation is being handled by the ``finally`` that called us.
+    except DsmError:
         pass
+    except asyncio.CancelledError:
+        if task is not None and task.cancelling() > asked:
+            raise  # this task was cancelled meanwhile
     fresh = AmqpBroker(settings.broker_url, settings.topology)
     try:
         with contextlib.suppress(DsmError):
