@@ -232,7 +232,7 @@ def test_sigterm_ends_dsm_stress_broker_and_deletes_its_queue(
     _wait_for(lambda: list(tmp_path.glob("dsm-broker-*/p*.jsonl")), "the consumers starting")
     run_id = next(tmp_path.glob("dsm-broker-*")).name.split("-")[2]
     queue = f"dsm-stress-{run_id}"
-    assert asyncio.run(_queue_exists(amqp_url, queue))
+    assert asyncio.run(_on_broker(amqp_url, queue))[0]
     spawned.remember()  # type: ignore[attr-defined]
     before = _descendants(dsm.pid)
     dsm.send_signal(signal.SIGTERM)
@@ -240,41 +240,33 @@ def test_sigterm_ends_dsm_stress_broker_and_deletes_its_queue(
     assert code == 143, out + err
     assert "Traceback" not in err, err
     assert _gone(before) == set()
-    assert not asyncio.run(_queue_exists(amqp_url, queue))
-    assert not asyncio.run(_exchange_exists(amqp_url, queue))  # named as the queue
+    # Neither the queue nor the exchange (named as the queue) is left.
+    assert asyncio.run(_on_broker(amqp_url, queue)) == (False, False)
     assert list(tmp_path.glob("dsm-broker-*")) == []
 
 
-async def _exchange_exists(url: str, name: str) -> bool:
+async def _on_broker(url: str, name: str) -> tuple[bool, bool]:
+    """Whether the queue and the exchange called ``name`` exist (a passive declare of each)."""
     import aio_pika
     from aio_pika.exceptions import ChannelNotFoundEntity
 
+    found = []
     connection = await aio_pika.connect(url)
     try:
-        channel = await connection.channel()
-        try:
-            await channel.get_exchange(name, ensure=True)
-        except ChannelNotFoundEntity:
-            return False
-        return True
+        for declare in ("declare_queue", "get_exchange"):
+            channel = await connection.channel()  # a missing name closes its channel
+            try:
+                if declare == "declare_queue":
+                    await channel.declare_queue(name, passive=True)
+                else:
+                    await channel.get_exchange(name, ensure=True)
+            except ChannelNotFoundEntity:
+                found.append(False)
+            else:
+                found.append(True)
     finally:
         await connection.close()
-
-
-async def _queue_exists(url: str, name: str) -> bool:
-    import aio_pika
-    from aio_pika.exceptions import ChannelNotFoundEntity
-
-    connection = await aio_pika.connect(url)
-    try:
-        channel = await connection.channel()
-        try:
-            await channel.declare_queue(name, passive=True)
-        except ChannelNotFoundEntity:
-            return False
-        return True
-    finally:
-        await connection.close()
+    return found[0], found[1]
 
 
 def test_ctrl_c_of_a_tcp_server_with_a_connection_open_prints_no_traceback(
