@@ -277,9 +277,8 @@ def _outcomes(
                     finished, result = next(done)
                     fetched[finished.key] = result
             except TimeoutError:
-                # Well past the deadline: given up on (cancelled, its worker closed with
-                # the cluster by the stack).
-                give_up()
+                # Well past the deadline: given up on (its worker closed with the cluster
+                # by the stack, Dask's logs of it silenced first).
                 yield RunOutcome(task.scenario, task.seed, error=blocked_run())
                 return
             inflight.popleft()

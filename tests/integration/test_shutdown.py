@@ -24,8 +24,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from handler_servers import dsm_serve_command
@@ -250,23 +251,23 @@ async def _on_broker(url: str, name: str) -> tuple[bool, bool]:
     import aio_pika
     from aio_pika.exceptions import ChannelNotFoundEntity
 
-    found = []
     connection = await aio_pika.connect(url)
+
+    async def found(declare: Callable[[Any], Awaitable[object]]) -> bool:
+        channel = await connection.channel()  # a missing name closes its channel
+        try:
+            await declare(channel)
+        except ChannelNotFoundEntity:
+            return False
+        return True
+
     try:
-        for declare in ("declare_queue", "get_exchange"):
-            channel = await connection.channel()  # a missing name closes its channel
-            try:
-                if declare == "declare_queue":
-                    await channel.declare_queue(name, passive=True)
-                else:
-                    await channel.get_exchange(name, ensure=True)
-            except ChannelNotFoundEntity:
-                found.append(False)
-            else:
-                found.append(True)
+        return (
+            await found(lambda channel: channel.declare_queue(name, passive=True)),
+            await found(lambda channel: channel.get_exchange(name, ensure=True)),
+        )
     finally:
         await connection.close()
-    return found[0], found[1]
 
 
 def test_ctrl_c_of_a_tcp_server_with_a_connection_open_prints_no_traceback(
