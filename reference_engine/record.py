@@ -33,6 +33,9 @@ MAX_DATA_DEPTH = 64
 #: Digits an integer in a payload may have; larger numbers belong in strings.
 MAX_INT_DIGITS = 100
 _INT_BOUND = 10**MAX_INT_DIGITS
+#: Exact types the payload walk passes over at once: most of a payload, and
+#: neither a container nor an integer to bound.  Subclasses take the full checks.
+_SCALARS = frozenset({str, float, bool, type(None)})
 #: Error details are for people reading a record, not for stack dumps.
 MAX_ERROR_DETAIL = 4000
 #: Statuses ``set`` may write; Processing is written by acquire, Superseded by upsert.
@@ -110,6 +113,13 @@ def _check_structure(data: Mapping[str, Any]) -> None:
     pending: list[tuple[object, int]] = [(data, 1)]
     while pending:
         value, depth = pending.pop()
+        kind = type(value)
+        if kind in _SCALARS:
+            continue
+        if kind is int:
+            if not -_INT_BOUND < value < _INT_BOUND:
+                raise _too_many_digits()
+            continue
         if isinstance(value, Mapping | list | tuple):
             if depth > MAX_DATA_DEPTH:
                 raise InvalidItemError(
@@ -129,11 +139,15 @@ def _check_structure(data: Mapping[str, Any]) -> None:
             else:
                 pending.extend((item, depth + 1) for item in value)
         elif isinstance(value, int) and not -_INT_BOUND < value < _INT_BOUND:
-            raise InvalidItemError(
-                f"data holds an integer of more than {MAX_INT_DIGITS} digits; "
-                "store such a number as a string",
-                field="data",
-            )
+            raise _too_many_digits()
+
+
+def _too_many_digits() -> InvalidItemError:
+    return InvalidItemError(
+        f"data holds an integer of more than {MAX_INT_DIGITS} digits; "
+        "store such a number as a string",
+        field="data",
+    )
 
 
 def _short_repr(value: object, limit: int = 80) -> str:

@@ -466,6 +466,11 @@ def test_str_subclass_execution_ids_key_the_same_records(store: Store, case: str
 
 # --- data payloads -----------------------------------------------------------------------------
 
+
+class _Quantity(int):
+    """An ``int`` subclass: the payload walk checks it as an integer, not as its exact type."""
+
+
 #: (bad payload, expected error, phrases its message must contain)
 BAD_PAYLOADS: dict[str, tuple[object, type[InvalidItemError], tuple[str, ...]]] = {
     "oversized": (
@@ -481,6 +486,18 @@ BAD_PAYLOADS: dict[str, tuple[object, type[InvalidItemError], tuple[str, ...]]] 
     "set-value": ({"tags": {"a"}}, InvalidItemError, ("not JSON-serialisable", "set")),
     "lone-surrogate": ({"note": "\ud83d"}, InvalidItemError, ("not JSON-serialisable", "utf-8")),
     "mixed-key-types": ({"a": 1, 2: "b"}, InvalidItemError, ("not JSON-serialisable",)),
+    # Past MAX_INT_DIGITS digits, as a value, deep in a list, and as an int subclass.
+    "integer-101-digits": ({"n": 10**100}, InvalidItemError, ("more than 100 digits", "string")),
+    "nested-negative-integer": (
+        {"lines": [{"qty": 1}, {"qty": -(10**100)}]},
+        InvalidItemError,
+        ("more than 100 digits",),
+    ),
+    "int-subclass-101-digits": (
+        {"n": _Quantity(10**100)},
+        InvalidItemError,
+        ("more than 100 digits",),
+    ),
 }
 
 
@@ -515,6 +532,19 @@ def test_bad_payloads_are_refused_and_the_lock_is_kept(store: Store, case: str, 
 def test_a_payload_of_exactly_the_limit_is_accepted(store: Store) -> None:
     payload = {"blob": "x" * (MAX_DATA_BYTES - 11)}
     assert len(json.dumps(payload, separators=(",", ":"))) == MAX_DATA_BYTES
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            await n.machine.upsert("inv-1", payload)
+            record = await n.machine.get("inv-1")
+            assert record is not None
+            assert record.data == payload
+
+    run(scenario)
+
+
+def test_an_integer_of_exactly_the_digit_limit_is_accepted(store: Store) -> None:
+    payload = {"n": -(10**100 - 1), "lines": [10**100 - 1, True, None, 1.5, "x"]}
 
     async def scenario() -> None:
         async with node(store) as n:
