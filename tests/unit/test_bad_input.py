@@ -529,31 +529,27 @@ def test_bad_payloads_are_refused_and_the_lock_is_kept(store: Store, case: str, 
     run(scenario)
 
 
+def _stored_as_written(store: Store, payload: Mapping[str, object]) -> None:
+    """An upsert of ``payload`` is accepted and reads back equal to it."""
+
+    async def scenario() -> None:
+        async with node(store) as n:
+            await n.machine.upsert("inv-1", payload)
+            record = await n.machine.get("inv-1")
+            assert record is not None
+            assert record.data == payload
+
+    run(scenario)
+
+
 def test_a_payload_of_exactly_the_limit_is_accepted(store: Store) -> None:
     payload = {"blob": "x" * (MAX_DATA_BYTES - 11)}
     assert len(json.dumps(payload, separators=(",", ":"))) == MAX_DATA_BYTES
-
-    async def scenario() -> None:
-        async with node(store) as n:
-            await n.machine.upsert("inv-1", payload)
-            record = await n.machine.get("inv-1")
-            assert record is not None
-            assert record.data == payload
-
-    run(scenario)
+    _stored_as_written(store, payload)
 
 
 def test_an_integer_of_exactly_the_digit_limit_is_accepted(store: Store) -> None:
-    payload = {"n": -(10**100 - 1), "lines": [10**100 - 1, True, None, 1.5, "x"]}
-
-    async def scenario() -> None:
-        async with node(store) as n:
-            await n.machine.upsert("inv-1", payload)
-            record = await n.machine.get("inv-1")
-            assert record is not None
-            assert record.data == payload
-
-    run(scenario)
+    _stored_as_written(store, {"n": -(10**100 - 1), "lines": [10**100 - 1, True, None, 1.5, "x"]})
 
 
 def test_non_string_payload_keys_are_refused(store: Store) -> None:
