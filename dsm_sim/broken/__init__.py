@@ -18,7 +18,9 @@ from dsm_sim.broken import instances as _i
 from dsm_sim.broken import keys as _k
 from dsm_sim.broken import lifecycle as _l
 from dsm_sim.broken import payloads as _p
+from dsm_sim.broken import spawned as _s
 from dsm_sim.broken import timing as _t
+from dsm_sim.broken import transactions as _x
 from dsm_sim.broken import writes as _w
 from reference_engine.handler import HandlerFactory
 from reference_engine.handlers.memory import InMemoryStateHandler
@@ -190,6 +192,42 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 "stale_write_rejected",
                 # A write over the swept record also leaves it off the model.
                 "record_agrees_with_model",
+            ),
+            # The same races with their body in a task the handler starts itself,
+            # and a race whose window lies deep inside a call (not at its first await).
+            _spec(
+                "acquire_in_child_task",
+                _s.AcquireInChildTask,
+                "at_most_one_live_lock",
+                "allowed_transitions_only",
+            ),
+            _spec(
+                "upsert_shielded",
+                _s.UpsertShielded,
+                "errors_agree_with_model",
+                "record_agrees_with_model",
+                "at_most_one_live_lock",
+                "acquire_agrees_with_model",
+                "allowed_transitions_only",
+            ),
+            _spec(
+                "completion_under_wait_for",
+                _s.CompletionUnderWaitFor,
+                "stale_write_rejected",
+                "record_agrees_with_model",
+            ),
+            _spec(
+                "release_in_gather",
+                _s.ReleaseInGather,
+                "stale_write_rejected",
+                "at_most_one_live_lock",
+                "record_agrees_with_model",
+            ),
+            _spec(
+                "status_compare_and_set_acquire",
+                _x.StatusCompareAndSetAcquire,
+                "at_most_one_live_lock",
+                "acquire_agrees_with_model",
             ),
             _spec(
                 "upsert_checks_then_writes",

@@ -18,6 +18,8 @@ test that holds the write back.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -29,7 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
+from reference_engine.errors import ConfigurationError
 from reference_engine.handlers.sql.engine import create_engine_for, create_pg_schema
+from reference_engine.handlers.sql.factory import POSTGRES_TEST_URL_ENV, postgres_isolated_handler
 from reference_engine.handlers.sql.handler import SqlStateHandler
 from reference_engine.handlers.sql.mariadb import create_database
 from reference_engine.handlers.sql.prepared import conflict_target
@@ -41,8 +45,10 @@ from reference_engine.status import ACQUIRABLE, IdempotencyStatus
 __all__ = [
     "DEFAULT_RACE_WINDOW_S",
     "CheckThenInsertSqlHandler",
+    "StatusCompareAndSetSqlHandler",
     "UnfencedSqlHandler",
     "check_then_insert_handler",
+    "postgres_status_compare_and_set_handler",
     "unfenced_handler",
 ]
 
@@ -82,30 +88,8 @@ class CheckThenInsertSqlHandler(SqlStateHandler):
             if self.race_window > 0:
                 await asyncio.sleep(self.race_window)
             token = 1 if current is None else current.attempt + 1
-            locked_until = now + ctx.handler_config.lock_duration
-            retention = ctx.handler_config.retention
-            stamp: dict[str, Any] = {
-                "status": S.PROCESSING.value,
-                "attempt": token,
-                "locked_until": locked_until,
-                "error_detail": None,
-                "entity_execution_id": ctx.entity_execution_id,
-                "source_app_id": ctx.source_app_id,
-                "updated_at": now,
-                "retain_until": None if retention is None else now + retention,
-            }
-            row = {
-                "tenant_id": key.tenant_id,
-                "scope_id": key.scope_id,
-                "scope_code": ctx.scope_code,
-                "entity_id": key.entity_id,
-                "item_entity_key": key.item_entity_key,
-                "item_key": key.item_key,
-                "data": None,
-                "superseded": False,
-                "created_at": now,
-                **stamp,
-            }
+            stamp = _lock_stamp(ctx, token, now)
+            row = _new_row(ctx, stamp, now)
             # The bug: "insert or overwrite" with no WHERE re-checking what was read.
             dialect = self.engine.dialect.name
             statement: Any
@@ -124,6 +108,38 @@ class CheckThenInsertSqlHandler(SqlStateHandler):
             async with self.engine.begin() as conn:  # statement 2, another transaction
                 await conn.execute(statement)
             return token
+
+
+def _lock_stamp(ctx: StateHandlerContext, token: int, now: dt.datetime) -> dict[str, Any]:
+    """The columns an acquire writes: Processing under ``token`` until the lock's end."""
+    config = ctx.handler_config
+    return {
+        "status": S.PROCESSING.value,
+        "attempt": token,
+        "locked_until": config.locked_until(now),
+        "error_detail": None,
+        "entity_execution_id": ctx.entity_execution_id,
+        "source_app_id": ctx.source_app_id,
+        "updated_at": now,
+        "retain_until": config.retain_until(now),
+    }
+
+
+def _new_row(ctx: StateHandlerContext, stamp: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
+    """A first row for the item, stamped as ``stamp`` says."""
+    key = ctx.record_key
+    return {
+        "tenant_id": key.tenant_id,
+        "scope_id": key.scope_id,
+        "scope_code": ctx.scope_code,
+        "entity_id": key.entity_id,
+        "item_entity_key": key.item_entity_key,
+        "item_key": key.item_key,
+        "data": None,
+        "superseded": False,
+        "created_at": now,
+        **stamp,
+    }
 
 
 def check_then_insert_handler(
@@ -173,6 +189,67 @@ def unfenced_handler(url: str, clock: Clock, *, schema: str | None = None) -> Un
     """Factory with the stress runner's signature (see :func:`check_then_insert_handler`)."""
     engine = create_engine_for(url, schema=schema)
     return UnfencedSqlHandler(engine, clock, on_open=_schema_creator(schema))
+
+
+class StatusCompareAndSetSqlHandler(SqlStateHandler):
+    """Acquire in one transaction, ``SELECT`` then ``UPDATE ... WHERE status = :read``.
+
+    Every statement runs in the same transaction, and the ``UPDATE`` is
+    conditional, which reads as safe.  Under ``READ COMMITTED`` it is not: a
+    second acquire whose ``SELECT`` ran while the first was between its
+    ``UPDATE`` and its ``COMMIT`` saw the expired lock, its ``UPDATE`` waits
+    for the first's row lock, and once the first commits PostgreSQL re-checks
+    ``status = 'Processing'`` on the new row, which a take-over left as it
+    was: both hold the item.  The condition had to compare the token.  The
+    window is two round trips into the call, not at its first await.
+    """
+
+    async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
+        now = self.clock.now()
+        key = ctx.record_key
+        async with self._store("try_acquire_lock"), self.engine.begin() as conn:
+            current = await self.repository.current(conn, key)
+            if effective_status(current, now) not in ACQUIRABLE:
+                return None
+            token = 1 if current is None else current.attempt + 1
+            stamp = _lock_stamp(ctx, token, now)
+            statement: Any
+            if current is None:
+                dialect = self.engine.dialect.name
+                if dialect == "mariadb":
+                    statement = mariadb_insert(T).values(**_new_row(ctx, stamp, now))
+                    statement = statement.prefix_with("IGNORE")
+                else:
+                    insert = pg_insert(T) if dialect == "postgresql" else sqlite_insert(T)
+                    statement = insert.values(**_new_row(ctx, stamp, now)).on_conflict_do_nothing()
+            else:
+                statement = (
+                    update(T)
+                    .where(
+                        *(T.c[c.name] == getattr(key, c.name) for c in KEY_COLUMNS),
+                        CURRENT_ROW,
+                        T.c.status == current.status.value,
+                    )
+                    .values(**stamp)
+                )
+            written = await conn.execute(statement)
+            return token if written.rowcount == 1 else None
+
+
+def postgres_status_compare_and_set_handler(clock: Clock) -> StatusCompareAndSetSqlHandler:
+    """:class:`StatusCompareAndSetSqlHandler` in a fresh schema on ``DSM_TEST_POSTGRES_URL``.
+
+    ``dsm verify dsm_sim.broken.sql:postgres_status_compare_and_set_handler``.
+    """
+    url = os.environ.get(POSTGRES_TEST_URL_ENV, "").strip()
+    if not url:
+        raise ConfigurationError(
+            f"set {POSTGRES_TEST_URL_ENV} to a PostgreSQL URL, e.g. "
+            "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+        )
+    handler = postgres_isolated_handler(url, clock, cls=StatusCompareAndSetSqlHandler)
+    assert isinstance(handler, StatusCompareAndSetSqlHandler)
+    return handler
 
 
 def _schema_creator(schema: str | None) -> Callable[[AsyncEngine], Awaitable[None]]:

@@ -11,10 +11,16 @@ same store.  Each cell runs on a fresh item:
 
 * first with the two calls one after the other (the empty schedule), so a
   bug one call shows is reported as that call, not as a race;
-* then, for a handler in this process, once per point where the first call
-  awaits, with the second call run there to its end (one preemption), and
-  under ``thorough`` with two preemptions, each a
-  :data:`~dsm_sim.conformance.execute.scheduler.Schedule` that replays exactly;
+* then, for a handler in this process, once per *preemption point*: every
+  await of every task the first call runs (the tasks it creates included),
+  with the second call run there to its end (one preemption, under ``ci``),
+  and under ``thorough`` with up to two preemptions, each a
+  :data:`~dsm_sim.conformance.execute.scheduler.Schedule` that replays exactly.
+  Bounded preemption over every await finds a race whose window lies deep
+  inside a call (between a transaction's ``UPDATE`` and its ``COMMIT``) on
+  every seed, where a random schedule finds it by luck;
+* a cell whose calls hand work to an executor thread is run as scheduled but
+  reported *uncontrolled*: what the thread does is timing, not a choice;
 * for a handler in another process, whose await points the kit cannot
   reach, the calls start together a few times and the store decides.
 
@@ -22,7 +28,8 @@ A cell that breaks a property is replayed alone, on a fresh store (its
 ``prepare`` and its ``race_pair``: a story of at most five steps), and
 reported with that program.  Cells whose state could not be reached are
 ``NOT EXERCISED`` (the ``matrix`` gap), and the report prints the coverage:
-cells exercised of those where both calls apply, and the interleavings run.
+cells exercised of those where both calls apply, the interleavings run, and
+the preemption points seen and explored.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.instances import out_of_process
 from dsm_sim.conformance.execute.loop import call_timeout
 from dsm_sim.conformance.execute.machine import ConformanceMachine
-from dsm_sim.conformance.execute.scheduler import Interleaving, Schedule
+from dsm_sim.conformance.execute.scheduler import ChoicePoint, Interleaving, Schedule
 from dsm_sim.conformance.generate.steps import MATRIX_OPS, RaceOp, StartState
 from dsm_sim.conformance.generate.worlds import ROLES, Role, World
 from dsm_sim.conformance.program import Call, Program
@@ -82,8 +89,8 @@ class MatrixBudget:
 
 BUDGETS: dict[str, MatrixBudget] = {
     "dev": MatrixBudget(preemptions=0, per_cell=1, repeats=1, every_state=False),
-    "ci": MatrixBudget(preemptions=1, per_cell=2, repeats=2),
-    "thorough": MatrixBudget(preemptions=2, per_cell=24, repeats=8),
+    "ci": MatrixBudget(preemptions=1, per_cell=32, repeats=2),
+    "thorough": MatrixBudget(preemptions=2, per_cell=160, repeats=8),
 }
 
 #: Worlds (of eight items each) between two ``settle`` steps.
@@ -125,19 +132,30 @@ def one_state_per_pair(ops: tuple[RaceOp, ...]) -> list[Cell]:
 def _schedules(happened: Interleaving, tried: Schedule, budget: MatrixBudget) -> Iterator[Schedule]:
     """Schedules that branch from ``happened`` at a choice point after the ones ``tried`` fixed.
 
-    A branch runs another ready call where the one that ran last could have
-    gone on (a preemption), at most ``budget.preemptions`` in all; the very
-    first choice (which call starts) is the mirrored cell's, not a branch.
+    A branch runs another ready task where the call that ran last could
+    have gone on (a preemption), at most ``budget.preemptions`` in all; the
+    very first choice (which call starts) is the mirrored cell's, not a branch.
     """
     chosen = tuple(point.chosen for point in happened.choices)
-    for index in range(max(len(tried), 1), len(happened.choices)):
-        point = happened.choices[index]
-        spent = sum(1 for p in happened.choices[:index] if p.preempts)
+    for index, point in _points(happened, budget):
+        if index < max(len(tried), 1):
+            continue
         for other in point.ready:
-            if other == point.chosen or point.active is None:
-                continue
-            if spent + 1 <= budget.preemptions:
+            if other != point.chosen and other != point.follows:
                 yield (*chosen[:index], other)
+
+
+def _points(happened: Interleaving, budget: MatrixBudget) -> Iterator[tuple[int, ChoicePoint]]:
+    """The preemption points of a run that the budget still reaches, by choice index.
+
+    A point is a choice where another task could run instead of the call
+    going on; after the budget's preemptions are spent, none is reachable.
+    """
+    spent = 0
+    for index, point in enumerate(happened.choices):
+        if index >= 1 and point.follows is not None and spent < budget.preemptions:
+            yield index, point
+        spent += point.preempts
 
 
 @dataclass(slots=True)
@@ -154,6 +172,12 @@ class _Explorer:
     used: int = 0
     schedules: int = 0
     exercised: int = 0
+    #: Preemption points the budget reaches, and those a run preempted at, over all cells.
+    points_seen: int = 0
+    points_explored: int = 0
+    #: Cells whose calls handed work to threads, and the runs they had.
+    threaded: list[str] = field(default_factory=list)
+    threaded_runs: int = 0
     failures: list[str] = field(default_factory=list)
 
     def _fresh(self) -> ConformanceMachine:
@@ -249,19 +273,32 @@ class _Explorer:
             self.exercised += 1
             return
         pending: list[Schedule] = [()]
-        seen: set[Schedule] = set()
-        runs = 0
+        tried: set[Schedule] = set()
+        points: set[Schedule] = set()
+        explored: set[Schedule] = set()
+        runs = threaded = 0
         while pending and runs < self.budget.per_cell:
             schedule = pending.pop(0)
-            if schedule in seen:
+            if schedule in tried:
                 continue
-            seen.add(schedule)
+            tried.add(schedule)
             runs += 1
             happened = self.run(cell, schedule)
             if happened is None:
                 break
-            pending.extend(s for s in _schedules(happened, schedule, self.budget) if s not in seen)
+            threaded += happened.threaded > 0
+            chosen = tuple(point.chosen for point in happened.choices)
+            points.update(chosen[:index] for index, _ in _points(happened, self.budget))
+            explored.update(
+                chosen[:index] for index, point in enumerate(happened.choices) if point.preempts
+            )
+            pending.extend(s for s in _schedules(happened, schedule, self.budget) if s not in tried)
         self.exercised += 1
+        self.points_seen += len(points)
+        self.points_explored += len(explored & points)
+        if threaded:
+            self.threaded.append(str(cell))
+            self.threaded_runs += runs
 
 
 def _alone(cell: Cell, schedule: Schedule) -> Program:
@@ -331,6 +368,10 @@ def _run_matrix(verification: Verification, budget: str | None) -> None:
         exercised=explorer.exercised,
         schedules=explorer.schedules,
         uncontrolled=0 if explorer.controlled else explorer.exercised,
+        preemption_points=explorer.points_seen,
+        preemptions_explored=explorer.points_explored,
+        threaded=tuple(explorer.threaded),
+        threaded_runs=explorer.threaded_runs,
     )
     if explorer.failures:
         verification.gaps.setdefault(

@@ -147,20 +147,36 @@ class Coverage:
     schedules: int = 0
     #: Cells where the store itself decided the interleaving (no control: another process).
     uncontrolled: int = 0
+    #: Preemption points (an await where the other call could run instead) the
+    #: budget reaches, and how many of them a run preempted at.
+    preemption_points: int = 0
+    preemptions_explored: int = 0
+    #: Cells whose calls handed work to executor threads, which no schedule reaches,
+    #: and the real interleavings they ran.
+    threaded: tuple[str, ...] = ()
+    threaded_runs: int = 0
 
     def render(self) -> str:
         if not self.applicable:
             return "race matrix: not run"
         how = (
-            f"{self.schedules} interleavings"
+            f"{self.schedules} interleavings, preemption points seen / explored "
+            f"{self.preemption_points} / {self.preemptions_explored}"
             if not self.uncontrolled
             else f"{self.schedules} runs ({self.uncontrolled} cells by the store's own timing)"
         )
-        return (
+        text = (
             f"race matrix: {self.exercised} of {self.applicable} cells "
             f"({self.operations}x{self.operations} ordered pairs x {self.states} states, "
             f"where both calls apply), {how}"
         )
+        if self.threaded:
+            shown = "; ".join(self.threaded[:3]) + (" …" if len(self.threaded) > 3 else "")
+            text += (
+                f"; {len(self.threaded)} cell(s) uncontrolled (work in threads): ran "
+                f"{self.threaded_runs} real interleavings, not covered: {shown}"
+            )
+        return text
 
 
 @dataclass(frozen=True, slots=True)

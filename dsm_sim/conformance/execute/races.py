@@ -317,7 +317,9 @@ def _told(happened: Interleaving, calls: Sequence[_Call]) -> str:
     switches = [c for c in happened.choices if c.preempts]
     if not switches:
         return ""
-    names = [calls[c.chosen].actor for c in switches if c.chosen < len(calls)]
+    names = [
+        calls[call].actor for c in switches if (call := happened.call_of(c.chosen)) < len(calls)
+    ]
     if not names:
         return ""
     return f" (interleaved: {', then '.join(names)} ran while the other call waited at an await)"

@@ -138,12 +138,14 @@ def postgres_isolated_handler(
     pool_size: int | None = None,
     max_overflow: int | None = None,
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT_S,
+    cls: type[SqlStateHandler] = SqlStateHandler,
 ) -> SqlStateHandler:
     """A handler in a fresh, uniquely named schema of the PostgreSQL database at ``url``.
 
     The schema is created on open and dropped (with its rows) on close, so
     concurrent runs on one server are isolated.  ``handler.schema_name``
-    tells which schema a run used.
+    tells which schema a run used.  ``cls`` is the handler's class: a
+    subclass of the built-in handler (a variant under test) runs the same way.
     """
     if normalize_url(url).get_backend_name() != "postgresql":
         raise ConfigurationError(f"an isolated schema needs a PostgreSQL URL, got {url!r}")
@@ -167,6 +169,7 @@ def postgres_isolated_handler(
         pool_size=pool_size,
         max_overflow=max_overflow,
         statement_timeout=statement_timeout,
+        cls=cls,
     )
 
 
@@ -180,6 +183,7 @@ def _in_schema(
     pool_size: int | None,
     max_overflow: int | None,
     statement_timeout: float,
+    cls: type[SqlStateHandler] = SqlStateHandler,
 ) -> SqlStateHandler:
     """A handler whose table lives in schema ``name``, created on open and dropped on close.
 
@@ -193,9 +197,7 @@ def _in_schema(
         max_overflow=max_overflow,
         statement_timeout=statement_timeout,
     )
-    handler = SqlStateHandler(
-        make_engine(), clock, on_open=create, on_close=drop, engine_factory=make_engine
-    )
+    handler = cls(make_engine(), clock, on_open=create, on_close=drop, engine_factory=make_engine)
     handler.schema_name = name
     return handler
 

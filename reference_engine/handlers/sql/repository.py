@@ -277,7 +277,8 @@ class ProcessStateLogRepository:
             return result.first() is not None
         return M.marked(result) if upsert else bool(result.rowcount)
 
-    async def _current(self, conn: AsyncConnection, key: RecordKey) -> StateRecord | None:
+    async def current(self, conn: AsyncConnection, key: RecordKey) -> StateRecord | None:
+        """The item's current record, read inside the caller's transaction."""
         row = (await conn.execute(P.CURRENT, P.key_params(key, hashed=self.hashed))).first()
         return None if row is None else _to_record(row)
 
@@ -289,7 +290,7 @@ class ProcessStateLogRepository:
             row = await fast.fetch_row(P.CURRENT, P.key_params(key, hashed=self.hashed))
             return None if row is None else _to_record(row)
         async with self._single(write=False) as conn:
-            return await self._current(conn, key)
+            return await self.current(conn, key)
 
     async def _fetchval(
         self, statement: P.Statement, params: dict[str, Any], *, write: bool
@@ -390,7 +391,7 @@ class ProcessStateLogRepository:
                     ).scalar()
                     if taken is not None:
                         return Acquired(int(taken))
-                    record = await self._current(conn, key)
+                    record = await self.current(conn, key)
             decided = _not_taken(record, now)
             if decided is not None:
                 return decided
@@ -510,7 +511,7 @@ class ProcessStateLogRepository:
             async with self._transaction() as conn:
                 if self._applied(await conn.execute(statement, params), upsert=inserts):
                     return True, None
-                return False, await self._current(conn, key)
+                return False, await self.current(conn, key)
 
         for _ in range(_RACE_RETRIES):
             done, record = await self._past_deadlocks(attempt)
@@ -590,7 +591,7 @@ class ProcessStateLogRepository:
                 return True
             if self._applied(await conn.execute(compressed), upsert=True):
                 return True
-            record = await self._current(conn, key)
+            record = await self.current(conn, key)
         self._refuse_live_lock(ctx, record, now)
         source = effective_status(record, now)
         if source in fresh:

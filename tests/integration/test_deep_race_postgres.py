@@ -1,0 +1,42 @@
+"""A two-statement transaction race on PostgreSQL is the race matrix's, on every seed.
+
+:class:`~dsm_sim.broken.sql.StatusCompareAndSetSqlHandler` takes over an
+expired lock with ``UPDATE ... WHERE status = :read`` inside one transaction:
+its window lies between one acquire's ``UPDATE`` and its ``COMMIT``, several
+round trips into the call.  A matrix that preempts only at a call's first
+await misses it (a random search finds it after minutes, if at all); one that
+preempts at every await finds it on every seed, with a program that fails
+every time it runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dsm_sim.broken.sql import postgres_status_compare_and_set_handler
+from dsm_sim.conformance.runner import ResultStatus, verify
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+
+#: Seed 0 on every pull request; the others with the thorough tier (about a minute each).
+SEEDS = [0, *(pytest.param(seed, marks=pytest.mark.thorough) for seed in (1, 2, 3, 4))]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_matrix_catches_a_race_between_update_and_commit(
+    seed: int, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DSM_TEST_POSTGRES_URL", postgres_url)
+    report = verify(postgres_status_compare_and_set_handler, "ci", seed=seed, stop_on_first=True)
+    assert report.error is None, report.error
+    assert len(report.violations) == 1, "the race between UPDATE and COMMIT was not caught"
+    caught = report.violations[0]
+    assert caught.status is ResultStatus.FAILED
+    assert caught.found_as == "at_most_one_live_lock", caught.render()
+    assert "race matrix" in caught.render()
+    assert caught.story_steps <= 6, caught.render()
+    # The shrunk program replays the schedule: it fails every time it is run.
+    assert caught.confirmed is not None and caught.confirmed[0] == caught.confirmed[1]
+    # Deep windows are reached: more preemption points than cells, each of them explored.
+    assert report.coverage.preemption_points > report.coverage.exercised
