@@ -13,7 +13,7 @@ same store.  Each cell runs on a fresh item:
   bug one call shows is reported as that call, not as a race;
 * then, for a handler in this process, once per *preemption point*: every
   await of every task the first call runs (the tasks it creates included),
-  with the second call run there to its end (one preemption, under ``ci``),
+  with the second call run there to its end (one preemption, under ``ci``, at most twelve runs a cell),
   and under ``thorough`` with up to two preemptions, each a
   :data:`~dsm_sim.conformance.execute.scheduler.Schedule` that replays exactly.
   Bounded preemption over every await finds a race whose window lies deep
@@ -89,7 +89,7 @@ class MatrixBudget:
 
 BUDGETS: dict[str, MatrixBudget] = {
     "dev": MatrixBudget(preemptions=0, per_cell=1, repeats=1, every_state=False),
-    "ci": MatrixBudget(preemptions=1, per_cell=32, repeats=2),
+    "ci": MatrixBudget(preemptions=1, per_cell=12, repeats=2),
     "thorough": MatrixBudget(preemptions=2, per_cell=160, repeats=8),
 }
 
