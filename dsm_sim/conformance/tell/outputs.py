@@ -20,7 +20,7 @@ from typing import Any
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.report import PropertyResult, ResultStatus, VerificationReport
 from dsm_sim.outputs import write_report
-from dsm_sim.printable import xml_safe
+from dsm_sim.printable import printable, xml_safe
 from dsm_sim.reports.explorer.page import explorer_view
 from dsm_sim.reports.rendering import template_environment
 
@@ -198,10 +198,15 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25em .6em;te
 """
 
 
+def _escape(text: str) -> str:
+    """``text`` for HTML, a handler's control characters shown as escapes (as the pages' own)."""
+    return html.escape(printable(text))
+
+
 def _page(title: str, body: str) -> str:
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
+        f"<title>{_escape(title)}</title><style>{_STYLE}</style></head>"
         f"<body>{body}</body></html>\n"
     )
 
@@ -241,7 +246,7 @@ def report_files() -> frozenset[str]:
 
 def write_html(report: VerificationReport, directory: Path) -> Path:
     """``index.html`` with every verdict, and a page per counterexample; returns the index."""
-    e = html.escape
+    e = _escape
     rows = []
     for result in report.results:
         css = result.status.name.lower()
