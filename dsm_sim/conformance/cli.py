@@ -495,6 +495,7 @@ def main(args: argparse.Namespace) -> int:
             semantics=getattr(args, "semantics", None),
             call_timeout_s=getattr(args, "call_timeout", None),
             record=getattr(args, "report", None) is not None,
+            factory_spec=args.factory,
         )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")

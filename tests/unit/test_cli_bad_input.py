@@ -365,6 +365,42 @@ def test_outputs_side_by_side_in_the_report_directory_are_fine(here: Path) -> No
     )
 
 
+CLOSURE_MODULE = """\
+from dsm_sim.broken import CATALOGUE
+
+
+def _factory(base):
+    def make(clock):
+        return base(clock)
+
+    return make
+
+
+build = _factory(CATALOGUE["no_fencing"].factory)
+"""
+
+
+def test_verify_names_a_closure_factory_as_it_was_given(
+    capsys: pytest.CaptureFixture[str], here: Path
+) -> None:
+    """The replay line and the reproduction import ``build``, not ``_factory.<locals>.make``."""
+    import json
+
+    (here / "closures.py").write_text(CLOSURE_MODULE, encoding="utf-8")
+    argv = ["verify", "closures:build", "--profile", "dev", "--seed", "0", "--stop-on-first"]
+    try:
+        code, _out, err = dsm(capsys, *argv, "--json", "v.json")
+    finally:
+        sys.modules.pop("closures", None)
+    assert code == 1
+    assert "replay this run: dsm verify closures:build --profile dev --seed 0" in err, err
+    report = json.loads((here / "v.json").read_text(encoding="utf-8"))
+    assert report["factory"] == "closures:build"
+    (violated,) = [p for p in report["properties"] if p["status"] == "failed"]
+    assert "from closures import build\n" in violated["reproduction"]
+    assert "<locals>" not in json.dumps(report)
+
+
 class _Report:
     passed = True
 
