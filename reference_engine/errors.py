@@ -100,7 +100,10 @@ class _Rebuildable(type):
         if len(args) == 1 and not kwargs and isinstance(args[0], _Message):
             message = args[0]
             if message.origin is cls:
-                return _rebuild(message.origin, (str(message),), dict(message.fields))
+                state = dict(message.fields)
+                if "__notes__" in state:  # a note added to the new error must not reach the old
+                    state["__notes__"] = list(state["__notes__"])
+                return _rebuild(message.origin, (str(message),), state)
         return super().__call__(*args, **kwargs)
 
 

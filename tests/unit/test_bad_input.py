@@ -1218,7 +1218,9 @@ def test_an_error_raised_in_a_simulated_process_reaches_the_waiting_process_as_i
 
     def failing() -> typing.Generator[simpy.Event, None, None]:
         yield env.timeout(1)
-        raise UnknownScopeError("Tenant", ["Element", "Workflow"])
+        error = UnknownScopeError("Tenant", ["Element", "Workflow"])
+        error.add_note("raised by failing()")
+        raise error
 
     def waiting() -> typing.Generator[simpy.Event, None, None]:
         try:
@@ -1229,6 +1231,9 @@ def test_an_error_raised_in_a_simulated_process_reaches_the_waiting_process_as_i
     env.process(waiting())
     env.run()
     [error] = caught
+    error.add_note("seen by the waiting process")
+    assert error.__notes__ == ["raised by failing()", "seen by the waiting process"]
+    assert error.__cause__.__notes__ == ["raised by failing()"], "the original is left as it was"
     assert type(error) is UnknownScopeError
     assert (error.name, error.allowed) == ("Tenant", ("Element", "Workflow"))
     assert str(error) == str(error.__cause__)
