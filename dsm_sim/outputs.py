@@ -11,7 +11,9 @@ verdict has been printed, never instead of it.
 Missing directories are created, as they always were; what must hold is
 that the nearest existing ancestor is a directory the user may write in.
 A file path must not name a FIFO or a device (``/dev/full``): the write
-would hang or fail only after the run.
+would hang or fail only after the run.  Nor may two options of one command
+write one file (:func:`check_distinct`): both would be said written, and the
+one written last would be the only one there.
 
 Every report is written to a temporary file beside its path and renamed
 over it (:func:`write_report`): a symlink planted at a predictable report
@@ -27,15 +29,20 @@ import enum
 import os
 import stat
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from dsm_sim.input_files import file_kind
 from reference_engine.errors import ConfigurationError, DsmError
 
 __all__ = [
+    "Output",
+    "OutputClashError",
     "OutputKind",
     "OutputPathError",
     "ReportWriteError",
+    "check_distinct",
     "check_output",
     "write_file",
     "write_report",
@@ -63,6 +70,27 @@ class OutputPathError(ConfigurationError):
         )
 
 
+class OutputClashError(ConfigurationError):
+    """Two output options of one command would write the same file (or one under the other).
+
+    Each write would succeed and be said written, yet only the last one would
+    be there: refused before the run, naming both options.
+    """
+
+    def __init__(
+        self, *, option: str, path: str, other_option: str, other_path: str, problem: str
+    ) -> None:
+        self.option = option
+        self.path = path
+        self.other_option = other_option
+        self.other_path = other_path
+        self.problem = problem
+        super().__init__(
+            f"{option} {path!r} and {other_option} {other_path!r} {problem}, so one output "
+            "would overwrite the other; give each output a path of its own"
+        )
+
+
 class ReportWriteError(DsmError):
     """Writing a report failed after the run; the verdict printed before it stands."""
 
@@ -74,6 +102,70 @@ class ReportWriteError(DsmError):
             f"could not write the {option} output to {path!r}: {reason}; the verdict above "
             "stands, but this output is missing or incomplete"
         )
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output option of a command, and for a directory the names of the files it writes.
+
+    ``names`` are the files written directly in the directory (``index.html``,
+    a page per run or counterexample); a file option may sit beside them.
+    """
+
+    option: str
+    path: Path
+    kind: OutputKind
+    names: frozenset[str] = frozenset()
+
+
+def _where(output: Output) -> Path:
+    """Where ``output`` writes, spelt one way: a file's directory resolved, its name kept.
+
+    A file's own name is not followed: the write replaces a symlink there
+    instead of writing through it (:func:`write_file`).
+    """
+    if output.kind is OutputKind.DIRECTORY:
+        return output.path.resolve()
+    return output.path.parent.resolve() / output.path.name
+
+
+def _clash(file: Output, other: Output) -> str | None:
+    """How ``file`` and ``other`` collide, as the words after both names; None if they do not."""
+    path, there = _where(file), _where(other)
+    if other.kind is OutputKind.FILE:
+        return "name the same file" if path == there else None
+    if path == there:
+        return f"name the same path, which cannot be both a file and the {other.option} directory"
+    if path in there.parents:
+        return f"collide: the file would have to be a directory, to hold {other.option}"
+    if path.parent == there and path.name in other.names:
+        return f"collide: {other.option} writes {path.name!r} there itself"
+    return None
+
+
+def check_distinct(outputs: Sequence[Output]) -> None:
+    """Raise :class:`OutputClashError` if two of ``outputs`` would write one file.
+
+    Paths are compared as the writes resolve them, so ``R/./index.html``,
+    ``R/../R/index.html`` and a symlink to ``R`` are all ``R/index.html``.
+    The error names the two options in the order given.
+    """
+    for index, first in enumerate(outputs):
+        for second in outputs[index + 1 :]:
+            if first.kind is OutputKind.FILE:
+                problem = _clash(first, second)
+            elif second.kind is OutputKind.FILE:
+                problem = _clash(second, first)
+            else:
+                problem = None  # a command has one directory option
+            if problem is not None:
+                raise OutputClashError(
+                    option=first.option,
+                    path=str(first.path),
+                    other_option=second.option,
+                    other_path=str(second.path),
+                    problem=problem,
+                )
 
 
 def _writable(path: Path) -> bool:

@@ -28,6 +28,7 @@ import pytest
 __all__ = [
     "dsm_clock_mode",
     "dsm_handler_factory",
+    "dsm_handler_spec",
     "dsm_profile",
     "dsm_seed",
     "dsm_time_zone",
@@ -229,6 +230,29 @@ def dsm_handler_factory(request: pytest.FixtureRequest) -> Any:
         timeout=option("--dsm-exec-timeout"),
         folder=request.config.invocation_params.dir,
     )
+
+
+@pytest.fixture
+def dsm_handler_spec(request: pytest.FixtureRequest, dsm_handler_factory: Any) -> str | None:
+    """The ``--dsm-handler`` MODULE:FACTORY the factory under test was loaded from, or None.
+
+    The replay lines import the factory by it, as the user gave it: a factory
+    made by a closure has a ``module:qualname`` that does not import
+    (``make_factory.<locals>.make``).  None when the factory under test is not
+    the one the option names (a fixture of the user's own), so nothing is
+    named after another factory.
+    """
+    spec = request.config.getoption("--dsm-handler")
+    if not spec:
+        return None
+    from reference_engine.errors import ConfigurationError
+    from reference_engine.registry import load_factory
+
+    try:
+        named = load_factory(str(spec))
+    except ConfigurationError:
+        return None
+    return str(spec) if named is dsm_handler_factory else None
 
 
 def factory_from_options(

@@ -74,17 +74,68 @@ def _rebuild(cls: type[DsmError], args: tuple[Any, ...], state: dict[str, Any]) 
     return error
 
 
-class DsmError(Exception):
+class _Message(str):
+    """An error's message that also remembers the error's class and fields.
+
+    SimPy hands a failed process's error to the process waiting on it as
+    ``type(e)(*e.args)``, and most errors here take keyword fields or several
+    arguments, not their message: the call would raise a ``TypeError`` in
+    place of the error.  The message an error shows as ``args[0]`` carries
+    what :class:`_Rebuildable` needs to recreate the error from it instead.
+    It is a ``str`` with the message's text, so everything else that reads
+    ``args`` sees the message.
+    """
+
+    origin: type[DsmError]
+    fields: dict[str, Any]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (str, (str(self),))  # pickled alone (not through its error), it is only text
+
+
+class _Rebuildable(type):
+    """The errors' metaclass: calling a class with one of its own messages rebuilds the error."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], _Message):
+            message = args[0]
+            if message.origin is cls:
+                state = dict(message.fields)
+                if "__notes__" in state:  # a note added to the new error must not reach the old
+                    state["__notes__"] = list(state["__notes__"])
+                return _rebuild(message.origin, (str(message),), state)
+        return super().__call__(*args, **kwargs)
+
+
+class DsmError(Exception, metaclass=_Rebuildable):
     """Root of every error raised by the DataStateMachine and its harness.
 
     The errors take keyword-only fields, which the default exception pickling
     (``cls(*args)``) cannot call; an error raised in a worker process would
     then break the pool instead of reaching the parent with its evidence.
-    Pickling and copying therefore restore message and fields directly.
+    Pickling and copying therefore restore message and fields directly, and
+    ``type(e)(*e.args)`` (how SimPy re-raises a simulated process's error)
+    rebuilds the error from the :class:`_Message` its ``args`` hold.
     """
 
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The arguments given to ``Exception``; a lone message is a :class:`_Message`."""
+        stored: tuple[Any, ...] = BaseException.args.__get__(self)  # type: ignore[attr-defined]
+        if len(stored) != 1 or not isinstance(stored[0], str):
+            return stored
+        message = _Message(stored[0])
+        message.origin = type(self)
+        message.fields = self.__dict__
+        return (message,)
+
+    @args.setter
+    def args(self, value: tuple[Any, ...]) -> None:
+        BaseException.args.__set__(self, value)  # type: ignore[attr-defined]
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+        stored = BaseException.args.__get__(self)  # type: ignore[attr-defined]
+        return (_rebuild, (type(self), stored, dict(self.__dict__)))
 
 
 # --- configuration ---------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from dsm_sim.conformance.cache import CACHE_DIR_ENV
 from dsm_sim.options import positive_seconds
-from dsm_sim.outputs import OutputKind, ReportWriteError, check_output
+from dsm_sim.outputs import Output, OutputKind, ReportWriteError, check_distinct, check_output
 from dsm_sim.printable import printable_stream
 from dsm_sim.profiles import PROFILES
 from reference_engine.errors import ConfigurationError, DsmError
@@ -458,15 +458,21 @@ def main(args: argparse.Namespace) -> int:
             if not result.flaky:
                 replays.append((result, list(exec_handlers.last_transcript)))
 
-    outputs = (
-        ("--json", args.json, OutputKind.FILE),
-        ("--junit", args.junit, OutputKind.FILE),
-        ("--report", args.report, OutputKind.DIRECTORY),
-    )
+    from dsm_sim.conformance.tell.outputs import report_files
+
+    outputs = [
+        Output(option, path, kind, names)
+        for option, path, kind, names in (
+            ("--json", args.json, OutputKind.FILE, frozenset[str]()),
+            ("--junit", args.junit, OutputKind.FILE, frozenset[str]()),
+            ("--report", args.report, OutputKind.DIRECTORY, report_files()),
+        )
+        if path is not None
+    ]
     try:
-        for option, path, kind in outputs:
-            if path is not None:
-                check_output(option, path, kind)
+        for output in outputs:
+            check_output(output.option, output.path, output.kind)
+        check_distinct(outputs)
     except DsmError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")
         return EXIT_USAGE
@@ -489,6 +495,7 @@ def main(args: argparse.Namespace) -> int:
             semantics=getattr(args, "semantics", None),
             call_timeout_s=getattr(args, "call_timeout", None),
             record=getattr(args, "report", None) is not None,
+            factory_spec=args.factory,
         )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")

@@ -156,6 +156,7 @@ def verify(
     waive: Iterable[str] = (),
     stage: Stage | None = None,
     record: bool = False,
+    factory_spec: str | None = None,
 ) -> VerificationReport:
     """Run the conformance kit against ``factory``; never raises on a violation.
 
@@ -184,6 +185,9 @@ def verify(
     ``probe:<name>``) whose NOT EXERCISED must not fail the verdict.
     ``record`` keeps each counterexample's last confirming replay as the
     explorer plays it (:attr:`PropertyResult.replayed`; ``dsm verify --report``).
+    ``factory_spec`` is the ``MODULE:FACTORY`` the factory was loaded from, which
+    the replay command and the reproduction import it by: its own ``module:qualname``
+    does not import when it was made by a closure (``make_factory.<locals>.make``).
     """
     semantics_of = resolve_semantics(semantics, factory)
     if seed is None:
@@ -202,7 +206,7 @@ def verify(
         raise ConfigurationError(f"seeds must be at least 1, got {seed_count}")
     plan = Plan(
         factory=factory,
-        path=factory_path(factory),
+        path=factory_spec or factory_path(factory),
         profile=profile,
         seed=seed,
         mode=parse_clock_mode(clock_mode),

@@ -21,7 +21,8 @@ from reference_engine.handler import HandlerFactory
 
 __all__ = ["ConformanceSuite", "cached_report", "replay_lines"]
 
-_REPORTS: dict[tuple[object, str, int | None, ClockMode, str | None], VerificationReport] = {}
+_Key = tuple[object, str, int | None, ClockMode, str | None, str | None]
+_REPORTS: dict[_Key, VerificationReport] = {}
 
 
 def cached_report(
@@ -30,11 +31,23 @@ def cached_report(
     seed: int | None,
     clock_mode: ClockMode,
     time_zone: str | None = None,
+    factory_spec: str | None = None,
 ) -> VerificationReport:
-    """Verify once per (factory, profile, seed, clock mode, time zone) per process."""
-    key = (factory, profile, seed, clock_mode, time_zone)
+    """Verify once per (factory, profile, seed, clock mode, time zone) per process.
+
+    ``factory_spec`` is the ``MODULE:FACTORY`` the factory was loaded from, for the
+    replay lines (see :func:`~dsm_sim.conformance.runner.verify`).
+    """
+    key = (factory, profile, seed, clock_mode, time_zone, factory_spec)
     if key not in _REPORTS:
-        _REPORTS[key] = verify(factory, profile, seed, clock_mode=clock_mode, time_zone=time_zone)
+        _REPORTS[key] = verify(
+            factory,
+            profile,
+            seed,
+            clock_mode=clock_mode,
+            time_zone=time_zone,
+            factory_spec=factory_spec,
+        )
     return _REPORTS[key]
 
 
@@ -99,9 +112,15 @@ class ConformanceSuite:
         dsm_seed: int | None,
         dsm_clock_mode: ClockMode,
         dsm_time_zone: str | None,
+        dsm_handler_spec: str | None,
     ) -> VerificationReport:
         return cached_report(
-            dsm_handler_factory, dsm_profile, dsm_seed, dsm_clock_mode, dsm_time_zone
+            dsm_handler_factory,
+            dsm_profile,
+            dsm_seed,
+            dsm_clock_mode,
+            dsm_time_zone,
+            dsm_handler_spec,
         )
 
 

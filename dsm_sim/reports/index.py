@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsm_sim.outputs import write_report
 from dsm_sim.reports.json_report import report_name
 from dsm_sim.reports.rendering import template_environment
 from dsm_sim.simulator.run import RunResult
@@ -81,6 +82,5 @@ def render_index(results: Sequence[RunResult], stopped: Sequence[str] = ()) -> s
 
 def write_index(results: Sequence[RunResult], directory: Path, stopped: Sequence[str] = ()) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / INDEX
-    path.write_text(render_index(results, stopped), encoding="utf-8")
-    return path
+    # As every other report: renamed into place, a symlink replaced, undecodable bytes escaped.
+    return write_report(directory / INDEX, render_index(results, stopped))

@@ -20,7 +20,7 @@ from dsm_sim.checker import InvariantResult
 from dsm_sim.outputs import write_report
 from dsm_sim.simulator.run import RunResult
 
-__all__ = ["FORMAT", "report_dict", "report_name", "to_json", "write_json"]
+__all__ = ["FORMAT", "report_dict", "report_name", "report_stem", "to_json", "write_json"]
 
 #: Identifies the layout, so consumers can refuse a file they do not understand.
 FORMAT = "dsm-chaos-report/1"
@@ -94,9 +94,14 @@ def report_name(run: RunResult) -> str:
     whole handler spec keeps ``a:make`` and ``b:make`` (or two ``exec:``
     commands) from writing over each other's reports in one directory.
     """
-    handler = "".join(c if c.isalnum() else "-" for c in run.handler.rsplit(":", 1)[-1])
-    digest = hashlib.sha256(run.handler.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"{run.scenario.name}-seed{run.seed}-{handler[:40]}-{digest}"
+    return report_stem(run.scenario.name, run.seed, run.handler)
+
+
+def report_stem(scenario: str, seed: int, handler: str) -> str:
+    """:func:`report_name` of a run not made yet: what ``dsm run`` checks its outputs against."""
+    factory = "".join(c if c.isalnum() else "-" for c in handler.rsplit(":", 1)[-1])
+    digest = hashlib.sha256(handler.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{scenario}-seed{seed}-{factory[:40]}-{digest}"
 
 
 def write_json(run: RunResult, directory: Path) -> Path:

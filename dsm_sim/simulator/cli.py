@@ -42,7 +42,7 @@ from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.history import HistoryLimitError
 from dsm_sim.options import bounded_int, positive_seconds
-from dsm_sim.outputs import OutputKind, ReportWriteError, check_output
+from dsm_sim.outputs import Output, OutputKind, ReportWriteError, check_distinct, check_output
 from dsm_sim.printable import printable_stream
 from dsm_sim.scenario import Scenario, ScenarioError, load_scenarios
 from dsm_sim.simulator.bridge import (
@@ -212,6 +212,23 @@ def _plan(scenarios: list[Scenario], args: argparse.Namespace) -> list[tuple[Sce
     return [(s, seed) for s in scenarios for seed in range(1, (args.seeds or s.seeds) + 1)]
 
 
+def _check_distinct_outputs(args: argparse.Namespace, plan: list[tuple[Scenario, int]]) -> None:
+    """--junit must not be a file the --report directory writes: its index or a run's page."""
+    from dsm_sim.reports.index import INDEX
+    from dsm_sim.reports.json_report import report_stem
+
+    outputs = []
+    if args.report is not None:
+        stems = {report_stem(scenario.name, seed, args.handler) for scenario, seed in plan}
+        names = frozenset(
+            {INDEX} | {f"{stem}{ext}" for stem in stems for ext in (".html", ".json")}
+        )
+        outputs.append(Output("--report", args.report, OutputKind.DIRECTORY, names))
+    if args.junit is not None:
+        outputs.append(Output("--junit", args.junit, OutputKind.FILE))
+    check_distinct(outputs)
+
+
 def _progress(
     plan: list[tuple[Scenario, int]], out: TextIO
 ) -> Iterator[tuple[Scenario, int, Callable[[RunResult], None]]]:
@@ -285,6 +302,7 @@ def main(args: argparse.Namespace) -> int:
             # Once before any run: a factory that raises or gives no handler is a usage error.
             build_handler(factory, ManualClock(), name=args.handler)
         plan = _plan(scenarios, args)
+        _check_distinct_outputs(args, plan)
         system = parse_clock_mode(getattr(args, "clock", "injected")) is ClockMode.SYSTEM
         semantics_option: str | None = getattr(args, "semantics", None)
         # Once before any run: an unknown profile is a usage error.

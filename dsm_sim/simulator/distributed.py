@@ -71,9 +71,6 @@ class ClusterUnavailableError(ConfigurationError):
             "or run on this machine with --jobs"
         )
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.where, self.reason))
-
 
 @contextlib.contextmanager
 def _quiet_on_give_up() -> Iterator[Callable[[], None]]:

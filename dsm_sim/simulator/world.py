@@ -467,9 +467,8 @@ class World:
             if not isinstance(exc, ProtocolError):
                 raise
             # A handler process that broke the protocol answers nothing from here on, so
-            # the run stops.  SimPy re-raises a process's error as type(exc)(*exc.args),
-            # which the errors with keyword fields cannot take: this plain one can, and
-            # keeps the original as its cause.
+            # the run stops, as one ProtocolError that says so and keeps the original
+            # as its cause.
             raise ProtocolError(
                 f"the handler broke the protocol, so the run stopped: {type(exc).__name__}: {exc}",
                 request=exc.request,

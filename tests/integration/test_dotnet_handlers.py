@@ -343,6 +343,148 @@ def test_a_store_that_cannot_open_is_a_store_error(build: Path, tmp_path: Path) 
         asyncio.run(open_it())
 
 
+# --- what the host cannot format or read ------------------------------------------------------
+
+#: A handler whose get returns, at once or from a continuation, a record the protocol cannot say.
+UNSAYABLE = """
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+using Dsm.DataStateMachine;
+using Dsm.DataStateMachine.Handlers;
+using Dsm.DataStateMachine.Protocol;
+
+sealed class Unsayable : IDataStateMachineHandler {
+    readonly InMemoryDataStateMachineHandler inner;
+    public Unsayable(IClock clock) { inner = new InMemoryDataStateMachineHandler(clock); }
+
+    public async Task<StateRecord> GetAsync(StateHandlerContext c, CancellationToken t) {
+        var key = c.ItemKey.StartsWith("null-key") ? null : new RecordKey("t1", 4, "e", "", c.ItemKey);
+        var status = c.ItemKey.StartsWith("bad-status") ? (IdempotencyStatus)99 : IdempotencyStatus.Processing;
+        if (c.ItemKey.EndsWith("async")) await Task.Delay(20);
+        var now = new DateTime(2026, 3, 2, 9, 0, 0, DateTimeKind.Utc);
+        return new StateRecord(key, status, 1, null, null, null, "r", "a", now, now, null);
+    }
+    public Task<bool> ExistsAsync(StateHandlerContext c, CancellationToken t) { return inner.ExistsAsync(c, t); }
+    public Task<long?> TryAcquireLockAsync(StateHandlerContext c, CancellationToken t) { return inner.TryAcquireLockAsync(c, t); }
+    public Task SetAsync(StateHandlerContext c, IdempotencyStatus s, string d, CancellationToken t) { return inner.SetAsync(c, s, d, t); }
+    public Task ReleaseLockAsFailedAsync(StateHandlerContext c, string e, CancellationToken t) { return inner.ReleaseLockAsFailedAsync(c, e, t); }
+    public Task UpsertAsync(StateHandlerContext c, string d, CancellationToken t) { return inner.UpsertAsync(c, d, t); }
+    public Task<int> ResetExpiredLocksAsync(CancellationToken t) { return inner.ResetExpiredLocksAsync(t); }
+    public Task<int> ExpirePastRetentionAsync(CancellationToken t) { return inner.ExpirePastRetentionAsync(t); }
+}
+
+static class Program {
+    static int Main(string[] args) {
+        return DsmProtocolHost.Run(args, clock => new Unsayable(clock), new HostOptions { Name = "unsayable" });
+    }
+}
+"""
+
+NOW = "2026-03-02T09:00:00.000000Z"
+CONTEXT = {
+    "tenant_id": "t1",
+    "source_app_id": "a",
+    "scope_id": 4,
+    "scope_code": "Element",
+    "entity_id": "e",
+    "entity_execution_id": "r",
+    "item_entity_key": "",
+    "item_key": "INV-1",
+    "lock_duration_us": 1_000_000,
+    "retention_us": None,
+    "lock_token": None,
+}
+
+
+@pytest.fixture(scope="module")
+def unsayable(build: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    folder = tmp_path_factory.mktemp("unsayable")
+    (folder / "Unsayable.cs").write_text(UNSAYABLE, encoding="utf-8")
+    exe = folder / "Unsayable.exe"
+    subprocess.run(
+        [
+            "mcs",
+            "-nologo",
+            f"-r:{build / 'Dsm.DataStateMachine.dll'}",
+            f"-out:{exe}",
+            str(folder / "Unsayable.cs"),
+        ],
+        check=True,
+        timeout=120,
+    )
+    shutil.copy(build / "Dsm.DataStateMachine.dll", folder)
+    return ["mono", str(exe)]
+
+
+def _serve(command: list[str], lines: list[bytes]) -> tuple[dict[int, dict[str, Any]], str]:
+    """Every answer of one host process given ``lines`` (and a close), by id; and its stderr."""
+    close = json.dumps({"id": 99, "op": "close", "now": NOW}).encode()
+    done = subprocess.run(
+        command,
+        input=b"\n".join([*lines, close, b""]),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    by_id = {answer["id"]: answer for answer in answers}
+    assert len(by_id) == len(answers), answers
+    return by_id, done.stderr.decode("utf-8", "replace")
+
+
+def _request(request_id: int, op: str, **fields: Any) -> bytes:
+    return json.dumps({"id": request_id, "op": op, "now": NOW, **fields}).encode()
+
+
+OPEN = _request(1, "open", protocol=1)
+
+
+def test_a_record_the_host_cannot_write_is_answered_internal_at_once_or_later(
+    unsayable: list[str],
+) -> None:
+    items = ["null-key-sync", "null-key-async", "bad-status-sync", "bad-status-async"]
+    gets = [
+        _request(2 + n, "get", context={**CONTEXT, "item_key": item})
+        for n, item in enumerate(items)
+    ]
+    answers, stderr = _serve(unsayable, [OPEN, *gets])
+    unanswered = [item for n, item in enumerate(items) if 2 + n not in answers]
+    assert unanswered == [], f"never answered; stderr: {stderr!r}"
+    for n, item in enumerate(items):
+        assert answers[2 + n]["error"]["kind"] == "internal", (item, answers[2 + n])
+        assert f"request {2 + n} " in stderr, (item, stderr)
+    assert answers[99] == {"id": 99, "result": None}
+
+
+def test_a_request_nested_past_the_limit_is_a_bad_request_and_the_host_serves_on(
+    build: Path,
+) -> None:
+    deep = b'{"id": 2, "op": "get", "junk": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    after = _request(3, "exists", context=CONTEXT)
+    answers, stderr = _serve(_mono(build, "MemoryHandler.exe"), [OPEN, deep, after])
+    assert answers[2]["error"]["kind"] == "bad_request", answers
+    assert "nested" in answers[2]["error"]["message"]
+    assert answers[3] == {"id": 3, "result": False}
+    assert "nested" in stderr
+
+
+def test_invalid_utf8_in_a_request_is_a_bad_request_not_a_replacement_character(
+    build: Path,
+) -> None:
+    payload = (
+        b'{"id": 2, "op": "upsert", "now": "' + NOW.encode() + b'", "data_json": "\\"a\xff\xfeb\\""'
+    )
+    payload += b', "context": ' + json.dumps(CONTEXT).encode() + b"}"
+    read = _request(3, "get", context=CONTEXT)
+    answers, stderr = _serve(_mono(build, "MemoryHandler.exe"), [OPEN, payload, read])
+    assert answers[2]["error"]["kind"] == "bad_request", answers
+    assert "UTF-8" in answers[2]["error"]["message"]
+    assert answers[3] == {"id": 3, "result": None}, "nothing was stored"
+    assert "UTF-8" in stderr
+
+
 # --- the quick start ---------------------------------------------------------------------------
 
 

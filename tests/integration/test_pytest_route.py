@@ -93,3 +93,29 @@ def test_hypothesis_keeps_its_files_in_the_cache_directory_not_the_folder(
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert sorted(p.name for p in folder.iterdir()) == ["mymod.py", "pytest.ini"]
     assert (cache / "hypothesis").is_dir()
+
+
+CLOSURE_MODULE = """\
+from dsm_sim.broken import CATALOGUE
+
+
+def _factory(base):
+    def make(clock):
+        return base(clock)
+
+    return make
+
+
+build = _factory(CATALOGUE["no_fencing"].factory)
+"""
+
+
+def test_a_closure_factory_is_replayed_by_the_name_it_was_given(
+    folder: Path, tmp_path: Path
+) -> None:
+    (folder / "closures.py").write_text(CLOSURE_MODULE, encoding="utf-8")
+    result = run_kit(folder, tmp_path / "cache", "closures:build")
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "replay this run: dsm verify closures:build --profile dev --seed 1" in result.stdout
+    assert "from closures import build\n" in result.stdout
+    assert "<locals>" not in result.stdout

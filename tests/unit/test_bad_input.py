@@ -1095,11 +1095,13 @@ def test_an_empty_source_app_is_still_fine_where_the_scope_does_not_key_by_it(
 
 
 def _import_everything() -> None:
-    """Import every module of the engine, so every DsmError subclass is defined."""
+    """Import every module of the engine and the harness, so every DsmError subclass is defined."""
+    import dsm_sim
     import reference_engine
 
-    for module in pkgutil.walk_packages(reference_engine.__path__, "reference_engine."):
-        importlib.import_module(module.name)
+    for package in (reference_engine, dsm_sim):
+        for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            importlib.import_module(module.name)
 
 
 def _all_error_classes() -> list[type[DsmError]]:
@@ -1171,6 +1173,8 @@ def _evidence(error: BaseException) -> tuple[object, ...]:
         pytest.param(lambda e: pickle.loads(pickle.dumps(e)), id="pickle"),
         pytest.param(copy.copy, id="copy"),
         pytest.param(copy.deepcopy, id="deepcopy"),
+        # How SimPy re-raises a simulated process's error in the process waiting on it.
+        pytest.param(lambda e: type(e)(*e.args), id="rebuilt-from-args"),
     ],
 )
 def test_every_named_error_survives_pickle_and_copy(
@@ -1188,7 +1192,8 @@ def test_the_error_walk_finds_every_class() -> None:
     """The walk must reach the leaves and the engine's own modules, or the test above is hollow."""
     names = {cls.__name__ for cls in ERROR_CLASSES}
     assert {"StaleLockError", "PayloadTooLargeError", "DuplicateNodeError"} <= names
-    assert len(ERROR_CLASSES) >= 15
+    assert {"PropertyViolation", "WorkerRunError", "HandlerExitedError"} <= names  # the harness's
+    assert len(ERROR_CLASSES) >= 60
 
 
 def test_an_error_raised_in_a_process_pool_reaches_the_parent_with_its_fields() -> None:
@@ -1202,6 +1207,36 @@ def test_an_error_raised_in_a_process_pool_reaches_the_parent_with_its_fields() 
 
 def _raise_stale_lock() -> None:
     raise StaleLockError(item_key="inv-1", token=3, current_token=4, status="Processing")
+
+
+def test_an_error_raised_in_a_simulated_process_reaches_the_waiting_process_as_itself() -> None:
+    """SimPy hands a failed process's error to its waiter as ``type(e)(*e.args)``."""
+    import simpy
+
+    env = simpy.Environment()
+    caught: list[BaseException] = []
+
+    def failing() -> typing.Generator[simpy.Event, None, None]:
+        yield env.timeout(1)
+        error = UnknownScopeError("Tenant", ["Element", "Workflow"])
+        error.add_note("raised by failing()")
+        raise error
+
+    def waiting() -> typing.Generator[simpy.Event, None, None]:
+        try:
+            yield env.process(failing())
+        except Exception as exc:
+            caught.append(exc)
+
+    env.process(waiting())
+    env.run()
+    [error] = caught
+    error.add_note("seen by the waiting process")
+    assert error.__notes__ == ["raised by failing()", "seen by the waiting process"]
+    assert error.__cause__.__notes__ == ["raised by failing()"], "the original is left as it was"
+    assert type(error) is UnknownScopeError
+    assert (error.name, error.allowed) == ("Tenant", ("Element", "Workflow"))
+    assert str(error) == str(error.__cause__)
 
 
 # --- what a StaleLockError says ----------------------------------------------------------------

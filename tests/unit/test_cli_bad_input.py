@@ -297,6 +297,110 @@ def test_dsm_stress_refuses_an_unwritable_json_path_before_the_run(
     assert not (here / "s.db").exists()
 
 
+def _run_page() -> str:
+    """The file name ``dsm run tiny.toml --seed 1`` gives its run's HTML page."""
+    from dsm_sim.reports.json_report import report_stem
+    from dsm_sim.simulator.run import DEFAULT_HANDLER
+
+    return f"{report_stem('tiny', 1, DEFAULT_HANDLER)}.html"
+
+
+_CLASHES = [
+    (("--junit", "R/index.html"), ("--report", "R")),
+    (("--junit", "R/../R/./index.html"), ("--report", "R/")),  # the same file, spelt apart
+    (("--junit", "link/index.html"), ("--report", "R")),  # through a symlinked directory
+    (("--junit", "new"), ("--report", "new")),
+    (("--junit", "new"), ("--report", "new/sub")),
+    (("--junit", "R/{page}"), ("--report", "R")),
+]
+_CLASH_IDS = ["index", "spelt-apart", "symlink", "file-is-dir", "file-above", "page"]
+
+
+@pytest.mark.parametrize(
+    ("command", "first", "second"),
+    [
+        pytest.param("verify", ("--json", "out.xml"), ("--junit", "out.xml"), id="verify-files"),
+        pytest.param("verify", ("--json", "R/index.html"), ("--report", "R"), id="verify-json"),
+        *[
+            pytest.param(c, f, s, id=f"{c}-{i}")
+            for c in ("verify", "run")
+            for (f, s), i in zip(_CLASHES, _CLASH_IDS, strict=True)
+        ],
+    ],
+)
+def test_two_outputs_writing_one_file_are_refused_before_the_run(
+    capsys: pytest.CaptureFixture[str],
+    here: Path,
+    command: str,
+    first: tuple[str, str],
+    second: tuple[str, str],
+) -> None:
+    (here / "R").mkdir()
+    (here / "link").symlink_to(here / "R")
+    page = _run_page() if command == "run" else "tenant_isolation.html"
+    first = (first[0], first[1].format(page=page))
+    argv = ["verify", "reference_engine.handlers.memory:in_memory_handler", "--profile", "dev"]
+    if command == "run":
+        argv = ["run", "tiny.toml", "--seed", "1"]
+    code, out, err = dsm(capsys, *argv, *first, *second)
+    assert (code, out) == (2, ""), "refused before any run"
+    _one_named_line(err, command)
+    for option, path in (first, second):
+        assert f"{option} {str(Path(path))!r}" in err, err
+    assert list((here / "R").iterdir()) == [], "nothing was written"
+    assert not (here / "out.xml").exists() and not (here / "new").exists()
+
+
+def test_outputs_side_by_side_in_the_report_directory_are_fine(here: Path) -> None:
+    from dsm_sim.outputs import Output, OutputKind, check_distinct
+
+    report = Output("--report", here / "R", OutputKind.DIRECTORY, frozenset({"index.html"}))
+    check_distinct([Output("--junit", here / "R" / "junit.xml", OutputKind.FILE), report])
+    check_distinct([Output("--junit", here / "R" / "sub" / "index.html", OutputKind.FILE), report])
+    check_distinct(
+        [
+            Output("--json", here / "R" / "v.json", OutputKind.FILE),
+            Output("--junit", here / "R" / "v.xml", OutputKind.FILE),
+        ]
+    )
+
+
+CLOSURE_MODULE = """\
+from dsm_sim.broken import CATALOGUE
+
+
+def _factory(base):
+    def make(clock):
+        return base(clock)
+
+    return make
+
+
+build = _factory(CATALOGUE["no_fencing"].factory)
+"""
+
+
+def test_verify_names_a_closure_factory_as_it_was_given(
+    capsys: pytest.CaptureFixture[str], here: Path
+) -> None:
+    """The replay line and the reproduction import ``build``, not ``_factory.<locals>.make``."""
+    import json
+
+    (here / "closures.py").write_text(CLOSURE_MODULE, encoding="utf-8")
+    argv = ["verify", "closures:build", "--profile", "dev", "--seed", "0", "--stop-on-first"]
+    try:
+        code, _out, err = dsm(capsys, *argv, "--json", "v.json")
+    finally:
+        sys.modules.pop("closures", None)
+    assert code == 1
+    assert "replay this run: dsm verify closures:build --profile dev --seed 0" in err, err
+    report = json.loads((here / "v.json").read_text(encoding="utf-8"))
+    assert report["factory"] == "closures:build"
+    (violated,) = [p for p in report["properties"] if p["status"] == "failed"]
+    assert "from closures import build\n" in violated["reproduction"]
+    assert "<locals>" not in json.dumps(report)
+
+
 class _Report:
     passed = True
 

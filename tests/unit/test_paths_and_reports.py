@@ -128,6 +128,60 @@ def test_html_and_json_reports_are_written_with_undecodable_bytes(
         assert text and "\\udcff" in text
 
 
+def test_the_index_is_written_with_undecodable_and_control_bytes_escaped(
+    hostile_run: object, tmp_path: Path
+) -> None:
+    from dsm_sim.reports.index import write_index
+
+    for path in (write_index([hostile_run], tmp_path), write_html(hostile_run, tmp_path)):  # type: ignore[list-item,arg-type]
+        text = path.read_text(encoding="utf-8")
+        assert "\\udcff\\x01\\x1b[2J" in text and "\\x07bell" in text, path.name
+        assert not any(c in text for c in "\x01\x1b\x07"), path.name
+
+
+def test_the_index_replaces_a_symlink_at_its_name_instead_of_following_it(
+    hostile_run: object, tmp_path: Path
+) -> None:
+    from dsm_sim.reports.index import write_index
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me", encoding="utf-8")
+    (tmp_path / "R").mkdir()
+    (tmp_path / "R" / "index.html").symlink_to(victim)
+    write_index([hostile_run], tmp_path / "R")  # type: ignore[list-item]
+    assert victim.read_text(encoding="utf-8") == "keep me"
+    assert not (tmp_path / "R" / "index.html").is_symlink()
+
+
+def test_dsm_run_writes_every_output_for_a_handler_spec_with_undecodable_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--handler $'exec:... \\xff\\xfe'``: Python keeps the bytes as lone surrogates."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    serve = "from dsm_sim.cli import main; main(['serve', 'reference_engine.handlers.memory:in_memory_handler'])"
+    handler = f'exec:{sys.executable} -c "{serve}" \udcff\udcfe'
+    scenario = str(ROOT / "scenarios" / "slow-worker.toml")
+    argv = [
+        "run",
+        scenario,
+        "--seed",
+        "1",
+        "--handler",
+        handler,
+        "--report",
+        "R",
+        "--junit",
+        "j.xml",
+    ]
+    assert main(argv) == 0, capsys.readouterr().err
+    for path in (tmp_path / "R" / "index.html", tmp_path / "j.xml"):
+        assert "\\udcff\\udcfe" in path.read_text(encoding="utf-8"), path.name
+    ET.parse(tmp_path / "j.xml")
+    (json_file,) = (tmp_path / "R").glob("*.json")
+    assert json_file.read_text(encoding="ascii")  # surrogates written as JSON escapes
+
+
 def test_a_report_replaces_a_symlink_at_its_name_instead_of_following_it(
     hostile_run: object, tmp_path: Path
 ) -> None:

@@ -247,3 +247,28 @@ def test_the_cache_directory_is_explicit_then_env_then_xdg_then_home(tmp_path: P
 def test_an_import_failure_says_where_to_run_from() -> None:
     hint = import_path_hint("mystore.dsm:make_handler")
     assert "folder that holds mystore.py" in hint and "PYTHONPATH" in hint
+
+
+# --- the HTML report ----------------------------------------------------------------------------
+
+#: What a handler's message may hold: NUL, ESC sequences, BEL, DEL, a C1 control, an undecodable byte.
+_CONTROLS = "\x00\x1b[2J\x1b]0;pwned\x07\x7f\x9b\udcff"
+
+
+def test_the_counterexample_page_shows_a_handlers_control_characters_escaped(
+    tmp_path: Path,
+) -> None:
+    from dsm_sim.conformance.tell.outputs import write_html
+
+    failed = _failed(
+        "stale_write_rejected",
+        0,
+        message=f"refused {_CONTROLS}",
+        story=f"  1. set {_CONTROLS}\n  => it broke",
+        reproduction=f"# {_CONTROLS}",
+    )
+    write_html(_report(failed, factory=f"mystore:{_CONTROLS}"), tmp_path)
+    for page in ("stale_write_rejected.html", "index.html"):
+        text = (tmp_path / page).read_text(encoding="utf-8")
+        assert not any(c in text for c in "\x00\x1b\x07\x7f\x9b"), page
+        assert "\\x00\\x1b[2J\\x1b]0;pwned\\x07\\x7f\\x9b\\udcff" in text, page

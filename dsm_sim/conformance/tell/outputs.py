@@ -17,15 +17,27 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.report import PropertyResult, ResultStatus, VerificationReport
 from dsm_sim.outputs import write_report
-from dsm_sim.printable import xml_safe
+from dsm_sim.printable import printable, xml_safe
 from dsm_sim.reports.explorer.page import explorer_view
 from dsm_sim.reports.rendering import template_environment
 
-__all__ = ["junit_xml", "report_dict", "verdict", "write_html", "write_json", "write_junit"]
+__all__ = [
+    "INDEX",
+    "junit_xml",
+    "report_dict",
+    "report_files",
+    "verdict",
+    "write_html",
+    "write_json",
+    "write_junit",
+]
 
 SUITE = "dsm-verify"
+#: The report directory's page of verdicts.
+INDEX = "index.html"
 
 
 def verdict(report: VerificationReport) -> str:
@@ -190,10 +202,15 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25em .6em;te
 """
 
 
+def _escape(text: str) -> str:
+    """``text`` for HTML, a handler's control characters shown as escapes (as the pages' own)."""
+    return html.escape(printable(text))
+
+
 def _page(title: str, body: str) -> str:
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
+        f"<title>{_escape(title)}</title><style>{_STYLE}</style></head>"
         f"<body>{body}</body></html>\n"
     )
 
@@ -223,9 +240,17 @@ def _counterexample(report: VerificationReport, result: PropertyResult) -> str:
     )
 
 
+def report_files() -> frozenset[str]:
+    """Every file :func:`write_html` may write in its directory: the index and each property's page.
+
+    Known before the run, so another output given a path among them is refused then.
+    """
+    return frozenset({INDEX} | {f"{_slug(name)}.html" for name in PROPERTY_NAMES})
+
+
 def write_html(report: VerificationReport, directory: Path) -> Path:
     """``index.html`` with every verdict, and a page per counterexample; returns the index."""
-    e = html.escape
+    e = _escape
     rows = []
     for result in report.results:
         css = result.status.name.lower()
@@ -254,4 +279,4 @@ def write_html(report: VerificationReport, directory: Path) -> Path:
         + (f"<h2>The run did not complete</h2><p>{e(report.error)}</p>" if report.error else "")
         + f"<h2>Replay this run</h2><pre>{e(report.replay_command())}</pre>"
     )
-    return write_report(directory / "index.html", _page(f"dsm verify {report.factory}", body))
+    return write_report(directory / INDEX, _page(f"dsm verify {report.factory}", body))

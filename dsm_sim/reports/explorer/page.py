@@ -70,7 +70,7 @@ def explorer_view(
         diagram=diagram,
     )
     text = json.dumps(data, separators=(",", ":"), allow_nan=False, sort_keys=True)
-    text = text.replace("<", "\\u003c")
+    text = text.replace("<", "\\u003c").replace("\x7f", "\\u007f")  # DEL: the one raw control left
     return ExplorerView(
         data_json=Markup(text),
         script=Markup(_asset("explorer.js").replace("</", "<\\/")),

@@ -54,6 +54,27 @@ namespace Dsm.DataStateMachine.Protocol
         }
 
         /// <summary>
+        /// UTF-8 that throws on a byte that is not UTF-8, where <c>Encoding.UTF8</c> puts U+FFFD in
+        /// its place: a data_json would then be stored with characters the client never sent.
+        /// </summary>
+        private static readonly UTF8Encoding StrictUtf8 = new UTF8Encoding(false, true);
+
+        private static void Handle(HostSession session, byte[] bytes, int start, int count)
+        {
+            string line;
+            try
+            {
+                line = StrictUtf8.GetString(bytes, start, count);
+            }
+            catch (DecoderFallbackException error)
+            {
+                session.HandleUndecodable(Encoding.UTF8.GetString(bytes, start, count), error);
+                return;
+            }
+            session.HandleLine(line);
+        }
+
+        /// <summary>
         /// Reads whatever the pipe holds, answers every complete line in it, then writes the
         /// answers in one go: a burst of pipelined requests costs one read and one write.
         /// </summary>
@@ -72,19 +93,17 @@ namespace Dsm.DataStateMachine.Protocol
                     for (int i = 0; i < read && !session.Closed; i++)
                     {
                         if (chunk[i] != (byte)'\n') continue;
-                        string line;
                         if (partial.Length == 0)
                         {
-                            line = Encoding.UTF8.GetString(chunk, start, i - start);
+                            Handle(session, chunk, start, i - start);
                         }
                         else
                         {
                             partial.Write(chunk, start, i - start);
-                            line = Encoding.UTF8.GetString(partial.GetBuffer(), 0, (int)partial.Length);
+                            Handle(session, partial.GetBuffer(), 0, (int)partial.Length);
                             partial.SetLength(0);
                         }
                         start = i + 1;
-                        session.HandleLine(line);
                     }
                     if (!session.Closed && start < read) partial.Write(chunk, start, read - start);
                 }

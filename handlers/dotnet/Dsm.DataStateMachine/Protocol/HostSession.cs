@@ -53,6 +53,10 @@ namespace Dsm.DataStateMachine.Protocol
                 Log("a request without a positive integer id; ignored: " + Shorten(line));
                 return;
             }
+            if (request.NotJson != null)
+            {
+                Log("request " + request.Id + " is " + request.NotJson + "; answered bad_request: " + Shorten(line));
+            }
             if (request.Problem != null)
             {
                 Refuse(request.Id, new BadRequestException(request.Problem));
@@ -75,6 +79,36 @@ namespace Dsm.DataStateMachine.Protocol
             }
             Dispatch(request);
             if (!options.Concurrent) WaitForRequestsInFlight();
+        }
+
+        /// <summary>
+        /// A line whose bytes are not UTF-8 (<paramref name="error"/>), read with U+FFFD in their
+        /// place as <paramref name="replaced"/> only to find its id: answered bad_request, never
+        /// served, since a data_json would be stored with characters the client did not send.
+        /// </summary>
+        public void HandleUndecodable(string replaced, DecoderFallbackException error)
+        {
+            var bytes = error.BytesUnknown ?? new byte[0];
+            var shown = new StringBuilder();
+            foreach (var b in bytes) shown.Append(shown.Length == 0 ? "0x" : " 0x").Append(b.ToString("x2"));
+            string problem = "the request line is not UTF-8 (it holds byte " + shown
+                + "); send UTF-8, with any other character escaped as \\uXXXX";
+            ProtocolRequest request = null;
+            try
+            {
+                request = ProtocolRequest.Parse(replaced);
+            }
+            catch (JsonLineException)
+            {
+                // Not JSON either: there is no id to answer.
+            }
+            if (request == null || !request.HasId)
+            {
+                Log(problem + "; ignored, no id to answer: " + Shorten(replaced));
+                return;
+            }
+            Log("request " + request.Id + ": " + problem + "; answered bad_request: " + Shorten(replaced));
+            Refuse(request.Id, new BadRequestException(problem));
         }
 
         /// <summary>Stdin ended without a close: finish what is in flight and release the store (it is kept).</summary>
@@ -264,6 +298,12 @@ namespace Dsm.DataStateMachine.Protocol
                     {
                         Answer(id, done, result);
                     }
+                    catch (Exception error)
+                    {
+                        // Nothing above this continuation would see it: say it, or the request
+                        // is left unanswered with stderr empty.
+                        Log("answering request " + id + " failed: " + Answers.Unwrap(error));
+                    }
                     finally
                     {
                         Landed();
@@ -287,6 +327,12 @@ namespace Dsm.DataStateMachine.Protocol
                     {
                         Answer(id, done);
                     }
+                    catch (Exception error)
+                    {
+                        // Nothing above this continuation would see it: say it, or the request
+                        // is left unanswered with stderr empty.
+                        Log("answering request " + id + " failed: " + Answers.Unwrap(error));
+                    }
                     finally
                     {
                         Landed();
@@ -303,11 +349,25 @@ namespace Dsm.DataStateMachine.Protocol
             answers.Write(Answers.End(line));
         }
 
+        /// <summary>
+        /// Answers a completed task with its result; a result the protocol cannot say (a record
+        /// without a key, a status outside the enum) is answered as the exception writing it
+        /// threw, <c>internal</c>, and logged: at once or from a continuation alike.
+        /// </summary>
         private void Answer<T>(long id, Task<T> task, Action<StringBuilder, T> result)
         {
             if (Failed(id, task)) return;
             var line = Answers.Begin(id, false);
-            result(line, task.Result);
+            try
+            {
+                result(line, task.Result);
+            }
+            catch (Exception error)
+            {
+                Log("the result of request " + id + " cannot be written: " + Answers.Unwrap(error).Message + "; answered internal");
+                Refuse(id, error);
+                return;
+            }
             answers.Write(Answers.End(line));
         }
 

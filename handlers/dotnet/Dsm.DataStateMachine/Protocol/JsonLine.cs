@@ -1,6 +1,10 @@
 // Just enough of a JSON reader for one request line: objects, strings, integers, true,
 // false, null, and skipping any other value whole.
 //
+// Values are nested at most MaxDepth deep: skipping one is recursive, and a line of 200,000
+// nested arrays would otherwise end the process with a stack overflow, which no handler
+// code can catch.
+//
 // The host reads nothing else, and no payload is ever parsed (data_json is a string), so
 // a general JSON library would only add its start-up to every process the kit starts:
 // Mono compiles a library from the system's assembly cache anew in each process, and a
@@ -36,8 +40,15 @@ namespace Dsm.DataStateMachine.Protocol
 
     internal sealed class JsonLine
     {
+        /// <summary>
+        /// How deep values may nest. A request nests two levels (the request, its context);
+        /// the bound leaves fields of later protocol versions room, and the stack a margin.
+        /// </summary>
+        public const int MaxDepth = 64;
+
         private readonly string text;
         private int at;
+        private int depth;
         private StringBuilder scratch;
 
         public JsonLine(string text)
@@ -190,25 +201,12 @@ namespace Dsm.DataStateMachine.Protocol
             switch (Peek())
             {
                 case JsonKind.Object:
-                    string ignored;
-                    bool first = true;
-                    while (NextMember(first, out ignored))
-                    {
-                        first = false;
-                        Skip();
-                    }
-                    return;
                 case JsonKind.Array:
-                    Expect('[');
-                    SkipSpace();
-                    if (Take(']')) return;
-                    while (true)
-                    {
-                        Skip();
-                        SkipSpace();
-                        if (Take(']')) return;
-                        Expect(',');
-                    }
+                    if (depth == MaxDepth) throw Error("values nested deeper than " + MaxDepth + " levels");
+                    depth++;
+                    SkipContainer();
+                    depth--;
+                    return;
                 case JsonKind.String:
                     ReadString();
                     return;
@@ -223,6 +221,31 @@ namespace Dsm.DataStateMachine.Protocol
                 default:
                     if (!TakeNull()) throw Error("null was expected");
                     return;
+            }
+        }
+
+        private void SkipContainer()
+        {
+            if (Peek() == JsonKind.Object)
+            {
+                string ignored;
+                bool first = true;
+                while (NextMember(first, out ignored))
+                {
+                    first = false;
+                    Skip();
+                }
+                return;
+            }
+            Expect('[');
+            SkipSpace();
+            if (Take(']')) return;
+            while (true)
+            {
+                Skip();
+                SkipSpace();
+                if (Take(']')) return;
+                Expect(',');
             }
         }
 

@@ -26,12 +26,34 @@ namespace Dsm.DataStateMachine.Protocol
         public string ErrorDetail;
         /// <summary>What is wrong with the request (answered as bad_request), or null.</summary>
         public string Problem;
+        /// <summary>Why the line is not JSON, when its id was read before that was found; else null.</summary>
+        public string NotJson;
 
-        /// <summary>The request a line holds. Throws <see cref="JsonLineException"/> when the line is not JSON.</summary>
+        /// <summary>
+        /// The request a line holds. A line that is not JSON throws <see cref="JsonLineException"/>,
+        /// unless its id was read before the fault: then the request has that id and
+        /// <see cref="NotJson"/> and <see cref="Problem"/> say what is wrong, so the client is
+        /// answered bad_request instead of waiting for an answer that never comes.
+        /// </summary>
         public static ProtocolRequest Parse(string line)
         {
             var request = new ProtocolRequest();
-            var json = new JsonLine(line);
+            try
+            {
+                request.Read(new JsonLine(line));
+            }
+            catch (JsonLineException error)
+            {
+                if (!request.HasId) throw;
+                request.NotJson = error.Message;
+                request.Problem = "the request line is " + error.Message;
+            }
+            return request;
+        }
+
+        private void Read(JsonLine json)
+        {
+            var request = this;
             string now = null;
             string name;
             bool first = true;
@@ -86,7 +108,6 @@ namespace Dsm.DataStateMachine.Protocol
             }
             json.End();
             request.Check(now);
-            return request;
         }
 
         private void Check(string now)
