@@ -12,7 +12,14 @@ from dsm_sim.broken.handlers import _KeyCollapsingHandler
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.machine import build_machine
 from dsm_sim.conformance.probing import probe_findings
-from dsm_sim.conformance.volume import VOLUME, check_volume, volume_ids, volume_probe
+from dsm_sim.conformance.runner import ResultStatus, verify
+from dsm_sim.conformance.volume import (
+    PROBE_NAME,
+    VOLUME,
+    check_volume,
+    volume_ids,
+    volume_probe,
+)
 from reference_engine.context import RecordKey
 from reference_engine.handlers.memory import in_memory_handler
 
@@ -57,3 +64,14 @@ def test_a_store_placing_by_a_short_hash_is_caught_and_replayed_as_two_ids() -> 
     findings = list(probe_findings(machine, found=frozenset, probes=(probe,)))
     assert findings and findings[0].violation.property == "key_identity"
     assert item in findings[0].violation.story
+
+
+def test_verify_books_a_volume_finding_as_found_by_the_stage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(VOLUME, "dev", 3000)
+    report = verify(Crc16Placed, "dev", seed=0, probes=False, matrix=False, stop_on_first=True)
+    first = report.violations[0]
+    assert first.found_by == PROBE_NAME and first.name == "key_identity"
+    assert first.status is ResultStatus.FAILED and report.test_cases == 0
+    assert "state.setup(world=" in first.reproduction

@@ -17,6 +17,7 @@ from dsm_sim.conformance.generate.collisions import (
     linear_collision,
     murmur3_32,
 )
+from dsm_sim.conformance.generate.payloads import data_difference
 from dsm_sim.conformance.generate.texts import FIELD_NAMES, LINE_FORMS, lookalike_pairs
 from reference_engine.context import MAX_KEY_LENGTH
 from reference_engine.record import encode_data
@@ -100,3 +101,13 @@ def test_line_forms_carry_every_line_ending() -> None:
         assert ending in joined
     assert any(form.endswith(" ") for form in LINE_FORMS)
     assert "\x00" not in joined
+
+
+def test_a_payload_read_back_differs_by_type_order_and_every_character() -> None:
+    assert data_difference({"a": "1"}, {"a": 1}) == "data['a'] is 1 (int); written '1' (str)"
+    assert data_difference({"a": [1, "1"]}, {"a": ["1", 1]}) is not None  # list order
+    assert data_difference({"a": "x\r\ny"}, {"a": "x\ny"}) is not None
+    assert data_difference({"caf\u00e9": 1}, {"cafe\u0301": 1}) is not None
+    # Keys a store hands back as other types are named, not a crash of the comparison.
+    assert "extra [1]" in (data_difference({"a": 1, "1": 2}, {"a": 1, 1: 2}) or "")
+    assert data_difference({"b": 1, "a": 2}, {"a": 2, "b": 1}) is None  # member order is not data

@@ -1,7 +1,7 @@
 """Steps the edge probes take that the search never draws.
 
 :mod:`dsm_sim.conformance.generate.probes` walks each edge of the domain in a fixed
-program.  Most of its steps are the search's own rules; these three are not
+program.  Most of its steps are the search's own rules; these are not
 rules (Hypothesis never draws them, so the search's seeds are unchanged), and
 exist because a fixed program needs to say *which* record a clock move is
 about, and to meet many worlds on one store:
@@ -13,7 +13,10 @@ about, and to meet many worlds on one store:
   item's own boundary, where the search's rules pick a record by position;
 * :meth:`EdgeSteps.retry_many` retries one item well past the 127 and 255
   acquisitions a narrow counter column holds, judging every answer but
-  reading the world back only at the end (and telling it in one line).
+  reading the world back only at the end (and telling it in one line);
+* :meth:`EdgeSteps.take_over_many` takes one item over as each lock
+  expires, the holder before writing late with its token, so its token
+  passes 10 and 100 while older holders still write.
 
 A reproduction that contains them runs as pasted, like any other.
 """

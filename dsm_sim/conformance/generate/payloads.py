@@ -8,9 +8,16 @@ floats such as ``1e300``, ``-0.0`` and ``5e-324``, big integers, nesting, and
 sizes near the limit; error details likewise, after the cleaning the node API
 applies (:func:`reference_engine.record.clean_error_detail`).
 
+Field names and text values come from the whole domain too
+(:mod:`dsm_sim.conformance.generate.texts`): names the record and document
+stores give meaning to (``status``, ``_id``, ``$set``, ``__proto__``), text
+that parses as another JSON type beside the value it looks like (``"1"`` and
+``1``), and every line ending and whitespace form, in error details as well.
+
 "Reads back as written" is decided by :func:`data_difference`, which tells
-``-0.0`` from ``0.0``, ``1`` from ``1.0`` and ``True`` from ``1`` (Python's
-``==`` does not), and names the first place where two payloads differ.
+``-0.0`` from ``0.0``, ``1`` from ``1.0``, ``True`` from ``1`` and ``"1"``
+from ``1`` (Python's ``==`` does not tell the first three), and names the
+first place where two payloads differ.
 """
 
 from __future__ import annotations
@@ -255,8 +262,11 @@ def nested(depth: int) -> Any:
 def data_difference(written: object, read: object, path: str = "data") -> str | None:
     """Where ``read`` differs from ``written`` as JSON, or None when they are the same.
 
-    Types count (``1`` is not ``1.0``, ``True`` is not ``1``), and so does
-    the sign of zero; object key order does not.
+    Types count (``1`` is not ``1.0``, ``True`` is not ``1``, ``"1"`` is not
+    ``1``), and so do the sign of zero, the order of a list and every
+    character of every string and name; an object's member order does not
+    (JSON gives it no meaning, and the model keeps canonical JSON, its names
+    sorted).
     """
     if type(written) is not type(read):
         if isinstance(written, Mapping) and isinstance(read, Mapping):
@@ -268,9 +278,13 @@ def data_difference(written: object, read: object, path: str = "data") -> str | 
     if isinstance(written, Mapping):
         assert isinstance(read, Mapping)
         if set(written) != set(read):
-            missing = sorted(set(written) - set(read))
-            extra = sorted(set(read) - set(written))
-            return f"{path} has keys {sorted(read)!r}; written {sorted(written)!r} (missing {missing!r}, extra {extra!r})"
+            # Sorted by repr: a store may hand back keys that are not text (1 for "1").
+            missing = sorted(set(written) - set(read), key=repr)
+            extra = sorted(set(read) - set(written), key=repr)
+            return (
+                f"{path} has keys {sorted(read, key=repr)!r}; written "
+                f"{sorted(written, key=repr)!r} (missing {missing!r}, extra {extra!r})"
+            )
         for key in sorted(written):
             if (found := data_difference(written[key], read[key], f"{path}[{key!r}]")) is not None:
                 return found

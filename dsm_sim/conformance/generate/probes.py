@@ -14,10 +14,14 @@ the same judges:
   through ``release_lock_as_failed``;
 * every class of payload (each special string as a value and as a key, every
   edge number, every empty value, deep nesting, sizes either side of the
-  limit in one-, two- and four-byte characters) through ``set`` and
-  ``upsert``;
+  limit in one-, two- and four-byte characters, every field name the record
+  and document stores give meaning to, every look-alike text beside the value
+  it looks like, every line ending) through ``set`` and ``upsert``;
 * every near spelling of every identifier (item key, item entity key, entity
-  id, tenant): the two keys must never share a record or a lock;
+  id, tenant), including two a type conversion makes one and two whose
+  32-bit hash is one: the two keys must never share a record or a lock;
+* one item taken over 105 times, each holder before writing late with its
+  token: refused at every digit boundary;
 * every node configuration of :data:`~dsm_sim.model.WORLD_CONFIGS` on its own
   lock and retention boundaries: the last live instant, the first expired one,
   the sweeps at both, the retry after each;
