@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from dsm_sim.broken import dimensions as _d
+from dsm_sim.broken import domain as _x
 from dsm_sim.broken import handlers as _h
 from dsm_sim.broken import instances as _i
 from dsm_sim.broken import keys as _k
@@ -322,6 +323,25 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 _d.SweepSkipsTenantsNeverAcquired,
                 "retention_sweep_agrees_with_model",
                 "upsert_keeps_history",
+            ),
+            # The whole JSON domain, text with every line ending, long histories,
+            # keys whose hashes collide: what tidy names and short runs never show.
+            _spec("payload_merged_into_record", _x.PayloadMergedIntoRecord, "data_round_trip"),
+            _spec("parses_json_looking_text", _x.ParsesJsonLookingText, "data_round_trip"),
+            _spec("error_detail_crlf_to_lf", _x.ErrorDetailCrlfToLf, "record_agrees_with_model"),
+            _spec(
+                "token_compared_as_text",
+                _x.TokenComparedAsText,
+                "stale_write_rejected",
+                # The late write that lands leaves the record off the model too.
+                "record_agrees_with_model",
+            ),
+            _spec(
+                "hash_placed_keys",
+                _x.HashPlacedKeys,
+                "key_identity",
+                "tenant_isolation",
+                "entity_isolation",
             ),
         ]
     )

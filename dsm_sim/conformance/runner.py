@@ -4,7 +4,9 @@ A verification is three stages over the same machine and the same judges,
 each booking what it finds the same way (:meth:`_Verification.book`):
 
 1. the **edge probes** (:mod:`dsm_sim.conformance.generate.probes`), fixed
-   programs that walk each edge of the domain;
+   programs that walk each edge of the domain; under ``thorough`` also the
+   **volume stage** (:mod:`dsm_sim.conformance.volume`), 100,000 ids of
+   realistic shapes, each written and read back on its own;
 2. the **race matrix** (:mod:`dsm_sim.conformance.racing`), every ordered pair
    of operations from every start state, in every interleaving the kit can
    force;
@@ -57,6 +59,7 @@ from dsm_sim.conformance.verification import (
     Verification,
     trimmed,
 )
+from dsm_sim.conformance.volume import run_volume
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
@@ -153,6 +156,7 @@ def verify(
     call_timeout_s: float | None = None,
     probes: bool = True,
     matrix: bool | str = True,
+    volume: bool | str = True,
     waive: Iterable[str] = (),
     stage: Stage | None = None,
     record: bool = False,
@@ -181,7 +185,9 @@ def verify(
     ``stage`` is told (stage, done, planned) as each stage goes, for a progress line.
     ``probes`` runs the edge probes and ``matrix`` the race matrix before the
     search (a profile name: the race matrix of that profile's budget, as a test
-    on a slow store may ask for ``"dev"``'s).  ``waive`` names properties or gaps (``peers``, ``matrix``,
+    on a slow store may ask for ``"dev"``'s).  ``volume`` runs the volume
+    stage of the profile (or of the profile it names; only ``thorough`` has
+    one, :data:`~dsm_sim.conformance.volume.VOLUME`).  ``waive`` names properties or gaps (``peers``, ``matrix``,
     ``probe:<name>``) whose NOT EXERCISED must not fail the verdict.
     ``record`` keeps each counterexample's last confirming replay as the
     explorer plays it (:attr:`PropertyResult.replayed`; ``dsm verify --report``).
@@ -232,6 +238,8 @@ def verify(
     verification = Verification(plan)
     if probes:
         verification.run_probes()
+    if volume and not verification.done:
+        run_volume(verification, budget=volume if isinstance(volume, str) else profile)
     if matrix and not verification.done:
         run_matrix(verification, budget=matrix if isinstance(matrix, str) else profile)
     if not verification.done:

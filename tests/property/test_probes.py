@@ -49,6 +49,11 @@ EDGE_BUGS = (
     "numbers_as_doubles",
     "drops_empty_values",
     "jsonb_refuses_nul",
+    "payload_merged_into_record",
+    "parses_json_looking_text",
+    "error_detail_crlf_to_lf",
+    "token_compared_as_text",
+    "hash_placed_keys",
 )
 
 

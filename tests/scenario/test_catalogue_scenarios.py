@@ -309,6 +309,17 @@ NOT_OBSERVABLE: dict[str, str] = {
         "the simulator runs each sweep in one step: no call lands between its select and update"
     ),
     "set_without_data_clears_data": "every node's set carries data",
+    "payload_merged_into_record": (
+        "the payloads the nodes store read back unchanged under it: none has a field the "
+        "record document keeps (approvals and duplicate-storm, seeds 1-3, pass)"
+    ),
+    "parses_json_looking_text": "no node writes text that parses as JSON into its payload",
+    "error_detail_crlf_to_lf": "the decline reasons break lines with LF alone, never CRLF",
+    "token_compared_as_text": (
+        "a holder's late write meets a token past a digit boundary only after ten take-overs "
+        "of one item, which no committed scenario's seeds reach"
+    ),
+    "hash_placed_keys": "the workload's keys are invoice numbers: no two share a CRC-32",
     "upsert_checks_then_writes": (
         "an acquire must land in the one round trip between the upsert's check and its write; "
         "lock-free amendments never meet an approval there on the committed scenarios' seeds"

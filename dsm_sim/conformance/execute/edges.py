@@ -1,7 +1,7 @@
 """Steps the edge probes take that the search never draws.
 
 :mod:`dsm_sim.conformance.generate.probes` walks each edge of the domain in a fixed
-program.  Most of its steps are the search's own rules; these three are not
+program.  Most of its steps are the search's own rules; these are not
 rules (Hypothesis never draws them, so the search's seeds are unchanged), and
 exist because a fixed program needs to say *which* record a clock move is
 about, and to meet many worlds on one store:
@@ -13,7 +13,10 @@ about, and to meet many worlds on one store:
   item's own boundary, where the search's rules pick a record by position;
 * :meth:`EdgeSteps.retry_many` retries one item well past the 127 and 255
   acquisitions a narrow counter column holds, judging every answer but
-  reading the world back only at the end (and telling it in one line).
+  reading the world back only at the end (and telling it in one line);
+* :meth:`EdgeSteps.take_over_many` takes one item over as each lock
+  expires, the holder before writing late with its token, so its token
+  passes 10 and 100 while older holders still write.
 
 A reproduction that contains them runs as pasted, like any other.
 """
@@ -150,6 +153,48 @@ class EdgeSteps(OperationRules):
 
         self._repeated(
             ref, times, once, "try_acquire_lock and release_lock_as_failed in turn", "acquire"
+        )
+
+    @step
+    def take_over_many(self, item: Role, times: int) -> None:
+        """``times`` take-overs of ``item``: its lock expires, the next worker acquires, and
+        the holder it was taken from writes with its old token (refused).
+
+        The writes take turns (``set(Processed)``, ``release_lock_as_failed``,
+        ``upsert``), so each fenced write meets an old token one below the
+        current one at every digit boundary the history passes: ``9`` against
+        ``10`` and ``99`` against ``100``, where a token compared as text
+        (``"10" < "9"``) lets the stale write land.
+        """
+        ref = self._ref(item)
+        round_ = [0]
+
+        def once() -> None:
+            round_[0] += 1
+            record = self.model.current.get(ref.record_key)
+            if record is not None and record.locked_until is not None:
+                self.clock.set(record.locked_until + dt.timedelta(microseconds=1))
+                self._move(f"moves past {ref.name}'s lock expiry")
+            previous = next((h for h in reversed(self.holds) if h.ref == ref), None)
+            self._acquire(W.WORKERS[round_[0] % len(W.WORKERS)], ref)
+            if previous is None or previous not in self.holds:
+                return
+            kind = round_[0] % 3
+            if kind == 0:
+                self._set(
+                    previous.worker, ref, IdempotencyStatus.PROCESSED, {"n": 1}, hold=previous
+                )
+            elif kind == 1:
+                self._release(previous.worker, ref, "late", hold=previous)
+            else:
+                self._upsert(previous.worker, ref, {"n": 2}, hold=previous)
+
+        self._repeated(
+            ref,
+            times,
+            once,
+            "taken over as each lock expires, the holder before writing late with its token",
+            "acquire",
         )
 
     @rule(worker=W.WORKER, item=W.ITEMS, times=st.sampled_from((7, 9)))

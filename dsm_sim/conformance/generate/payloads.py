@@ -8,20 +8,28 @@ floats such as ``1e300``, ``-0.0`` and ``5e-324``, big integers, nesting, and
 sizes near the limit; error details likewise, after the cleaning the node API
 applies (:func:`reference_engine.record.clean_error_detail`).
 
+Field names and text values come from the whole domain too
+(:mod:`dsm_sim.conformance.generate.texts`): names the record and document
+stores give meaning to (``status``, ``_id``, ``$set``, ``__proto__``), text
+that parses as another JSON type beside the value it looks like (``"1"`` and
+``1``), and every line ending and whitespace form, in error details as well.
+
 "Reads back as written" is decided by :func:`data_difference`, which tells
-``-0.0`` from ``0.0``, ``1`` from ``1.0`` and ``True`` from ``1`` (Python's
-``==`` does not), and names the first place where two payloads differ.
+``-0.0`` from ``0.0``, ``1`` from ``1.0``, ``True`` from ``1`` and ``"1"``
+from ``1`` (Python's ``==`` does not tell the first three), and names the
+first place where two payloads differ.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
+from dsm_sim.conformance.generate.texts import FIELD_NAMES, LINE_FORMS, LOOKALIKES, lookalike_pairs
 from reference_engine.record import (
     MAX_DATA_BYTES,
     MAX_ERROR_DETAIL,
@@ -36,11 +44,16 @@ __all__ = [
     "EMPTIES",
     "ERRORS",
     "ERROR_DETAILS",
+    "FIELD_NAMES",
+    "LINE_FORMS",
+    "LOOKALIKES",
     "NUMBERS",
     "OBJECTS",
     "PLAIN_DATA",
     "STRINGS",
     "data_difference",
+    "lookalike_payload",
+    "named_payload",
     "nested",
 ]
 
@@ -106,14 +119,19 @@ NUMBERS: tuple[object, ...] = (
 #: objects.  (Sampled values are shared between draws; the kit never mutates
 #: a drawn value, it mutates copies.)
 EMPTIES: tuple[object, ...] = ({}, [], [[]], [{}], {"": {}}, {"list": []})
-_SCALARS = st.sampled_from((*STRINGS, *NUMBERS, *EMPTIES))
+#: Any text, short: beside the telling strings, what nobody thought of.
+_TEXT = st.text(max_size=6)
+_SCALARS = (
+    st.sampled_from((*STRINGS, *NUMBERS, *EMPTIES))
+    | st.sampled_from((*LOOKALIKES, *LINE_FORMS))
+    | _TEXT
+)
+#: A field name: the telling strings, the names the record, the protocol and
+#: document stores give meaning to (:data:`FIELD_NAMES`), or any text.
+_NAMES = st.sampled_from(STRINGS) | st.sampled_from(FIELD_NAMES) | _TEXT
 #: A value is a scalar, or a short list or object of scalars: two or three
 #: draws each, so a payload costs the search little.
-_VALUES = (
-    _SCALARS
-    | st.lists(_SCALARS, max_size=3)
-    | st.dictionaries(st.sampled_from(STRINGS), _SCALARS, max_size=2)
-)
+_VALUES = _SCALARS | st.lists(_SCALARS, max_size=3) | st.dictionaries(_NAMES, _SCALARS, max_size=2)
 #: Nested as deep as a result plausibly is, and beyond what a recursive
 #: decoder with a small stack handles.
 _DEEP = st.sampled_from((20, 40)).map(lambda depth: {"deep": nested(depth)})
@@ -128,7 +146,40 @@ _NEAR_LIMIT = st.builds(
 _SMALL = st.fixed_dictionaries(
     {"amount": st.integers(0, 9)}, optional={"note": st.sampled_from(("a", "b'", "\u00e9\u2713"))}
 )
-_DOMAIN = st.dictionaries(st.sampled_from(STRINGS), _VALUES, min_size=1, max_size=3)
+_DOMAIN = st.dictionaries(_NAMES, _VALUES, min_size=1, max_size=3)
+
+
+def named_payload(names: tuple[str, ...], value: Callable[[int, str], Any]) -> dict[str, Any]:
+    """One field per name, holding ``value(index, name)``."""
+    return {name: value(index, name) for index, name in enumerate(names)}
+
+
+def lookalike_payload(pairs: tuple[tuple[str, object], ...]) -> dict[str, Any]:
+    """Each text beside the value of another type it looks like, in one object and one list.
+
+    ``{"text0": "1", "value0": 1, "pairs": [["1", 1], ...]}``: a store that
+    types a column by its first value, or converts one field by its neighbour's
+    type, meets both in the same payload.
+    """
+    payload: dict[str, Any] = {}
+    for index, (text, value) in enumerate(pairs):
+        payload[f"text{index}"] = text
+        payload[f"value{index}"] = value
+    payload["pairs"] = [[text, value] for text, value in pairs]
+    return payload
+
+
+@st.composite
+def _lookalikes(draw: st.DrawFn) -> dict[str, Any]:
+    """A few look-alike pairs around a drawn number, side by side."""
+    pairs = lookalike_pairs(draw(st.integers(0, 99)))
+    chosen = draw(st.lists(st.integers(0, len(pairs) - 1), min_size=1, max_size=3, unique=True))
+    return lookalike_payload(tuple(pairs[index] for index in chosen))
+
+
+#: Fields named as the record's, the protocol's or a document store's own,
+#: and twins that differ by case or normalisation, in one object.
+_NAMED = st.dictionaries(st.sampled_from(FIELD_NAMES), _SCALARS, min_size=1, max_size=4)
 #: The empty object itself, and objects of nothing but empty, zero, false and
 #: null values: each must read back as written, not as None or without its keys.
 _EMPTY: st.SearchStrategy[dict[str, Any]] = st.just({}) | st.dictionaries(
@@ -156,12 +207,16 @@ def _fresh(draw: st.DrawFn, values: st.SearchStrategy[T]) -> T:
 #: handler that keeps the caller's dict, and a caller that changes it, must
 #: never change a value Hypothesis replays.
 DATA: st.SearchStrategy[dict[str, Any] | None] = _fresh(
-    st.one_of(st.none(), _SMALL, _DOMAIN, _DOMAIN, _EMPTY, _DOMAIN, _DEEP | _NEAR_LIMIT)
+    st.one_of(
+        st.none(), _SMALL, _DOMAIN, _NAMED | _lookalikes(), _EMPTY, _DOMAIN, _DEEP | _NEAR_LIMIT
+    )
 )
 
 #: Payloads a caller holds on to after passing them (never None): see
 #: :mod:`dsm_sim.conformance.execute.lifecycle`.
-OBJECTS: st.SearchStrategy[dict[str, Any]] = _fresh(st.one_of(_SMALL, _EMPTY, _DOMAIN))
+OBJECTS: st.SearchStrategy[dict[str, Any]] = _fresh(
+    st.one_of(_SMALL, _EMPTY, _DOMAIN, _NAMED | _lookalikes())
+)
 
 #: For rules where the payload is beside the point (a race, a retry): cheap to draw.
 PLAIN_DATA: st.SearchStrategy[dict[str, Any] | None] = st.none() | _SMALL
@@ -185,6 +240,13 @@ ERROR_DETAILS: tuple[str, ...] = tuple(
         *(char * MAX_ERROR_DETAIL for char in ("x", "\u00e9", "\U0001f600")),
         "x" * (MAX_ERROR_DETAIL - 1) + " ",
         "x" * (MAX_ERROR_DETAIL + 10),
+        # Every line ending and whitespace form a text layer rewrites, and
+        # details that read as another type (a store may keep "null" as NULL).
+        *LINE_FORMS,
+        "null",
+        "1",
+        "true",
+        '{"error": 1}',
     )
 )
 ERRORS: st.SearchStrategy[str] = st.sampled_from(ERROR_DETAILS)
@@ -200,8 +262,11 @@ def nested(depth: int) -> Any:
 def data_difference(written: object, read: object, path: str = "data") -> str | None:
     """Where ``read`` differs from ``written`` as JSON, or None when they are the same.
 
-    Types count (``1`` is not ``1.0``, ``True`` is not ``1``), and so does
-    the sign of zero; object key order does not.
+    Types count (``1`` is not ``1.0``, ``True`` is not ``1``, ``"1"`` is not
+    ``1``), and so do the sign of zero, the order of a list and every
+    character of every string and name; an object's member order does not
+    (JSON gives it no meaning, and the model keeps canonical JSON, its names
+    sorted).
     """
     if type(written) is not type(read):
         if isinstance(written, Mapping) and isinstance(read, Mapping):
@@ -213,9 +278,13 @@ def data_difference(written: object, read: object, path: str = "data") -> str | 
     if isinstance(written, Mapping):
         assert isinstance(read, Mapping)
         if set(written) != set(read):
-            missing = sorted(set(written) - set(read))
-            extra = sorted(set(read) - set(written))
-            return f"{path} has keys {sorted(read)!r}; written {sorted(written)!r} (missing {missing!r}, extra {extra!r})"
+            # Sorted by repr: a store may hand back keys that are not text (1 for "1").
+            missing = sorted(set(written) - set(read), key=repr)
+            extra = sorted(set(read) - set(written), key=repr)
+            return (
+                f"{path} has keys {sorted(read, key=repr)!r}; written "
+                f"{sorted(written, key=repr)!r} (missing {missing!r}, extra {extra!r})"
+            )
         for key in sorted(written):
             if (found := data_difference(written[key], read[key], f"{path}[{key!r}]")) is not None:
                 return found

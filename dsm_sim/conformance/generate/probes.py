@@ -14,10 +14,14 @@ the same judges:
   through ``release_lock_as_failed``;
 * every class of payload (each special string as a value and as a key, every
   edge number, every empty value, deep nesting, sizes either side of the
-  limit in one-, two- and four-byte characters) through ``set`` and
-  ``upsert``;
+  limit in one-, two- and four-byte characters, every field name the record
+  and document stores give meaning to, every look-alike text beside the value
+  it looks like, every line ending) through ``set`` and ``upsert``;
 * every near spelling of every identifier (item key, item entity key, entity
-  id, tenant): the two keys must never share a record or a lock;
+  id, tenant), including two a type conversion makes one and two whose
+  32-bit hash is one: the two keys must never share a record or a lock;
+* one item taken over 105 times, each holder before writing late with its
+  token: refused at every digit boundary;
 * every node configuration of :data:`~dsm_sim.model.WORLD_CONFIGS` on its own
   lock and retention boundaries: the last live instant, the first expired one,
   the sweeps at both, the retry after each;
@@ -40,9 +44,22 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dsm_sim.conformance.generate.collisions import hash_pairs
 from dsm_sim.conformance.generate.domains import FAR_END
-from dsm_sim.conformance.generate.payloads import EMPTIES, ERROR_DETAILS, NUMBERS, STRINGS, nested
+from dsm_sim.conformance.generate.payloads import (
+    EMPTIES,
+    ERROR_DETAILS,
+    FIELD_NAMES,
+    LINE_FORMS,
+    LOOKALIKES,
+    NUMBERS,
+    STRINGS,
+    lookalike_payload,
+    named_payload,
+    nested,
+)
 from dsm_sim.conformance.generate.steps import ClockMove, Instant, LandedWrite, RaceOp
+from dsm_sim.conformance.generate.texts import lookalike_pairs
 from dsm_sim.conformance.generate.worlds import (
     APPS,
     DEFAULT_WORLD,
@@ -149,6 +166,19 @@ def _payloads() -> list[object]:
         *({"value": empty} for empty in EMPTIES),
         {"deep": nested(20)},
         {"deep": nested(40)},
+        # Every name the record, the protocol or a document store gives meaning
+        # to, holding a number and then a look-alike text.
+        named_payload(FIELD_NAMES, lambda index, _: index),
+        named_payload(FIELD_NAMES, lambda index, _: LOOKALIKES[index % len(LOOKALIKES)]),
+        # Text that another type parses from, as values and as names, and each
+        # beside the value it looks like (one digit and two).
+        {"lookalikes": list(LOOKALIKES)},
+        {text: text for text in LOOKALIKES},
+        lookalike_payload(lookalike_pairs(1)),
+        lookalike_payload(lookalike_pairs(10)),
+        # Every line ending and whitespace form, as values and as names.
+        {"lines": list(LINE_FORMS)},
+        {form: form for form in LINE_FORMS},
     ]
     near: list[object] = []
     for over in (-16, 64):
@@ -195,7 +225,8 @@ _CONVERSIONS = len(conversion_pairs(10))
 
 def _pairs(spelt: Spelt, text: str, number: int = 0) -> list[tuple[str, str]]:
     """(spelling, near spelling) pairs: every variant, one character of each class apart,
-    and two identifiers of world ``number`` a type conversion makes one.
+    two identifiers of world ``number`` a type conversion makes one, and two whose
+    CRC-32, CRC-16, Java ``hashCode``, FNV-1a or MurmurHash3 are equal.
 
     The one character is the last: where a narrower column cuts, and where a
     lossy character set leaves the rest alike.  (The search puts it anywhere.)
@@ -203,6 +234,7 @@ def _pairs(spelt: Spelt, text: str, number: int = 0) -> list[tuple[str, str]]:
     pairs = near_spellings(text)
     pairs += [one_apart(text, pair, 2) for pair in NEAR_CHARACTERS]
     pairs += list(conversion_pairs(10 + number))[:_CONVERSIONS]
+    pairs += [(one, other) for _, one, other in hash_pairs(text, MAX_KEY_LENGTH)]
     return [(one, other) for one, other in pairs if max(len(one), len(other)) <= MAX_KEY_LENGTH]
 
 
@@ -352,6 +384,23 @@ def _bulk_probe() -> Probe:
     # Expired by the retention worker's instance: no longer done, whoever asks.
     calls += [_call("exists", worker=2, item=role) for role in ROLES]
     return Probe("every item at once", world, tuple(calls))
+
+
+def _take_over_probe() -> Probe:
+    """One item taken over 105 times, each holder before it writing late with its token.
+
+    Its tokens pass the digit boundaries (9 to 10, 99 to 100), where a token
+    kept or compared as text orders wrongly (``"10" < "9"``) and the late
+    write of the holder before lands.  Another item is then completed with a
+    three-digit token and read back.
+    """
+    world = _tagged(DEFAULT_WORLD, "takeover", stamps=1)
+    calls = [
+        _call("take_over_many", item=Role.ENTITY_KEY, times=105),
+        _call("set", worker=1, item=Role.ENTITY_KEY, status=S.PROCESSED, data={"n": 105}),
+        _call("exists", worker=2, item=Role.ENTITY_KEY),
+    ]
+    return Probe("one item taken over past 10 and 100", world, tuple(calls))
 
 
 # --- stale tokens ----------------------------------------------------------------------------
@@ -808,6 +857,7 @@ def _probes() -> tuple[Probe, ...]:
         *(_identity_probe(spelt) for spelt in Spelt),
         _split_probe(),
         _bulk_probe(),
+        _take_over_probe(),
         _fencing_probe(),
         _race_probe(),
         _moving_clock_probe(),

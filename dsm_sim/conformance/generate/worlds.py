@@ -52,6 +52,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from dsm_sim.conformance.generate.collisions import hash_pairs
 from dsm_sim.conformance.generate.domains import STARTS, configs, key_text, wide_text
 from dsm_sim.model import (
     ENTITY_ID,
@@ -317,13 +318,19 @@ def _spelling(draw: st.DrawFn, key: str, *, other_field: bool = False) -> tuple[
     more often narrower, two in five pairs are a one-character difference and
     one in five are of the maximum length, differing only in the last
     character.  One pair in five (in seven for the item key) is two
-    identifiers a type conversion makes equal (:func:`conversion_pairs`).
+    identifiers a type conversion makes equal (:func:`conversion_pairs`), or
+    two whose 32-bit hash is equal
+    (:func:`~dsm_sim.conformance.generate.collisions.hash_pairs`).
     """
     variants = near_spellings(key)
     choice = draw(st.integers(0, 4 if other_field else 6))
     if choice == (4 if other_field else 6):
-        # Not a variant of ``key``: two identifiers a store's conversion makes one.
-        return draw(st.sampled_from(conversion_pairs(draw(st.integers(0, 99)))))
+        # Not a variant of ``key``: two identifiers a store's conversion makes
+        # one, or two whose hash is one (a store that places records by it).
+        if draw(st.booleans()):
+            return draw(st.sampled_from(conversion_pairs(draw(st.integers(0, 99)))))
+        _, one, other = draw(st.sampled_from(hash_pairs(key, MAX_KEY_LENGTH)))
+        return one, other
     if choice == 2 and other_field:
         return variants[-1]  # the maximum length
     if choice == 3 or choice == 5:
@@ -342,16 +349,24 @@ class Spelt(enum.Enum):
 
 
 #: Source apps per worker: one app, one each, the empty id, one of the
-#: maximum length, non-ASCII, near spellings of each other.
+#: maximum length, non-ASCII, near spellings of each other, line endings.
 APPS: tuple[tuple[str, ...], ...] = (
     PLAIN_APPS,
     ("app-1", "app-2", "app-3"),
     ("app-1", "", "a" * MAX_KEY_LENGTH),
     ("app-1", "app-1 ", "\u30a2\u30d7\u30ea"),
+    # Free text a text layer rewrites: line endings and whitespace (LINE_FORMS).
+    ("app\r\n1", "app\r1", "app\u2028\t1 "),
 )
-#: Execution-id prefixes: none, non-ASCII, and one that leaves room for the
-#: longest suffix (``run-3.123``) under the documented key length.
-EXECUTIONS: tuple[str, ...] = ("", "\u5b9f\u884c/", "e" * (MAX_KEY_LENGTH - 12) + ":")
+#: Execution-id prefixes: none, non-ASCII, one that leaves room for the
+#: longest suffix (``run-3.123``) under the documented key length, and one
+#: with a CRLF and a tab.
+EXECUTIONS: tuple[str, ...] = (
+    "",
+    "\u5b9f\u884c/",
+    "e" * (MAX_KEY_LENGTH - 12) + ":",
+    "exec\r\n\t",
+)
 
 
 @st.composite
