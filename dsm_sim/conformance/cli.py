@@ -152,7 +152,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME",
         help="accept that NAME was not exercised (a property, or peers, matrix, probe:<name>); "
-        "repeatable. Without it, anything not exercised fails the verdict",
+        "repeatable. Without it, anything not exercised fails the verdict. A waiver never "
+        "hides a violation: a waived property that ran is judged as usual",
     )
     parser.add_argument(
         "--json", type=Path, default=None, metavar="FILE", help="also write the report as JSON"
@@ -234,9 +235,12 @@ def _write_details(report: object, out: TextIO) -> None:
             "chance to run (another --seed, the thorough profile, a handler that opens its "
             "peers), or accept it by name with --waive NAME.\n"
         )
+    ignored = report.ignored_waivers
     for name, why in report.waived.items():
         gap = next((g for g in report.gaps if g.name == name), None)
-        if gap is not None:
+        if name in ignored:
+            out.write(f"--waive {name} ignored: {ignored[name]}\n")
+        elif gap is not None:
             out.write(f"waived {name}: {gap.what}: {gap.reason}\n")
         else:
             out.write(f"waived {name}: {why}\n")

@@ -220,6 +220,29 @@ class VerificationReport:
         return self.error is None and not self.violations and not self.not_exercised
 
     @property
+    def ignored_waivers(self) -> dict[str, str]:
+        """The user's waivers that accepted nothing, and why: a waiver takes only what did not run.
+
+        A violated property stays FAILED and one that was exercised and held is
+        PASSED, whatever was waived; a gap's waiver matters only when the gap happened.
+        """
+        results = {r.name: r for r in self.results}
+        gaps = {g.name for g in self.gaps}
+        ignored: dict[str, str] = {}
+        for name in self.waived:
+            result = results.get(name)
+            if result is None:
+                if name not in gaps:
+                    ignored[name] = "this run left no such gap: nothing to accept"
+            elif result.failed:
+                ignored[name] = "it was violated: a waiver accepts only what was not exercised"
+            elif result.status is ResultStatus.PASSED:
+                ignored[name] = f"it was exercised and held ({result.checks} checks): PASSED"
+            elif result.status is ResultStatus.UNSETTLED:
+                ignored[name] = "it was exercised; the run stopped before it was settled"
+        return ignored
+
+    @property
     def checks(self) -> int:
         return sum(r.checks for r in self.results)
 

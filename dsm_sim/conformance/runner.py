@@ -119,17 +119,33 @@ def _call_limit(factory: HandlerFactory, seconds: float | None) -> float | None:
 
 #: The gaps a user may waive by name (besides ``probe:<name>``).
 GAP_NAMES = frozenset({"peers", "matrix"})
+#: How a waiver names an edge probe: ``probe:`` and the probe's name.
+PROBE_PREFIX = "probe:"
 
 
 def _waivers(names: Iterable[str]) -> dict[str, str]:
-    """The user's waivers by name, checked: a property name, or a gap's (``peers``, ``matrix``...)."""
+    """The user's waivers by name, checked: a property, a gap (``peers``, ``matrix``...) or a probe.
+
+    A name that could waive nothing is refused, a misspelt probe's as a misspelt
+    property's: a waiver that silently matched nothing would leave the user
+    believing a gap was accepted.
+    """
+    from dsm_sim.conformance.generate.probes import PROBES
+
+    probes = [probe.name for probe in PROBES]
     waived: dict[str, str] = {}
     for name in names:
-        if name not in PROPERTY_NAMES and name not in GAP_NAMES and not name.startswith("probe:"):
+        if name.startswith(PROBE_PREFIX):
+            if name.removeprefix(PROBE_PREFIX) not in probes:
+                raise ConfigurationError(
+                    f"--waive {name!r} names no edge probe; the probes are: "
+                    + ", ".join(f"{PROBE_PREFIX}{probe}" for probe in probes)
+                )
+        elif name not in PROPERTY_NAMES and name not in GAP_NAMES:
             raise ConfigurationError(
                 f"--waive {name!r} names nothing the kit exercises; waive a property "
                 f"({', '.join(PROPERTY_NAMES)}), or one of {', '.join(sorted(GAP_NAMES))}, "
-                "or probe:<name>"
+                f"or {PROBE_PREFIX}<name> (one of {', '.join(probes)})"
             )
         waived[name] = "waived by the user (--waive)"
     return waived
@@ -181,7 +197,8 @@ def verify(
     ``probes`` runs the edge probes and ``matrix`` the race matrix before the
     search (a profile name: the race matrix of that profile's budget, as a test
     on a slow store may ask for ``"dev"``'s).  ``waive`` names properties or gaps (``peers``, ``matrix``,
-    ``probe:<name>``) whose NOT EXERCISED must not fail the verdict.
+    ``probe:<name>``) whose NOT EXERCISED must not fail the verdict; a waiver never
+    hides a violation, and a waived property that was exercised and held is PASSED.
     ``record`` keeps each counterexample's last confirming replay as the
     explorer plays it (:attr:`PropertyResult.replayed`; ``dsm verify --report``).
     """

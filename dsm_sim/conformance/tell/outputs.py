@@ -104,6 +104,8 @@ def report_dict(report: VerificationReport) -> dict[str, Any]:
             for g in report.gaps
         ],
         "waived": dict(report.waived),
+        # Waivers that accepted nothing: a violated or a passed property, a gap that did not happen.
+        "waivers_ignored": report.ignored_waivers,
         "replay": report.replay_command(),
     }
 
