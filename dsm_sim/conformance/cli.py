@@ -191,6 +191,7 @@ def render_plain(report: object, out: TextIO) -> None:
     out.write(f"dsm verify {report.factory} ({_header(report)})\n")
     out.write(f"explored: {report.explored()}\n")
     out.write(f"{report.coverage.render()}\n")
+    out.write(f"{report.races()}\n")
     width = max(len(r.name) for r in report.results)
     for result in report.results:
         stopped = f"  {result.stopped} later test cases stopped here" if result.stopped else ""
@@ -265,7 +266,8 @@ def _render_rich(report: object, out: TextIO) -> None:
     console = Console(file=out)
     table = Table(
         title=f"dsm verify {report.factory}",
-        caption=f"{_header(report)}: {report.explored()}; {report.coverage.render()}",
+        caption=f"{_header(report)}: {report.explored()}; {report.coverage.render()}; "
+        f"{report.races()}",
     )
     table.add_column("property")
     table.add_column("result")

@@ -197,6 +197,19 @@ class VerificationReport:
     #: What the user waived by name, with the reason shown in its place.
     waived: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     coverage: Coverage = field(default_factory=Coverage)
+    #: The most handler instances a test case's races went through (the factory's and its
+    #: peers on one store; 0 when no handler opened), and whether each was a process.
+    instances: int = 0
+    out_of_process: bool = False
+
+    def races(self) -> str:
+        """Whether the races went through several processes (or instances), and how many."""
+        one, kind = ("process", "processes") if self.out_of_process else ("instance", "instances")
+        if self.instances > 1:
+            return f"races: through {self.instances} {kind} on one store (peers)"
+        if self.instances == 1:
+            return f"races: through one {one} only (no peers: nothing raced across {kind})"
+        return "races: none (no handler opened)"
 
     @property
     def violations(self) -> tuple[PropertyResult, ...]:

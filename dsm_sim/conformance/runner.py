@@ -118,7 +118,7 @@ def _call_limit(factory: HandlerFactory, seconds: float | None) -> float | None:
 
 
 #: The gaps a user may waive by name (besides ``probe:<name>``).
-GAP_NAMES = frozenset({"peers", "matrix"})
+GAP_NAMES = frozenset({"peers", "matrix", "time-zones"})
 #: How a waiver names an edge probe: ``probe:`` and the probe's name.
 PROBE_PREFIX = "probe:"
 
@@ -249,4 +249,28 @@ def verify(
         run_matrix(verification, budget=matrix if isinstance(matrix, str) else profile)
     if not verification.done:
         verification.run_search()
+    zone_gap = _zone_gap(factory)
+    if zone_gap is not None:
+        verification.gaps.setdefault(zone_gap.name, zone_gap)
     return verification.report(call_timeout_s)
+
+
+def _zone_gap(factory: HandlerFactory) -> Gap | None:
+    """A handler server's process runs in the zone it was started in: the test cases' never reach it.
+
+    The kit starts an ``--exec`` process per test case with the zone it drew
+    in ``TZ``; a server's (``--exec-tcp``) it cannot start, so the time zone
+    was not varied for the handler, which is no pass.
+    """
+    from dsm_sim.protocol.client import ExecFactory, TcpAddress
+
+    if not isinstance(factory, ExecFactory) or not isinstance(factory.target, TcpAddress):
+        return None
+    return Gap(
+        "time-zones",
+        "the handler process's time zone (TZ), drawn per test case",
+        f"the handler server at {factory.target} runs in the zone it was started in: the "
+        "harness cannot set its TZ, so the zone was not varied for it (each open names the "
+        "test case's zone, which a server may apply itself); start the server under "
+        "another TZ to try one",
+    )

@@ -200,6 +200,9 @@ class Verification:
     started: float = field(default_factory=time.perf_counter)
     #: Calls that hit the bound while a finding was trimmed or replayed: no hang of the run.
     hung_allowance: int = 0
+    #: The most handler instances a test case raced through, and whether they were processes.
+    instances: int = 0
+    out_of_process: bool = False
 
     # --- booking ---------------------------------------------------------------------------
 
@@ -213,8 +216,11 @@ class Verification:
         return frozenset(self.found) | frozenset(self.plan.waived)
 
     def note_gaps(self, stats: RunStats) -> None:
+        """What a stage's run could not exercise, and how many instances its races went through."""
         for gap in stats.gaps:
             self.gaps.setdefault(gap.name, gap)
+        self.instances = max(self.instances, stats.instances)
+        self.out_of_process |= stats.out_of_process
 
     def book(
         self,
@@ -498,4 +504,6 @@ class Verification:
             gaps=tuple(self.gaps.values()),
             waived=dict(plan.user_waived),
             coverage=self.coverage,
+            instances=self.instances,
+            out_of_process=self.out_of_process,
         )

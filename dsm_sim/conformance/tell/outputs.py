@@ -97,6 +97,13 @@ def report_dict(report: VerificationReport) -> dict[str, Any]:
                 "cells_by_the_store": coverage.uncontrolled,
             },
         },
+        # Whether the races went through several processes (--exec peers), and how many.
+        "races": {
+            "instances": report.instances,
+            "processes": report.instances if report.out_of_process else 0,
+            "several_processes": report.out_of_process and report.instances > 1,
+            "said": report.races(),
+        },
         "properties": [_result(r) for r in report.results],
         "not_exercised": list(report.not_exercised),
         "gaps": [
@@ -163,6 +170,8 @@ def junit_xml(report: VerificationReport) -> str:
         ("seed", str(report.seed)),
         ("semantics", report.semantics),
         ("verdict", verdict(report)),
+        ("races", report.races()),
+        ("raced_processes", str(report.instances if report.out_of_process else 0)),
         ("replay", report.replay_command()),
     ):
         ET.SubElement(properties, "property", name=name, value=value)
@@ -244,7 +253,7 @@ def write_html(report: VerificationReport, directory: Path) -> Path:
         f"<h1>dsm verify {e(report.factory)}</h1>"
         f"<p class={'passed' if report.passed else 'failed'}>{e(verdict(report))}</p>"
         f"<p>profile {e(report.profile)}, seed {report.seed}: {e(report.explored())}<br>"
-        f"{e(report.coverage.render())}</p>"
+        f"{e(report.coverage.render())}<br>{e(report.races())}</p>"
         "<table><tr><th>property</th><th>result</th><th>checks</th><th>guarantee</th></tr>"
         + "".join(rows)
         + "</table>"
