@@ -21,7 +21,7 @@ from dsm_sim.broken import lifecycle as _l
 from dsm_sim.broken import payloads as _p
 from dsm_sim.broken import spawned as _s
 from dsm_sim.broken import timing as _t
-from dsm_sim.broken import transactions as _x
+from dsm_sim.broken import transactions as _tx
 from dsm_sim.broken import writes as _w
 from reference_engine.handler import HandlerFactory
 from reference_engine.handlers.memory import InMemoryStateHandler
@@ -226,7 +226,7 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
             ),
             _spec(
                 "status_compare_and_set_acquire",
-                _x.StatusCompareAndSetAcquire,
+                _tx.StatusCompareAndSetAcquire,
                 "at_most_one_live_lock",
                 "acquire_agrees_with_model",
             ),

@@ -152,7 +152,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME",
         help="accept that NAME was not exercised (a property, or peers, matrix, probe:<name>); "
-        "repeatable. Without it, anything not exercised fails the verdict",
+        "repeatable. Without it, anything not exercised fails the verdict. A waiver never "
+        "hides a violation: a waived property that ran is judged as usual",
     )
     parser.add_argument(
         "--json", type=Path, default=None, metavar="FILE", help="also write the report as JSON"
@@ -190,6 +191,7 @@ def render_plain(report: object, out: TextIO) -> None:
     out.write(f"dsm verify {report.factory} ({_header(report)})\n")
     out.write(f"explored: {report.explored()}\n")
     out.write(f"{report.coverage.render()}\n")
+    out.write(f"{report.races()}\n")
     width = max(len(r.name) for r in report.results)
     for result in report.results:
         stopped = f"  {result.stopped} later test cases stopped here" if result.stopped else ""
@@ -234,9 +236,12 @@ def _write_details(report: object, out: TextIO) -> None:
             "chance to run (another --seed, the thorough profile, a handler that opens its "
             "peers), or accept it by name with --waive NAME.\n"
         )
+    ignored = report.ignored_waivers
     for name, why in report.waived.items():
         gap = next((g for g in report.gaps if g.name == name), None)
-        if gap is not None:
+        if name in ignored:
+            out.write(f"--waive {name} ignored: {ignored[name]}\n")
+        elif gap is not None:
             out.write(f"waived {name}: {gap.what}: {gap.reason}\n")
         else:
             out.write(f"waived {name}: {why}\n")
@@ -261,7 +266,8 @@ def _render_rich(report: object, out: TextIO) -> None:
     console = Console(file=out)
     table = Table(
         title=f"dsm verify {report.factory}",
-        caption=f"{_header(report)}: {report.explored()}; {report.coverage.render()}",
+        caption=f"{_header(report)}: {report.explored()}; {report.coverage.render()}; "
+        f"{report.races()}",
     )
     table.add_column("property")
     table.add_column("result")

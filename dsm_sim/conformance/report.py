@@ -213,6 +213,19 @@ class VerificationReport:
     #: What the user waived by name, with the reason shown in its place.
     waived: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     coverage: Coverage = field(default_factory=Coverage)
+    #: The most handler instances a test case's races went through (the factory's and its
+    #: peers on one store; 0 when no handler opened), and whether each was a process.
+    instances: int = 0
+    out_of_process: bool = False
+
+    def races(self) -> str:
+        """Whether the races went through several processes (or instances), and how many."""
+        one, kind = ("process", "processes") if self.out_of_process else ("instance", "instances")
+        if self.instances > 1:
+            return f"races: through {self.instances} {kind} on one store (peers)"
+        if self.instances == 1:
+            return f"races: through one {one} only (no peers: nothing raced across {kind})"
+        return "races: none (no handler opened)"
 
     @property
     def violations(self) -> tuple[PropertyResult, ...]:
@@ -234,6 +247,29 @@ class VerificationReport:
     @property
     def passed(self) -> bool:
         return self.error is None and not self.violations and not self.not_exercised
+
+    @property
+    def ignored_waivers(self) -> dict[str, str]:
+        """The user's waivers that accepted nothing, and why: a waiver takes only what did not run.
+
+        A violated property stays FAILED and one that was exercised and held is
+        PASSED, whatever was waived; a gap's waiver matters only when the gap happened.
+        """
+        results = {r.name: r for r in self.results}
+        gaps = {g.name for g in self.gaps}
+        ignored: dict[str, str] = {}
+        for name in self.waived:
+            result = results.get(name)
+            if result is None:
+                if name not in gaps:
+                    ignored[name] = "this run left no such gap: nothing to accept"
+            elif result.failed:
+                ignored[name] = "it was violated: a waiver accepts only what was not exercised"
+            elif result.status is ResultStatus.PASSED:
+                ignored[name] = f"it was exercised and held ({result.checks} checks): PASSED"
+            elif result.status is ResultStatus.UNSETTLED:
+                ignored[name] = "it was exercised; the run stopped before it was settled"
+        return ignored
 
     @property
     def checks(self) -> int:

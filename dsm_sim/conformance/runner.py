@@ -121,18 +121,34 @@ def _call_limit(factory: HandlerFactory, seconds: float | None) -> float | None:
 
 
 #: The gaps a user may waive by name (besides ``probe:<name>``).
-GAP_NAMES = frozenset({"peers", "matrix"})
+GAP_NAMES = frozenset({"peers", "matrix", "time-zones"})
+#: How a waiver names an edge probe: ``probe:`` and the probe's name.
+PROBE_PREFIX = "probe:"
 
 
 def _waivers(names: Iterable[str]) -> dict[str, str]:
-    """The user's waivers by name, checked: a property name, or a gap's (``peers``, ``matrix``...)."""
+    """The user's waivers by name, checked: a property, a gap (``peers``, ``matrix``...) or a probe.
+
+    A name that could waive nothing is refused, a misspelt probe's as a misspelt
+    property's: a waiver that silently matched nothing would leave the user
+    believing a gap was accepted.
+    """
+    from dsm_sim.conformance.generate.probes import PROBES
+
+    probes = [probe.name for probe in PROBES]
     waived: dict[str, str] = {}
     for name in names:
-        if name not in PROPERTY_NAMES and name not in GAP_NAMES and not name.startswith("probe:"):
+        if name.startswith(PROBE_PREFIX):
+            if name.removeprefix(PROBE_PREFIX) not in probes:
+                raise ConfigurationError(
+                    f"--waive {name!r} names no edge probe; the probes are: "
+                    + ", ".join(f"{PROBE_PREFIX}{probe}" for probe in probes)
+                )
+        elif name not in PROPERTY_NAMES and name not in GAP_NAMES:
             raise ConfigurationError(
                 f"--waive {name!r} names nothing the kit exercises; waive a property "
                 f"({', '.join(PROPERTY_NAMES)}), or one of {', '.join(sorted(GAP_NAMES))}, "
-                "or probe:<name>"
+                f"or {PROBE_PREFIX}<name> (one of {', '.join(probes)})"
             )
         waived[name] = "waived by the user (--waive)"
     return waived
@@ -187,8 +203,10 @@ def verify(
     search (a profile name: the race matrix of that profile's budget, as a test
     on a slow store may ask for ``"dev"``'s).  ``volume`` runs the volume
     stage of the profile (or of the profile it names; only ``thorough`` has
-    one, :data:`~dsm_sim.conformance.volume.VOLUME`).  ``waive`` names properties or gaps (``peers``, ``matrix``,
-    ``probe:<name>``) whose NOT EXERCISED must not fail the verdict.
+    one, :data:`~dsm_sim.conformance.volume.VOLUME`).  ``waive`` names properties or gaps
+    (``peers``, ``matrix``, ``probe:<name>``) whose NOT EXERCISED must not fail the verdict;
+    a waiver never hides a violation, and a waived property that was exercised and held
+    is PASSED.
     ``record`` keeps each counterexample's last confirming replay as the
     explorer plays it (:attr:`PropertyResult.replayed`; ``dsm verify --report``).
     ``factory_spec`` is the ``MODULE:FACTORY`` the factory was loaded from, which
@@ -244,4 +262,28 @@ def verify(
         run_matrix(verification, budget=matrix if isinstance(matrix, str) else profile)
     if not verification.done:
         verification.run_search()
+    zone_gap = _zone_gap(factory)
+    if zone_gap is not None:
+        verification.gaps.setdefault(zone_gap.name, zone_gap)
     return verification.report(call_timeout_s)
+
+
+def _zone_gap(factory: HandlerFactory) -> Gap | None:
+    """A handler server's process runs in the zone it was started in: the test cases' never reach it.
+
+    The kit starts an ``--exec`` process per test case with the zone it drew
+    in ``TZ``; a server's (``--exec-tcp``) it cannot start, so the time zone
+    was not varied for the handler, which is no pass.
+    """
+    from dsm_sim.protocol.client import ExecFactory, TcpAddress
+
+    if not isinstance(factory, ExecFactory) or not isinstance(factory.target, TcpAddress):
+        return None
+    return Gap(
+        "time-zones",
+        "the handler process's time zone (TZ), drawn per test case",
+        f"the handler server at {factory.target} runs in the zone it was started in: the "
+        "harness cannot set its TZ, so the zone was not varied for it (each open names the "
+        "test case's zone, which a server may apply itself); start the server under "
+        "another TZ to try one",
+    )

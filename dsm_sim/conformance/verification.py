@@ -29,7 +29,7 @@ from dsm_sim.conformance.execute.machine import ConformanceMachine, build_machin
 from dsm_sim.conformance.judge.semantics import SemanticsProfile
 from dsm_sim.conformance.probing import UnbuildableMachine, applicable, probe_findings
 from dsm_sim.conformance.program import Program
-from dsm_sim.conformance.properties import PROPERTIES, PROPERTY_NAMES, PropertyViolation
+from dsm_sim.conformance.properties import PROPERTIES, PropertyViolation
 from dsm_sim.conformance.report import (
     Coverage,
     Gap,
@@ -200,20 +200,27 @@ class Verification:
     started: float = field(default_factory=time.perf_counter)
     #: Calls that hit the bound while a finding was trimmed or replayed: no hang of the run.
     hung_allowance: int = 0
+    #: The most handler instances a test case raced through, and whether they were processes.
+    instances: int = 0
+    out_of_process: bool = False
 
     # --- booking ---------------------------------------------------------------------------
 
     def known(self) -> frozenset[str]:
-        """Properties that stop a test case quietly: found already, or waived."""
-        return (
-            frozenset(self.found)
-            | frozenset(self.plan.waived)
-            | frozenset(name for name in self.plan.user_waived if name in PROPERTY_NAMES)
-        )
+        """Properties that stop a test case quietly: found already, or waived by the semantics.
+
+        Never the user's waivers (``--waive``): they accept a property that was
+        not exercised, so a waived property is judged like any other, and its
+        violation is found and reported.
+        """
+        return frozenset(self.found) | frozenset(self.plan.waived)
 
     def note_gaps(self, stats: RunStats) -> None:
+        """What a stage's run could not exercise, and how many instances its races went through."""
         for gap in stats.gaps:
             self.gaps.setdefault(gap.name, gap)
+        self.instances = max(self.instances, stats.instances)
+        self.out_of_process |= stats.out_of_process
 
     def book(
         self,
@@ -427,21 +434,31 @@ class Verification:
     # --- the report --------------------------------------------------------------------------
 
     def results(self) -> tuple[PropertyResult, ...]:
+        """One result per property.
+
+        The semantics profile's waivers are by design: the property does not
+        apply.  The user's (``--waive``) accept only what was not exercised:
+        a violated property stays FAILED and one that was exercised and held
+        is PASSED, whatever was waived.
+        """
         results: list[PropertyResult] = []
-        waived = {**self.plan.waived, **self.plan.user_waived}
+        user = self.plan.user_waived
         for p in PROPERTIES:
             if p.name in self.found:
                 failed = self.found[p.name]
                 results.append(dataclasses.replace(failed, stopped=self.stopped[p.name]))
                 continue
-            if p.name in waived:
+            waived = self.plan.waived.get(p.name)
+            if waived is None and p.name in user and not self.checks[p.name]:
+                waived = user[p.name]
+            if waived is not None:
                 results.append(
                     PropertyResult(
                         name=p.name,
                         summary=p.summary,
                         status=ResultStatus.WAIVED,
                         checks=self.checks[p.name],
-                        message=waived[p.name],
+                        message=waived,
                         stopped=self.stopped[p.name],
                     )
                 )
@@ -487,4 +504,6 @@ class Verification:
             gaps=tuple(self.gaps.values()),
             waived=dict(plan.user_waived),
             coverage=self.coverage,
+            instances=self.instances,
+            out_of_process=self.out_of_process,
         )

@@ -272,6 +272,10 @@ class _Spawned:
         return stdout, asyncio.StreamWriter(transport, protocol, None, loop)
 
 
+#: A pool of spares: processes started ahead for one environment, oldest first.
+_Pool = collections.deque[_Spawned]
+
+
 class _Spares:
     """Processes started ahead for a factory's next handlers, so start-up overlaps work.
 
@@ -280,36 +284,73 @@ class _Spares:
     of a verification when paid in series.  A spare is used only if it was
     started with the same command, directory and environment the next
     handler would use (the environment is compared in full, so a variable
-    set in between is never missed); otherwise every spare is killed and
-    reaped.  Spares still unused when the factory goes away, or at exit,
-    are killed.  Two are kept: a test case is often shorter than a start-up.
+    set in between is never missed: every spare is then killed and reaped).
+    Spares are kept per time zone: each test case of the kit runs its
+    processes with its own zone in ``TZ``, so a process started for one zone
+    waits for the next test case in that zone while the others use theirs.
+    Two are kept per zone, at most :attr:`LIMIT` in all (the zone used
+    longest ago gives its up first); spares still unused when the factory
+    goes away, or at exit, are killed.
     """
 
     DEPTH = 2
+    LIMIT = 6
 
     def __init__(self) -> None:
-        self.spares: collections.deque[_Spawned] = collections.deque()
+        #: The spares of each time zone, the one used last at the end.
+        self.pools: dict[tuple[object, ...], _Pool] = {}
+        #: The environment but ``TZ`` every pool was started in.
+        self.base: tuple[object, ...] | None = None
+
+    @staticmethod
+    def _key(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> tuple[object, ...]:
+        return (tuple(argv), tuple(sorted(env.items())), cwd)
+
+    def _pool(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> _Pool:
+        """The spares for this environment, used last now; every other environment's but
+        ``TZ`` is discarded (a variable set in between: their spares are stale)."""
+        key = self._key(argv, env, cwd)
+        base = self._key(argv, {k: v for k, v in env.items() if k != "TZ"}, cwd)
+        if self.base != base:
+            self.discard()
+            self.base = base
+        pool = self.pools.pop(key, None) or collections.deque()
+        self.pools[key] = pool
+        return pool
+
+    @property
+    def spares(self) -> list[_Spawned]:
+        return [spare for pool in self.pools.values() for spare in pool]
 
     def take(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> _Spawned | None:
-        while self.spares:
-            spare = self.spares.popleft()
+        pool = self._pool(argv, env, cwd)
+        while pool:
+            spare = pool.popleft()
             if spare.returncode is None and spare.matches(argv, env, cwd):
                 return spare
             spare.discard()
-            if not spare.matches(argv, env, cwd):
-                self.discard()  # started for another environment: so were the others
         return None
 
     def refill(self, argv: Sequence[str], env: dict[str, str], cwd: str | None) -> None:
-        while len(self.spares) < self.DEPTH:
+        pool = self._pool(argv, env, cwd)
+        while len(pool) < self.DEPTH:
             try:
-                self.spares.append(_Spawned(argv, env, cwd))
+                pool.append(_Spawned(argv, env, cwd))
             except OSError:
-                return  # the next handler starts its own and reports why it cannot
+                break  # the next handler starts its own and reports why it cannot
+        # Over the limit: the zones used longest ago give up their spares first.
+        while len(self.spares) > self.LIMIT:
+            oldest = next(iter(self.pools))
+            if self.pools[oldest] is pool:
+                break
+            for spare in self.pools.pop(oldest):
+                spare.discard()
 
     def discard(self) -> None:
-        while self.spares:
-            self.spares.popleft().discard()
+        while self.pools:
+            _, pool = self.pools.popitem()
+            while pool:
+                pool.popleft().discard()
 
 
 @dataclass(slots=True)
@@ -343,6 +384,7 @@ class ExecHandler:
         spares: _Spares | None = None,
         store: str | None = None,
         owns_store: bool = True,
+        zone: str | None = None,
     ) -> None:
         if store is not None and not STORE_NAME.fullmatch(store):
             raise ConfigurationError(
@@ -367,6 +409,9 @@ class ExecHandler:
         self.named_store = False
         #: The one handler of a named store that removes it on ``close``.
         self.owns_store = owns_store
+        #: The POSIX ``TZ`` the process runs in (set before :meth:`open`; the kit sets
+        #: each test case's), also named in the ``open`` request; None: the harness's own.
+        self.zone = zone
         self.name = ""
         #: Every request line written, in order: the raw material of a replay file.
         self.transcript: list[bytes] = []
@@ -415,6 +460,8 @@ class ExecHandler:
             await self._connect_tcp(self.address)
             return
         env = {**os.environ, **(self.env or {})}
+        if self.zone is not None:
+            env["TZ"] = self.zone
         spawned = None if self._spares is None else self._spares.take(self.argv, env, self.cwd)
         if spawned is None:
             try:
@@ -472,6 +519,8 @@ class ExecHandler:
             args: dict[str, Any] = {"protocol": PROTOCOL_VERSION}
             if self.store is not None:
                 args["store"] = self.store
+            if self.zone is not None:
+                args["zone"] = self.zone
             result = await self._call("open", args)
             if result["protocol"] != PROTOCOL_VERSION:
                 raise VersionMismatchError(offered=PROTOCOL_VERSION, answered=result["protocol"])
@@ -485,6 +534,14 @@ class ExecHandler:
 
     #: Its calls run in another process: the kit cannot choose their interleaving.
     out_of_process = True
+
+    @property
+    def opens_in_zone(self) -> bool:
+        """Whether the harness starts the process, so :attr:`zone` reaches it as ``TZ``.
+
+        A server's (``--exec-tcp``) runs in the zone it was started in.
+        """
+        return self.address is None
 
     @property
     def pipelines_requests(self) -> bool:
@@ -510,6 +567,7 @@ class ExecHandler:
             spares=self._spares,
             store=self.store,
             owns_store=False,
+            zone=self.zone,
         )
 
     async def close(self) -> None:

@@ -66,7 +66,7 @@ def _stress(address: str, tmp_path: Path, seed: int) -> StressReport:
 def test_the_server_passes_the_kit_through_peers_on_named_stores() -> None:
     with _server() as address:
         factory = tcp_factory(address)
-        report = verify(factory, profile="dev", seed=0, max_examples=6)
+        report = verify(factory, profile="dev", seed=0, max_examples=6, waive=["time-zones"])
     assert report.passed, "\n\n".join(r.render() for r in report.violations) or report.error
     opens = [line for line in factory.last_transcript if b'"op":"open"' in line]
     assert opens and b'"store":"dsm_' in opens[0], opens

@@ -11,7 +11,8 @@ taken over finished work), and ``record_agrees_with_model`` for the record or
 lock expiry the answer carries.
 
 The rule is only part of the machine built for a factory whose handlers
-implement ``begin`` themselves (:func:`begins_natively`): a handler without
+implement ``begin`` themselves (:func:`begins_natively`, asked of a handler
+the factory builds, not of its annotation): a handler without
 one gets the composed ``begin``, which is its own ``exists`` and
 ``try_acquire_lock``, already verified; and the rule set of every other
 machine, hence every seeded search, stays what it was.
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import inspect
-import typing
 
 from hypothesis.stateful import rule
 
@@ -35,7 +34,7 @@ from dsm_sim.conformance.judge import judges as J
 from dsm_sim.conformance.properties import Finding
 from dsm_sim.conformance.reading import at
 from dsm_sim.model import WORLD_START, ItemRef, ModelRecord, Outcome, outcome_of
-from reference_engine.begin import Acquired, Completed, Locked, begin, class_begins
+from reference_engine.begin import Acquired, Completed, Locked, begin, native_begin
 from reference_engine.clock import ManualClock
 from reference_engine.handler import HandlerFactory
 from reference_engine.model import effective_status
@@ -49,31 +48,17 @@ S = IdempotencyStatus
 def begins_natively(factory: HandlerFactory) -> bool:
     """Whether handlers built by ``factory`` implement ``begin`` themselves.
 
-    Read from the factory when it says: a class, or a function annotated to
-    return a concrete class.  A factory that does not say is asked for one
-    handler, which is closed unopened: the engine uses a native ``begin``
-    whenever the handler has one (:func:`reference_engine.begin.native_begin`),
-    so an unannotated factory must not leave it unverified.  A factory that
-    raises is judged by the runs, which build handlers the same way.
+    Read from a handler the factory builds, which is closed unopened, never
+    from what the factory says it returns: the engine uses a native ``begin``
+    whenever the handler it holds has one
+    (:func:`reference_engine.begin.native_begin`), so that handler decides.
+    A factory annotated with a class that has ``begin`` may return a wrapper
+    without one: its composed ``begin`` is two calls, and judging it as one
+    atomic call was a false alarm (another call lands between the two).  And
+    one annotated without ``begin`` may return a handler that has one, which
+    must not go unverified.  A factory that raises is judged by the runs,
+    which build handlers the same way.
     """
-    if isinstance(factory, type):
-        return class_begins(factory)
-    # A callable object says what it builds on its __call__.
-    annotated = factory if inspect.isroutine(factory) else type(factory).__call__
-    try:
-        hinted = typing.get_type_hints(annotated).get("return")
-    except Exception:  # unresolvable annotations: look at a handler instead
-        hinted = None
-    if isinstance(hinted, type) and not getattr(hinted, "_is_protocol", False):
-        return class_begins(hinted)
-    return _built_begins(factory)
-
-
-#: Factories already asked, by identity (the factory is kept, so the id stays its own).
-_ASKED: dict[int, tuple[HandlerFactory, bool]] = {}
-
-
-def _built_begins(factory: HandlerFactory) -> bool:
     known = _ASKED.get(id(factory))
     if known is not None and known[0] is factory:
         return known[1]
@@ -81,7 +66,7 @@ def _built_begins(factory: HandlerFactory) -> bool:
         handler = factory(ManualClock(WORLD_START))
     except Exception:
         return False
-    answer = class_begins(type(handler))
+    answer = native_begin(handler) is not None
     close = getattr(handler, "close", None)
     if callable(close):
         try:
@@ -95,6 +80,10 @@ def _built_begins(factory: HandlerFactory) -> bool:
                 closing.close()
     _ASKED[id(factory)] = (factory, answer)
     return answer
+
+
+#: Factories already asked, by identity (the factory is kept, so the id stays its own).
+_ASKED: dict[int, tuple[HandlerFactory, bool]] = {}
 
 
 def describe_begin(outcome: Outcome) -> str:

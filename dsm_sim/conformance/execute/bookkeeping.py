@@ -44,6 +44,10 @@ class RunStats:
         self.gaps: list[Gap] = []
         #: The property the first failing test case broke, before any shrinking.
         self.first_failure_property: str | None = None
+        #: The most handler instances (the factory's and its peers) open at once in a test
+        #: case, and whether they ran in processes of their own (``--exec``).
+        self.instances = 0
+        self.out_of_process = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

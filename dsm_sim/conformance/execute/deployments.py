@@ -89,8 +89,13 @@ class DeploymentRules(OperationRules):
     @rule(zone=st.sampled_from(ZONES))
     @step
     def restart_in_zone(self, zone: str) -> None:
-        """The process restarts with ``TZ`` set to ``zone`` (unless the run pins one)."""
-        if self.diverged or type(self).time_zone is not None or zone == self.zone:
+        """The process restarts with ``TZ`` set to ``zone`` (unless the run pins one).
+
+        Not for a handler process the kit started in the test case's zone
+        (``--exec``): its store lives in the process, which a restart would
+        empty, so it keeps that zone for the whole test case.
+        """
+        if self.diverged or type(self).time_zone is not None or zone == self.zone or self.zoned:
             return
         in_zone(zone)
         self.zone = zone

@@ -54,6 +54,9 @@ class HandlerInstances:
         #: False once the handler turned out to offer no peer (or one failed to open):
         #: after a failure to open, no later test case of the run tries again.
         self.shared = stats is None or not any(gap.name == "peers" for gap in stats.gaps)
+        if stats is not None:
+            stats.instances = max(stats.instances, 1)
+            stats.out_of_process |= out_of_process(owner)
 
     def of(self, worker: int) -> StateHandler:
         """The instance ``worker`` calls (``0``: the sweeps' worker)."""
@@ -89,6 +92,8 @@ class HandlerInstances:
                 )
             return self.owner
         self.peers[worker] = made
+        if self.stats is not None:
+            self.stats.instances = max(self.stats.instances, 1 + len(self.peers))
         return made
 
     def leave(self, worker: int) -> Outcome:

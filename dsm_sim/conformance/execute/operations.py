@@ -138,7 +138,11 @@ class OperationRules(RuleBasedStateMachine):
             self.handler: StateHandler = type(self).factory(self.clock)
             # The in-memory handlers never wait on I/O: their calls are sent to directly.
             self.driver.direct = isinstance(self.handler, InMemoryStateHandler)
-            self.driver.run(self.handler.open())
+            #: A handler process the kit starts (``--exec``) runs in the test case's
+            #: time zone: it is opened by ``setup``, once the world has drawn one.
+            self.zoned = getattr(self.handler, "opens_in_zone", False) is True
+            if not self.zoned:
+                self.driver.run(self.handler.open())
             #: The instances racing workers call (peers on the same store, when offered).
             self.instances = HandlerInstances(self.handler, self.driver, stats)
         except BaseException:
@@ -153,11 +157,9 @@ class OperationRules(RuleBasedStateMachine):
     def setup(self, world: World) -> None:
         """Enter the test case's world: its items, and its time zone for the whole process."""
         zone = type(self).time_zone or world.zone
-        if not self.entered:
-            # The first world a test case enters says where its clock starts;
-            # a world entered later (a probe's next) carries on from where it is.
-            self.entered = True
-            self.clock.set(world.start)
+        if self.zoned and self.entered:
+            # A handler process keeps the zone it was started in (the test case's).
+            zone = self.zone
         self.world = dataclasses.replace(world, zone=zone)
         self.zone = zone
         self.observers = {ref: ref.context(W.OBSERVER) for ref in self.world}
@@ -166,6 +168,15 @@ class OperationRules(RuleBasedStateMachine):
             self._saved_zone = in_zone(zone)
         else:
             in_zone(zone)
+        if not self.entered:
+            # The first world a test case enters says where its clock starts;
+            # a world entered later (a probe's next) carries on from where it is.
+            self.entered = True
+            self.clock.set(world.start)
+            if self.zoned:
+                # The process (and each peer after it) starts with TZ set to the zone.
+                self.handler.zone = zone  # type: ignore[attr-defined]  # an ExecHandler field
+                self.driver.run(self.handler.open())
 
     def _ref(self, item: Role) -> ItemRef:
         return self.world[item]

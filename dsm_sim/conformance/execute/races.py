@@ -74,7 +74,7 @@ from dsm_sim.model import (
     outcome_of,
     record_copy,
 )
-from reference_engine.begin import Acquired, Completed, begin
+from reference_engine.begin import Acquired, Completed, begin, native_begin
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import LockError
 from reference_engine.handler import StateHandler
@@ -514,6 +514,10 @@ class RaceRules(OperationRules):
                 lambda model, now: model.try_acquire_lock(ctx, now),
             )  # fmt: skip
         if op is RaceOp.BEGIN:
+            if native_begin(handler) is None:
+                # This instance composes begin from two calls: the machine's rule
+                # judges a native begin, which this one is not.
+                return None
             return _Call(
                 op, actor, worker, ctx, hold, f"begin({name})",
                 lambda: _begun(handler, ctx),

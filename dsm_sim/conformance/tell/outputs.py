@@ -113,6 +113,13 @@ def report_dict(report: VerificationReport) -> dict[str, Any]:
                 "uncontrolled_interleavings": coverage.threaded_runs,
             },
         },
+        # Whether the races went through several processes (--exec peers), and how many.
+        "races": {
+            "instances": report.instances,
+            "processes": report.instances if report.out_of_process else 0,
+            "several_processes": report.out_of_process and report.instances > 1,
+            "said": report.races(),
+        },
         "properties": [_result(r) for r in report.results],
         "not_exercised": list(report.not_exercised),
         "gaps": [
@@ -120,6 +127,8 @@ def report_dict(report: VerificationReport) -> dict[str, Any]:
             for g in report.gaps
         ],
         "waived": dict(report.waived),
+        # Waivers that accepted nothing: a violated or a passed property, a gap that did not happen.
+        "waivers_ignored": report.ignored_waivers,
         "replay": report.replay_command(),
     }
 
@@ -177,6 +186,8 @@ def junit_xml(report: VerificationReport) -> str:
         ("seed", str(report.seed)),
         ("semantics", report.semantics),
         ("verdict", verdict(report)),
+        ("races", report.races()),
+        ("raced_processes", str(report.instances if report.out_of_process else 0)),
         ("replay", report.replay_command()),
     ):
         ET.SubElement(properties, "property", name=name, value=value)
@@ -271,7 +282,7 @@ def write_html(report: VerificationReport, directory: Path) -> Path:
         f"<h1>dsm verify {e(report.factory)}</h1>"
         f"<p class={'passed' if report.passed else 'failed'}>{e(verdict(report))}</p>"
         f"<p>profile {e(report.profile)}, seed {report.seed}: {e(report.explored())}<br>"
-        f"{e(report.coverage.render())}</p>"
+        f"{e(report.coverage.render())}<br>{e(report.races())}</p>"
         "<table><tr><th>property</th><th>result</th><th>checks</th><th>guarantee</th></tr>"
         + "".join(rows)
         + "</table>"
