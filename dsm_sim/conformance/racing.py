@@ -19,6 +19,9 @@ same store.  Each cell runs on a fresh item:
   Bounded preemption over every await finds a race whose window lies deep
   inside a call (between a transaction's ``UPDATE`` and its ``COMMIT``) on
   every seed, where a random schedule finds it by luck;
+* every cell first at its sequential run and first preemption point, then
+  every cell again at its deeper points (iterative deepening): what the first
+  await shows is found before the time deep windows take is spent;
 * a cell whose calls hand work to an executor thread is run as scheduled but
   reported *uncontrolled*: what the thread does is timing, not a choice;
 * for a handler in another process, whose await points the kit cannot
@@ -93,6 +96,8 @@ BUDGETS: dict[str, MatrixBudget] = {
     "thorough": MatrixBudget(preemptions=2, per_cell=160, repeats=8),
 }
 
+#: Runs of each cell in the matrix's first pass: the calls in sequence, and the first preemption.
+FIRST_PASS = 2
 #: Worlds (of eight items each) between two ``settle`` steps.
 SETTLE_EVERY = 8
 #: The options of every matrix item: a short lock and retention keep ``settle`` short.
@@ -264,41 +269,63 @@ class _Explorer:
                 break
         self.verification.book(violation, self.machine, found_by="race matrix", examples=0)
 
-    def explore(self, cell: Cell) -> None:
-        """Every interleaving of ``cell`` within the budget, the calls in sequence first."""
+    def explore(self, cell: Cell, work: _CellWork, limit: int) -> None:
+        """The interleavings of ``cell`` still due, up to ``limit`` runs of it in all.
+
+        The calls run in sequence first; each run adds the schedules that
+        branch from it.  ``work`` keeps what is due between passes.
+        """
         if not self.controlled:
-            for _ in range(self.budget.repeats):
-                if self.run(cell, ()) is None:
-                    break
-            self.exercised += 1
+            if work.runs == 0:
+                for _ in range(self.budget.repeats):
+                    work.runs += 1
+                    if self.run(cell, ()) is None:
+                        break
+                self.exercised += 1
             return
-        pending: list[Schedule] = [()]
-        tried: set[Schedule] = set()
-        points: set[Schedule] = set()
-        explored: set[Schedule] = set()
-        runs = threaded = 0
-        while pending and runs < self.budget.per_cell:
-            schedule = pending.pop(0)
-            if schedule in tried:
+        while work.pending and work.runs < min(limit, self.budget.per_cell) and not work.broke:
+            schedule = work.pending.pop(0)
+            if schedule in work.tried:
                 continue
-            tried.add(schedule)
-            runs += 1
+            work.tried.add(schedule)
+            work.runs += 1
             happened = self.run(cell, schedule)
             if happened is None:
+                work.broke = True
                 break
-            threaded += happened.threaded > 0
+            work.threaded += happened.threaded > 0
             chosen = tuple(point.chosen for point in happened.choices)
-            points.update(chosen[:index] for index, _ in _points(happened, self.budget))
-            explored.update(
+            work.points.update(chosen[:index] for index, _ in _points(happened, self.budget))
+            work.explored.update(
                 chosen[:index] for index, point in enumerate(happened.choices) if point.preempts
             )
-            pending.extend(s for s in _schedules(happened, schedule, self.budget) if s not in tried)
-        self.exercised += 1
-        self.points_seen += len(points)
-        self.points_explored += len(explored & points)
-        if threaded:
+            work.pending.extend(
+                s for s in _schedules(happened, schedule, self.budget) if s not in work.tried
+            )
+
+    def tally(self, cell: Cell, work: _CellWork) -> None:
+        """Count a cell that ran: its preemption points, and whether threads took it over."""
+        if work.runs == 0:
+            return
+        self.exercised += self.controlled
+        self.points_seen += len(work.points)
+        self.points_explored += len(work.explored & work.points)
+        if work.threaded:
             self.threaded.append(str(cell))
-            self.threaded_runs += runs
+            self.threaded_runs += work.runs
+
+
+@dataclass(slots=True)
+class _CellWork:
+    """One cell's exploration so far: the schedules due, tried, and the points met."""
+
+    pending: list[Schedule] = field(default_factory=lambda: [()])
+    tried: set[Schedule] = field(default_factory=set)
+    points: set[Schedule] = field(default_factory=set)
+    explored: set[Schedule] = field(default_factory=set)
+    runs: int = 0
+    threaded: int = 0
+    broke: bool = False
 
 
 def _alone(cell: Cell, schedule: Schedule) -> Program:
@@ -349,16 +376,30 @@ def _run_matrix(verification: Verification, budget: str | None) -> None:
     except Exception:
         return  # a handler that cannot be built or opened: the search reports how
     explorer.controlled = not out_of_process(probe.handler)
+    work = {cell: _CellWork() for cell in listed}
+
+    def stop() -> bool:
+        return bool(plan.stop_on_first and verification.found) or verification.all_found()
+
     try:
+        # Iterative deepening: every cell in sequence and at its first preemption
+        # point, then every cell again at its deeper points, so that what the
+        # first await shows is found before minutes go to deep windows.
         for done, cell in enumerate(listed, start=1):
-            if plan.stop_on_first and verification.found:
+            if stop():
                 break
-            if verification.all_found():
-                break
-            explorer.explore(cell)
+            explorer.explore(cell, work[cell], FIRST_PASS)
             plan.tell("race matrix (cells)", done, len(listed))
+        if explorer.controlled and budget_.per_cell > FIRST_PASS:
+            for done, cell in enumerate(listed, start=1):
+                if stop():
+                    break
+                explorer.explore(cell, work[cell], budget_.per_cell)
+                plan.tell("race matrix (deeper points)", done, len(listed))
     finally:
         explorer.close()
+        for cell in listed:
+            explorer.tally(cell, work[cell])
     verification.checks.update(stats.checks)
     verification.note_gaps(stats)
     verification.coverage = Coverage(

@@ -35,11 +35,31 @@ class CloseRaises(InMemoryStateHandler):
         raise RuntimeError("connection pool already closed")
 
 
+class _CloseRaisesIfFirstOpened(InMemoryStateHandler):
+    """Raises on close() when it was the first handler of its factory to be opened."""
+
+    def __init__(self, clock: Clock, factory: CloseRaisesOnce) -> None:
+        super().__init__(clock)
+        self.factory = factory
+        self.raises = False
+
+    async def open(self) -> None:
+        await super().open()
+        if not self.factory.fired:
+            self.factory.fired = self.raises = True
+
+    async def close(self) -> None:
+        if self.raises:
+            raise RuntimeError("connection pool already closed")
+        await super().close()
+
+
 class CloseRaisesOnce:
-    """A factory whose first handler's close() raises and every later one's does not.
+    """A factory whose first opened handler's close() raises and every later one's does not.
 
     The same steps then pass when Hypothesis runs them again: a racy store's
-    failure, made certain.
+    failure, made certain.  (The kit may build a handler it never opens, to see
+    what the factory makes: that one does not count.)
     """
 
     __qualname__ = "CloseRaisesOnce"
@@ -48,10 +68,7 @@ class CloseRaisesOnce:
         self.fired = False
 
     def __call__(self, clock: Clock) -> InMemoryStateHandler:
-        if self.fired:
-            return InMemoryStateHandler(clock)
-        self.fired = True
-        return CloseRaises(clock)
+        return _CloseRaisesIfFirstOpened(clock, self)
 
 
 def _run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
