@@ -316,7 +316,7 @@ def _run_matrix(verification: Verification, budget: str | None) -> None:
         for done, cell in enumerate(listed, start=1):
             if plan.stop_on_first and verification.found:
                 break
-            if verification.all_found():
+            if verification.all_found() or verification.halted():
                 break
             explorer.explore(cell)
             plan.tell("race matrix (cells)", done, len(listed))

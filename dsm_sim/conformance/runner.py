@@ -29,6 +29,7 @@ again, so the other properties are left unsettled rather than paid for in hours.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable
 
@@ -36,7 +37,11 @@ from hypothesis import HealthCheck, Phase, settings
 
 from dsm_sim import profiles
 from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
-from dsm_sim.conformance.execute.loop import default_call_timeout, validate_call_timeout
+from dsm_sim.conformance.execute.loop import (
+    VerificationHalted,
+    default_call_timeout,
+    validate_call_timeout,
+)
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.racing import run_matrix
@@ -57,6 +62,7 @@ from dsm_sim.conformance.verification import (
     Verification,
     trimmed,
 )
+from dsm_sim.wall import RunStoppedError, interrupt_at, wall_deadline, wall_now
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
@@ -117,6 +123,20 @@ def _call_limit(factory: HandlerFactory, seconds: float | None) -> float | None:
     return None if isinstance(factory, ExecFactory) else default_call_timeout()
 
 
+def _wall_limit(seconds: object) -> float:
+    """A finite number of seconds above 0: the whole verification's limit."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise ConfigurationError(
+            f"max_wall_s must be a finite number of seconds above 0, got {seconds!r}"
+        )
+    return float(seconds)
+
+
 #: The gaps a user may waive by name (besides ``probe:<name>``).
 GAP_NAMES = frozenset({"peers", "matrix"})
 
@@ -156,6 +176,8 @@ def verify(
     waive: Iterable[str] = (),
     stage: Stage | None = None,
     record: bool = False,
+    max_wall_s: float | None = None,
+    started_at: float | None = None,
 ) -> VerificationReport:
     """Run the conformance kit against ``factory``; never raises on a violation.
 
@@ -184,7 +206,13 @@ def verify(
     ``probe:<name>``) whose NOT EXERCISED must not fail the verdict.
     ``record`` keeps each counterexample's last confirming replay as the
     explorer plays it (:attr:`PropertyResult.replayed`; ``dsm verify --report``).
+    ``max_wall_s`` is a deadline for the whole verification in real seconds
+    (``dsm verify --max-wall``), counted from ``started_at`` (a
+    :func:`~dsm_sim.wall.wall_now` instant; default: now): past it the stage
+    running stops at its next call, no later stage runs, and the report says
+    so as NOT EXERCISED (the ``max-wall`` gap, which cannot be waived).
     """
+    max_wall = None if max_wall_s is None else _wall_limit(max_wall_s)
     semantics_of = resolve_semantics(semantics, factory)
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
@@ -224,12 +252,25 @@ def verify(
         progress=progress,
         stage=stage,
         record=record,
+        deadline=None if max_wall is None else (started_at or wall_now()) + max_wall,
+        max_wall=max_wall,
     )
     verification = Verification(plan)
-    if probes:
-        verification.run_probes()
-    if matrix and not verification.done:
-        run_matrix(verification, budget=matrix if isinstance(matrix, str) else profile)
-    if not verification.done:
-        verification.run_search()
+    # Every real call waits no longer than the deadline, and one that blocks its thread
+    # is interrupted just after it, as under ``dsm run --max-wall``.
+    with wall_deadline(plan.deadline), interrupt_at(plan.deadline):
+        try:
+            if probes:
+                verification.run_probes()
+            verification.stage = "the race matrix"
+            if matrix and not verification.done and not verification.halted():
+                run_matrix(verification, budget=matrix if isinstance(matrix, str) else profile)
+            verification.stage = "the search"
+            if not verification.done and not verification.halted():
+                verification.run_search()
+        except VerificationHalted as halt:
+            verification.stopped_by(halt)
+        except RunStoppedError:
+            # A call that blocked this thread, interrupted at the deadline outside any call.
+            verification.cut_at_deadline()
     return verification.report(call_timeout_s)

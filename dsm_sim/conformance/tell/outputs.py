@@ -30,6 +30,17 @@ SUITE = "dsm-verify"
 
 def verdict(report: VerificationReport) -> str:
     """One line a CI log ends with; never a bare count with nothing to act on."""
+    said = _verdict(report)
+    left = report.threads_left
+    if left:
+        said += (
+            f"; {left} handler thread{'s were' if left != 1 else ' was'} left running "
+            "(blocked in a call that hung; not waited for)"
+        )
+    return said
+
+
+def _verdict(report: VerificationReport) -> str:
     if report.passed:
         return "PASSED"
     violations = report.violations
@@ -81,6 +92,7 @@ def report_dict(report: VerificationReport) -> dict[str, Any]:
         "passed": report.passed,
         "error": report.error,
         "seconds": report.seconds,
+        "threads_left": report.threads_left,
         "explored": {
             "probes": report.probes,
             "probe_steps": report.probe_steps,
