@@ -25,6 +25,7 @@ this process at once and leave all of that behind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import signal
@@ -99,6 +100,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: Where the handler processes a command started are known (loaded only by commands that do).
+_GROUPS = "dsm_sim.protocol.groups"
+
+
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[list[int]]:
     """Route SIGTERM to the SIGINT handler in force while the block runs; yields what arrived.
@@ -115,6 +120,12 @@ def sigterm_as_interrupt() -> Iterator[list[int]]:
 
     def handle(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
+        # Every handler process ends now: one that stopped answering would hold the
+        # clean-up for its whole request timeout, and none starts after this.  (Not
+        # loaded: this command started none, and stays light for those that never do.)
+        groups = sys.modules.get(_GROUPS)
+        if groups is not None:
+            groups.stop_all()
         interrupt = signal.getsignal(signal.SIGINT)
         if callable(interrupt):
             interrupt(signal.SIGINT, frame)
@@ -126,6 +137,9 @@ def sigterm_as_interrupt() -> Iterator[list[int]]:
         yield received
     finally:
         signal.signal(signal.SIGTERM, previous)
+        groups = sys.modules.get(_GROUPS)
+        if received and groups is not None:
+            groups.resume()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,7 +149,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = f"dsm {words[0]}" if words and words[0] in COMMANDS else "dsm"
     with sigterm_as_interrupt() as received:
-        return _dispatch(words, command, received)
+        code = _dispatch(words, command, received)
+    if argv is None and command in _EXIT_WHEN_DONE:
+        exit_when_done(code)
+    return code
+
+
+#: Commands that end the process once they have returned their code (their verdict is out).
+_EXIT_WHEN_DONE = frozenset({"dsm verify", "dsm run"})
+
+
+def exit_when_done(code: int) -> None:
+    """End the process with ``code`` now if a thread other than main would keep it alive.
+
+    A handler may start a non-daemon thread and never stop it, and an executor
+    thread blocked in a hung call is never joined (the interpreter would join
+    both at exit, for as long as they block).  The verdict and the output files
+    are written by now: the streams are flushed, the handler processes ended
+    (as at any exit), and the process exits with its code.
+    """
+    main = threading.main_thread()
+    held = [t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
+    if not held:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    groups = sys.modules.get(_GROUPS)
+    if groups is not None:
+        groups.end_all()
+    os._exit(code)
 
 
 def _dispatch(words: list[str], command: str, received: list[int]) -> int:

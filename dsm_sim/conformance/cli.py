@@ -36,6 +36,7 @@ from dsm_sim.options import positive_seconds
 from dsm_sim.outputs import Output, OutputKind, ReportWriteError, check_distinct, check_output
 from dsm_sim.printable import printable_stream
 from dsm_sim.profiles import PROFILES
+from dsm_sim.wall import wall_deadline, wall_now
 from reference_engine.errors import ConfigurationError, DsmError
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+#: Real seconds a whole ``dsm verify`` may take by default (as ``dsm run``'s), and at most.
+DEFAULT_MAX_WALL_S = 6 * 3600.0
+MAX_WALL_S = 7 * 86400.0
 #: How long the one ``open`` before the run may take (``--call-timeout`` when given).
 DEFAULT_PREFLIGHT_S = 10.0
 
@@ -103,6 +107,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long one in-process handler call (open and close included) may take "
         "before it is reported as hung (default 10; --exec handlers use --exec-timeout)",
+    )
+    parser.add_argument(
+        "--max-wall",
+        type=positive_seconds(MAX_WALL_S),
+        default=DEFAULT_MAX_WALL_S,
+        metavar="SECONDS",
+        help="real seconds the whole verification may take (default "
+        f"{DEFAULT_MAX_WALL_S:g}, i.e. 6 hours, as for dsm run): past it the stage running "
+        "stops at its next handler call, no later stage runs, and what did not run is NOT "
+        "EXERCISED (the max-wall gap, which no --waive accepts)",
     )
     parser.add_argument(
         "--profile",
@@ -407,6 +421,9 @@ def main(args: argparse.Namespace) -> int:
     from reference_engine.clock import ManualClock
     from reference_engine.registry import build_handler, load_factory
 
+    # From the start, as for dsm run: loading and the handler's first start count.
+    started = wall_now()
+    max_wall: float = getattr(args, "max_wall", DEFAULT_MAX_WALL_S)
     put_cwd_on_path()
     use_cache_dir(cache_dir(args.cache_dir))
     exec_command = getattr(args, "exec_command", None)
@@ -453,7 +470,8 @@ def main(args: argparse.Namespace) -> int:
 
         assert isinstance(factory, ExecFactory)
         exec_handlers = factory
-        problem = preflight(factory)
+        with wall_deadline(started + max_wall):
+            problem = preflight(factory)
         if problem is not None:
             what = "command does not start" if exec_tcp is None else "server does not answer"
             sys.stderr.write(f"dsm verify: the handler {what}: {problem}\n")
@@ -502,6 +520,8 @@ def main(args: argparse.Namespace) -> int:
             call_timeout_s=getattr(args, "call_timeout", None),
             record=getattr(args, "report", None) is not None,
             factory_spec=args.factory,
+            max_wall_s=max_wall,
+            started_at=started,
         )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")
@@ -521,6 +541,9 @@ def main(args: argparse.Namespace) -> int:
         _write_protocol_failures(factory, printable_stream(sys.stdout))
     written = _write_outputs(report, args)
     if not report.passed:
+        cut = next((gap for gap in report.gaps if gap.name == "max-wall"), None)
+        if cut is not None:
+            print(f"dsm verify: WallClockLimitError: {cut.reason}", file=sys.stderr)
         print(f"replay this run: {report.replay_command()}", file=sys.stderr)
         if replays:
             _write_replays(

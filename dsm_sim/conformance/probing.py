@@ -39,6 +39,7 @@ def probe_findings(
     found: Callable[[], frozenset[str]],
     probes: Sequence[Probe] = PROBES,
     on_probe: Callable[[Probe], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Iterator[ProbeFinding]:
     """Run each probe against the handler ``machine`` builds; yield the ones that break a property.
 
@@ -46,13 +47,17 @@ def probe_findings(
     running tally): they stop a probe quietly, as they stop a test case of
     the search, so each probe can still find something new.  A machine that
     cannot be built raises :class:`~dsm_sim.conformance.tell.trim.UnbuildableMachine`:
-    the search reports that failure in its own words.
+    the search reports that failure in its own words.  ``stop`` is asked
+    before each probe, and after one that found nothing: True ends the probes
+    (a call hung, the deadline passed).
     """
     for probe in applicable(machine, probes):
+        if stop is not None and stop():
+            return
         machine.stats.disabled = found()
         program = probe.program
-        violation = replay(machine, program, unbuildable=True)
         if on_probe is not None:
             on_probe(probe)
+        violation = replay(machine, program, unbuildable=True)
         if violation is not None:
             yield ProbeFinding(probe, violation, program)

@@ -379,7 +379,11 @@ def _run_matrix(verification: Verification, budget: str | None) -> None:
     work = {cell: _CellWork() for cell in listed}
 
     def stop() -> bool:
-        return bool(plan.stop_on_first and verification.found) or verification.all_found()
+        return (
+            bool(plan.stop_on_first and verification.found)
+            or verification.all_found()
+            or verification.halted()
+        )
 
     try:
         # Iterative deepening: every cell in sequence and at its first preemption

@@ -213,6 +213,9 @@ class VerificationReport:
     #: What the user waived by name, with the reason shown in its place.
     waived: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     coverage: Coverage = field(default_factory=Coverage)
+    #: Threads a hung call kept blocked (executor threads of the handler's calls), left
+    #: running rather than waited for: the verdict says how many.
+    threads_left: int = 0
     #: The most handler instances a test case's races went through (the factory's and its
     #: peers on one store; 0 when no handler opened), and whether each was a process.
     instances: int = 0

@@ -31,6 +31,7 @@ again, so the other properties are left unsettled rather than paid for in hours.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable
 
@@ -38,7 +39,11 @@ from hypothesis import HealthCheck, Phase, settings
 
 from dsm_sim import profiles
 from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
-from dsm_sim.conformance.execute.loop import default_call_timeout, validate_call_timeout
+from dsm_sim.conformance.execute.loop import (
+    VerificationHalted,
+    default_call_timeout,
+    validate_call_timeout,
+)
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.racing import run_matrix
@@ -60,6 +65,7 @@ from dsm_sim.conformance.verification import (
     trimmed,
 )
 from dsm_sim.conformance.volume import run_volume
+from dsm_sim.wall import RunStoppedError, interrupt_at, wall_deadline, wall_now
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
@@ -120,6 +126,20 @@ def _call_limit(factory: HandlerFactory, seconds: float | None) -> float | None:
     return None if isinstance(factory, ExecFactory) else default_call_timeout()
 
 
+def _wall_limit(seconds: object) -> float:
+    """A finite number of seconds above 0: the whole verification's limit."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise ConfigurationError(
+            f"max_wall_s must be a finite number of seconds above 0, got {seconds!r}"
+        )
+    return float(seconds)
+
+
 #: The gaps a user may waive by name (besides ``probe:<name>``).
 GAP_NAMES = frozenset({"peers", "matrix", "time-zones"})
 #: How a waiver names an edge probe: ``probe:`` and the probe's name.
@@ -177,6 +197,8 @@ def verify(
     stage: Stage | None = None,
     record: bool = False,
     factory_spec: str | None = None,
+    max_wall_s: float | None = None,
+    started_at: float | None = None,
 ) -> VerificationReport:
     """Run the conformance kit against ``factory``; never raises on a violation.
 
@@ -212,7 +234,13 @@ def verify(
     ``factory_spec`` is the ``MODULE:FACTORY`` the factory was loaded from, which
     the replay command and the reproduction import it by: its own ``module:qualname``
     does not import when it was made by a closure (``make_factory.<locals>.make``).
+    ``max_wall_s`` is a deadline for the whole verification in real seconds
+    (``dsm verify --max-wall``), counted from ``started_at`` (a
+    :func:`~dsm_sim.wall.wall_now` instant; default: now): past it the stage
+    running stops at its next call, no later stage runs, and the report says
+    so as NOT EXERCISED (the ``max-wall`` gap, which cannot be waived).
     """
+    max_wall = None if max_wall_s is None else _wall_limit(max_wall_s)
     semantics_of = resolve_semantics(semantics, factory)
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
@@ -252,16 +280,30 @@ def verify(
         progress=progress,
         stage=stage,
         record=record,
+        deadline=None if max_wall is None else (started_at or wall_now()) + max_wall,
+        max_wall=max_wall,
     )
     verification = Verification(plan)
-    if probes:
-        verification.run_probes()
-    if volume and not verification.done:
-        run_volume(verification, budget=volume if isinstance(volume, str) else profile)
-    if matrix and not verification.done:
-        run_matrix(verification, budget=matrix if isinstance(matrix, str) else profile)
-    if not verification.done:
-        verification.run_search()
+    # Every real call waits no longer than the deadline, and one that blocks its thread
+    # is interrupted just after it, as under ``dsm run --max-wall``.
+    with wall_deadline(plan.deadline), interrupt_at(plan.deadline):
+        try:
+            if probes:
+                verification.run_probes()
+            verification.stage = "the volume stage"
+            if volume and not verification.done and not verification.halted():
+                run_volume(verification, budget=volume if isinstance(volume, str) else profile)
+            verification.stage = "the race matrix"
+            if matrix and not verification.done and not verification.halted():
+                run_matrix(verification, budget=matrix if isinstance(matrix, str) else profile)
+            verification.stage = "the search"
+            if not verification.done and not verification.halted():
+                verification.run_search()
+        except VerificationHalted as halt:
+            verification.stopped_by(halt)
+        except RunStoppedError:
+            # A call that blocked this thread, interrupted at the deadline outside any call.
+            verification.cut_at_deadline()
     zone_gap = _zone_gap(factory)
     if zone_gap is not None:
         verification.gaps.setdefault(zone_gap.name, zone_gap)

@@ -24,8 +24,13 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.clocks import ClockMode
-from dsm_sim.conformance.execute.loop import call_timeout, timeouts_seen
+from dsm_sim.conformance.execute.loop import (
+    VerificationHalted,
+    call_timeout,
+    threads_left_running,
+)
 from dsm_sim.conformance.execute.machine import ConformanceMachine, build_machine
+from dsm_sim.conformance.generate.probes import Probe
 from dsm_sim.conformance.judge.semantics import SemanticsProfile
 from dsm_sim.conformance.probing import UnbuildableMachine, applicable, probe_findings
 from dsm_sim.conformance.program import Program
@@ -41,6 +46,8 @@ from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION, find_violation, is
 from dsm_sim.conformance.tell.replayed import CallTape
 from dsm_sim.conformance.tell.shrink_budget import SHORT_STORY, shrink_budget
 from dsm_sim.conformance.tell.trim import replay, trim
+from dsm_sim.hangs import hang_since, hangs_seen
+from dsm_sim.wall import wall_now
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
@@ -112,11 +119,12 @@ def _where(exc: BaseException) -> str:
     return f" (raised in {last.name}, {Path(last.filename).name}:{last.lineno})"
 
 
-def _hung(limit: float | None) -> str:
+def _hung(what: str | None, stage: str) -> str:
     return (
-        f"the search stopped after a handler call hung (it did not return within the "
-        f"{limit:g}s call timeout): every later test case would wait it out again; fix the "
-        "hang (or raise --call-timeout if the handler is only slow) and run again"
+        f"a handler call hung during {stage}: {what or 'a call did not return within its timeout'}. "
+        "The verification stopped there, leaving the rest unsettled: every later call would "
+        "wait the timeout out again. Fix the hang (or raise --call-timeout, or --exec-timeout "
+        "for a handler in another process, if the handler is only slow) and run again"
     )
 
 
@@ -151,6 +159,10 @@ class Plan:
     stage: Stage | None = None
     #: Record the last confirmation of each counterexample for the explorer (``--report``).
     record: bool = False
+    #: The deadline of the whole verification (a :func:`~dsm_sim.wall.wall_now` instant), if any,
+    #: and the ``--max-wall`` seconds it was set from.
+    deadline: float | None = None
+    max_wall: float | None = None
 
     def tell(self, stage: str, done: int, planned: int) -> None:
         if self.stage is not None:
@@ -203,6 +215,14 @@ class Verification:
     #: The most handler instances a test case raced through, and whether they were processes.
     instances: int = 0
     out_of_process: bool = False
+    #: The stage running now, as the report names it when the verification stops in it.
+    stage: str = "the edge probes"
+    #: Calls that had hung in this process before this verification started.
+    hangs_before: int = field(default_factory=hangs_seen)
+    #: Executor threads left running in this process before this verification started.
+    threads_before: int = field(default_factory=threads_left_running)
+    #: The deadline cut the verification (what had not run is not exercised).
+    cut: bool = False
 
     # --- booking ---------------------------------------------------------------------------
 
@@ -254,12 +274,13 @@ class Verification:
             found_by=found_by,
             program=program,
         )
-        reducing = timeouts_seen()
-        with call_timeout(plan.limit):
-            if plan.mode is ClockMode.INJECTED and result.status is ResultStatus.FAILED:
-                result = trimmed(result, machine, plan.shrink_seconds, render=plan.render)
-            result = self._confirmed(result, machine)
-        self.hung_allowance += timeouts_seen() - reducing
+        try:
+            with call_timeout(plan.limit):
+                if plan.mode is ClockMode.INJECTED and result.status is ResultStatus.FAILED:
+                    result = trimmed(result, machine, plan.shrink_seconds, render=plan.render)
+                result = self._confirmed(result, machine)
+        except VerificationHalted as halt:
+            self.stopped_by(halt)  # the deadline: the finding stands as found, unconfirmed
         if result.program is not None:
             folded = result.program.folded()
             if folded != result.program:
@@ -309,78 +330,140 @@ class Verification:
     def all_found(self) -> bool:
         return len(self.found) >= self.plan.judged
 
+    def halted(self) -> bool:
+        """Whether the verification must stop now: a call hung, or the deadline passed.
+
+        One hung call ends every stage, in-process or in another process
+        (:mod:`dsm_sim.hangs`): every later call would wait its timeout out
+        again.  The deadline (``--max-wall``) ends them too; what had not run
+        by then is not exercised.  Said once, by the first stage that asks.
+        """
+        if self.error is not None or self.cut:
+            return True
+        if hangs_seen() > self.hangs_before:
+            self.error, self.done = _hung(hang_since(self.hangs_before), self.stage), True
+            return True
+        deadline = self.plan.deadline
+        if deadline is not None and wall_now() >= deadline:
+            self.cut_at_deadline()
+            return True
+        return False
+
+    def cut_at_deadline(self) -> None:
+        """The deadline passed during the current stage: it and every later one are not exercised."""
+        if self.cut:
+            return
+        self.cut, self.done, self.settled = True, True, False
+        limit = f"{self.plan.max_wall:g}s " if self.plan.max_wall is not None else ""
+        self.gaps.setdefault(
+            "max-wall",
+            Gap(
+                "max-wall",
+                f"{self.stage} and every stage after it",
+                f"the verification's --max-wall {limit}of real time expired during {self.stage}, "
+                "so what had not run by then was not exercised; raise --max-wall, or choose a "
+                "lighter --profile",
+            ),
+        )
+
+    def stopped_by(self, halt: VerificationHalted) -> None:
+        """A stage was stopped mid-way: by the deadline, or at a hung call."""
+        if self.error is not None or self.cut:
+            return
+        if halt.deadline:
+            self.cut_at_deadline()
+        elif not self.halted():
+            self.error, self.done = f"the verification stopped during {self.stage}: {halt}", True
+
     # --- stages ------------------------------------------------------------------------------
 
     def run_probes(self) -> None:
         """The edge probes; their findings come first, and the search looks for the rest."""
         plan = self.plan
+        self.stage = "the edge probes"
         stats = RunStats()
         machine = plan.machine(stats)
         applied = applicable(machine)
         self.probes = len(applied)
         self.probe_steps = sum(len(probe.calls) for probe in applied)
-        hung_before = timeouts_seen()
+        ran: list[Probe] = []
         with call_timeout(plan.limit):
             done = [0]
 
-            def probed(_: object) -> None:
+            def probed(probe: Probe) -> None:
                 done[0] += 1
+                ran.append(probe)
+                self.stage = f"the edge probe {probe.name!r}"
                 plan.tell("edge probes", done[0], len(applied))
 
-            findings = probe_findings(machine, found=self.known, on_probe=probed)
-            while True:
-                try:
-                    finding = next(findings)
-                except StopIteration:
-                    break
-                except UnbuildableMachine:
-                    # A handler that cannot even be built or opened: the search reports how.
-                    self.probes = self.probe_steps = 0
-                    return
-                self.book(finding.violation, machine, found_by=finding.probe.name, examples=0)
-                if timeouts_seen() > hung_before + self.hung_allowance:
-                    self.error, self.done = _hung(plan.limit), True
-                    return
-                if plan.stop_on_first or self.all_found():
-                    self.done, self.settled = True, self.all_found()
-                    return
-        self.checks.update(stats.checks)
-        self.note_gaps(stats)
-        if timeouts_seen() > hung_before + self.hung_allowance:
-            self.error, self.done = _hung(plan.limit), True
+            findings = probe_findings(machine, found=self.known, on_probe=probed, stop=self.halted)
+            try:
+                while True:
+                    try:
+                        finding = next(findings)
+                    except StopIteration:
+                        break
+                    except UnbuildableMachine:
+                        # A handler that cannot even be built or opened: the search reports
+                        # how, unless it hung (said once, here).
+                        self.probes = self.probe_steps = 0
+                        self.halted()
+                        return
+                    self.book(finding.violation, machine, found_by=finding.probe.name, examples=0)
+                    if self.halted():
+                        return
+                    if plan.stop_on_first or self.all_found():
+                        self.done, self.settled = True, self.all_found()
+                        return
+            except VerificationHalted as halt:
+                self.stopped_by(halt)
+            finally:
+                self.checks.update(stats.checks)
+                self.note_gaps(stats)
+                if self.probes and (self.error is not None or self.cut):  # say what ran
+                    self.probes = len(ran)
+                    self.probe_steps = sum(len(probe.calls) for probe in ran)
+        self.halted()
 
     def run_search(self) -> None:
         """Hypothesis' search, run after run, until a run passes on every seed of the budget."""
         plan = self.plan
+        self.stage = "the search"
         planned = plan.chosen.max_examples * plan.seed_count
         seed_index = 0
-        while not self.done:
+        while not self.done and not self.halted():
             self.runs += 1
             run_seed = plan.seed + seed_index
             if run_seed not in self.seeds:
                 self.seeds.append(run_seed)
             before = self.test_cases
+            stats = RunStats(self.known())
 
-            def on_case(n: int, before: int = before) -> None:
+            def on_case(n: int, before: int = before, stats: RunStats = stats) -> None:
+                # A test case that hung without failing (its call was judged, or stopped
+                # quietly) ends the run before the next one; a failing one is shrunk first.
+                if stats.first_failure_case is None and self.halted():
+                    raise VerificationHalted("a handler call hung", deadline=False)
                 if plan.progress is not None:
                     plan.progress(before + n, planned)
                 plan.tell("search (test cases)", before + n, planned)
 
-            stats = RunStats(self.known(), on_case)
+            stats.on_test_case = on_case
             machine = hypothesis_seed(run_seed)(plan.machine(stats))
             violation: PropertyViolation | None = None
             flaky = False
-            hung_before = timeouts_seen()
             try:
                 with (
                     call_timeout(plan.limit),
                     shrink_budget(plan.shrink_seconds, plan.settle_seconds),
                 ):
                     run_state_machine_as_test(machine, settings=plan.chosen)  # type: ignore[no-untyped-call,unused-ignore]
+            except VerificationHalted as halt:
+                self.stopped_by(halt)
             except Exception as exc:
                 violation = find_violation(exc)
                 flaky = is_flaky(exc)
-                if violation is None:
+                if violation is None and not self.halted():
                     self.error = (
                         f"{FLAKY_EXPLANATION.split(',')[0]} and Hypothesis could not tell which "
                         f"property broke ({type(exc).__name__}: {exc})"
@@ -394,10 +477,8 @@ class Verification:
             for key, count in stats.checks.items():
                 self.checks[key] = max(self.checks[key], count)
             if violation is None:
-                if self.error is None and timeouts_seen() > hung_before:
-                    # Hung calls only in test cases already stopped at a known violation.
-                    self.error = _hung(plan.limit)
-                self.settled = self.error is None
+                # Hung calls in test cases that did not fail (stopped at a known violation).
+                self.settled = not self.halted() and self.error is None
                 if not self.settled:
                     return
                 seed_index += 1
@@ -411,17 +492,19 @@ class Verification:
                     continue
                 return
             replayed = plan.machine(RunStats())
-            self.hung_allowance = 0
-            self.book(
-                violation,
-                replayed,
-                flaky=flaky,
-                run_seed=run_seed,
-                examples=stats.first_failure_case,
-                found_as=stats.first_failure_property,
-            )
-            if timeouts_seen() > hung_before + self.hung_allowance:
-                self.error = _hung(plan.limit)
+            try:
+                self.book(
+                    violation,
+                    replayed,
+                    flaky=flaky,
+                    run_seed=run_seed,
+                    examples=stats.first_failure_case,
+                    found_as=stats.first_failure_property,
+                )
+            except VerificationHalted as halt:
+                self.stopped_by(halt)
+                return
+            if self.halted():
                 return
             if plan.stop_on_first or self.all_found():
                 self.settled = self.all_found()
@@ -464,7 +547,9 @@ class Verification:
                 )
                 continue
             status = (
-                ResultStatus.UNSETTLED
+                ResultStatus.NOT_EXERCISED  # the deadline came before anything checked it
+                if self.cut and not self.checks[p.name]
+                else ResultStatus.UNSETTLED
                 if not self.settled
                 else ResultStatus.PASSED
                 if self.checks[p.name]
@@ -506,4 +591,5 @@ class Verification:
             coverage=self.coverage,
             instances=self.instances,
             out_of_process=self.out_of_process,
+            threads_left=threads_left_running() - self.threads_before,
         )

@@ -53,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dsm_sim.hangs import note_hang
 from dsm_sim.options import seconds_from_env
 from dsm_sim.protocol import groups, wire
 from dsm_sim.protocol.errors import (
@@ -929,6 +930,11 @@ class ExecHandler:
         else:
             error = HandlerTimeoutError(
                 request=label, timeout=self.timeout, stderr_tail=self.stderr_tail()
+            )
+            # A hang like an in-process call's: the kit stops at the first of either.
+            note_hang(
+                f"{label} got no answer from the {self._peer} within the {self.timeout:g}s "
+                "request timeout (--exec-timeout)"
             )
         pending.future.set_exception(error)
         self._break(error)

@@ -24,14 +24,39 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from types import FrameType
 
-__all__ = ["end_all", "end_group", "spawn", "stop_on_sigterm"]
+__all__ = ["end_all", "end_group", "resume", "spawn", "stop_all", "stop_on_sigterm"]
 
 #: pid (and process group id) -> the handler process, while its group may hold processes.
 _live: dict[int, subprocess.Popen[bytes]] = {}
+#: Set while this process is being stopped (SIGTERM): no handler process starts any more.
+_stopping: list[bool] = []
+
+
+def stop_all() -> None:
+    """This process is being stopped: end every handler group now, and start no other.
+
+    A handler process that stopped answering would otherwise hold every wait
+    of the clean-up for its whole request timeout, and code that went on (a
+    stop swallowed somewhere) would start new ones.  Ended, its requests fail
+    at once.  :func:`resume` allows starting again (for a caller that ran a
+    command in-process and goes on).
+    """
+    _stopping[:] = [True]
+    end_all()
+
+
+def resume() -> None:
+    """Allow handler processes to start again after :func:`stop_all`."""
+    _stopping.clear()
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
-    """Start a handler command with its pipes, as the leader of a process group of its own."""
+    """Start a handler command with its pipes, as the leader of a process group of its own.
+
+    Refused with ``KeyboardInterrupt`` while the process is being stopped (:func:`stop_all`).
+    """
+    if _stopping:
+        raise KeyboardInterrupt
     process = subprocess.Popen(
         list(argv),
         stdin=subprocess.PIPE,

@@ -96,7 +96,7 @@ class HandlerDriver:
         self._check(coro, final)
         if not self.direct or not isinstance(coro, types.CoroutineType):
             deadline = current_deadline(final)
-            return self.loop.run_until_complete(bounded(coro, what, self.seconds, deadline))
+            return self._until_done(bounded(coro, what, self.seconds, deadline))
         context = contextvars.copy_context()
         try:
             yielded = self._send(context, coro)
@@ -120,7 +120,7 @@ class HandlerDriver:
             what = f"{getattr(coro, '__name__', 'call')}()"
             leg = bounded(_leg(coro, split), what, self.seconds, current_deadline())
             try:
-                return self.loop.run_until_complete(leg)
+                return self._until_done(leg)
             except RunStoppedError:
                 coro.close()  # driven by hand, so cancelling the leg left it suspended
                 raise
@@ -130,6 +130,22 @@ class HandlerDriver:
         except StopIteration as stop:
             return Done(stop.value)
         return self._carry_on(context, coro, yielded, split=split, what="")
+
+    def _until_done(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` in a task until it is done; a stop (Ctrl-C, SIGTERM) leaves it cancelled.
+
+        Left pending, the task would finish in the clean-up's turns of the loop
+        (its handler process ended) with an error nobody reads, which asyncio
+        prints as a traceback while the command stops.
+        """
+        task = self.loop.create_task(coro)
+        try:
+            return self.loop.run_until_complete(task)
+        except BaseException:
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_unread)
+            raise
 
     @staticmethod
     def _check(coro: Coroutine[Any, Any, Any], final: bool) -> None:
@@ -243,3 +259,9 @@ async def _resume(coro: Coroutine[Any, Any, Any], yielded: Any, split: bool) -> 
             return Done(stop.value)
         if yielded is None and split:
             return ROUND_TRIP
+
+
+def _unread(task: asyncio.Task[Any]) -> None:
+    """Read the outcome of a task given up on, so asyncio does not print it."""
+    if not task.cancelled():
+        task.exception()

@@ -7,6 +7,10 @@
   --broker`` ends the command with status 143 after the clean-up Ctrl-C
   gets: worker processes, handler processes and their helpers are gone, the
   stress run's own files and the broker run's queue are removed.
+* ``SIGTERM`` to ``dsm verify --exec`` and to ``dsm run --handler exec:...``
+  while the handler process is not answering (its request timeout ten
+  minutes away) ends the command at once with 143, every handler process
+  ended and none started after.
 * Ctrl-C of ``dsm serve --tcp`` with a connection open prints no traceback.
 
 Every command runs in a session of its own under a bound; whatever outlives
@@ -30,6 +34,7 @@ from typing import Any
 
 import pytest
 from handler_servers import dsm_serve_command
+from hung_handlers import SILENT_AFTER_ENV, SILENT_PIDS_ENV
 
 from dsm_sim.protocol.secret import client_secret
 
@@ -189,6 +194,61 @@ def test_sigterm_ends_dsm_run_jobs_with_its_workers_and_handlers(
     assert code == 143, out + err
     assert "Traceback" not in err, err
     assert _gone(before) == set()
+
+
+def _silent_handler(tmp_path: Path, after: int) -> tuple[str, dict[str, str]]:
+    """A handler command that answers ``after`` calls, then none; and the environment it needs.
+
+    Its request timeout is ten minutes, so only the signal can end the wait.
+    """
+    command = f"{sys.executable} -m dsm_sim.cli serve hung_handlers:silent_after"
+    env = {
+        "DSM_EXEC_TIMEOUT": "600",
+        SILENT_AFTER_ENV: str(after),
+        SILENT_PIDS_ENV: str(tmp_path / "silent"),
+        "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
+    }
+    return command, env
+
+
+def _terminated_while_silent(
+    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]], dsm: subprocess.Popen[str]
+) -> None:
+    """SIGTERM once a handler went silent: 143 at once, every handler ended, none started."""
+    _wait_for(lambda: _recorded(tmp_path / "silent"), "the handler going silent")
+    spawned.remember()  # type: ignore[attr-defined]
+    before = _descendants(dsm.pid) | _recorded(tmp_path / "silent")
+    dsm.send_signal(signal.SIGTERM)
+    code, out, err = _ended(dsm)  # within BOUND_S, a tenth of the request timeout
+    assert code == 143, out + err
+    assert "Traceback" not in err, err
+    assert _gone(before) == set()
+    spawned.remember()  # type: ignore[attr-defined]
+    assert _recorded(tmp_path / "silent") <= before  # no handler went on and went silent again
+
+
+def test_sigterm_ends_dsm_verify_exec_while_its_handler_is_silent(
+    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]]
+) -> None:
+    # Before: the stop was swallowed (the interrupted test case's teardown judged the
+    # close that followed), the verification went on and started new handler processes.
+    command, env = _silent_handler(tmp_path, after=40)
+    dsm = spawned(
+        "verify", "--exec", command, "--profile", "dev", "--seed", "1",
+        "--cache-dir", str(tmp_path / "cache"), env=env,
+    )  # fmt: skip
+    _terminated_while_silent(tmp_path, spawned, dsm)
+
+
+def test_sigterm_ends_dsm_run_while_its_exec_handler_is_silent(
+    tmp_path: Path, spawned: Callable[..., subprocess.Popen[str]]
+) -> None:
+    (tmp_path / "fine.toml").write_text(FINE, encoding="utf-8")
+    command, env = _silent_handler(tmp_path, after=10)
+    dsm = spawned(
+        "run", "fine.toml", "--seeds", "3", "--handler", f"exec:{command}", env=env
+    )  # fmt: skip
+    _terminated_while_silent(tmp_path, spawned, dsm)
 
 
 @pytest.mark.parametrize("sigint", ["handled", "ignored"])

@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import math
+import threading
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from dsm_sim.conformance.execute.scheduler import ControlledLoop, Interleaving, Schedule
+from dsm_sim.hangs import hangs_seen, note_hang
 from dsm_sim.inline import send_inline
 from dsm_sim.model import Outcome
+from dsm_sim.wall import RunStoppedError, remaining, wall_now
 from reference_engine.errors import ConfigurationError, DsmError
 
 __all__ = [
@@ -36,9 +41,11 @@ __all__ = [
     "MAX_CALL_TIMEOUT_S",
     "CallTimeoutError",
     "LoopDriver",
+    "VerificationHalted",
     "call_timeout",
     "default_call_timeout",
     "set_default_call_timeout",
+    "threads_left_running",
     "timeouts_seen",
     "validate_call_timeout",
 ]
@@ -47,6 +54,8 @@ T = TypeVar("T")
 
 #: How long one in-process handler call may take before it counts as hung.
 DEFAULT_CALL_TIMEOUT_S = 10.0
+#: Seconds a closing loop's executor threads get to end before they are left running.
+EXECUTOR_GRACE_S = 1.0
 #: The longest bound accepted.
 MAX_CALL_TIMEOUT_S = 3600.0
 #: The :class:`~reference_engine.handler.StateHandler` methods a label may name.
@@ -80,6 +89,20 @@ class CallTimeoutError(DsmError):
         )
 
 
+class VerificationHalted(BaseException):
+    """The verification was stopped (its ``--max-wall`` deadline passed, or a call hung).
+
+    Not an answer of the handler: it passes every judge (they take
+    ``Exception``) and Hypothesis (which takes it for a stop, as it does
+    ``KeyboardInterrupt``), up to the stage that stops the verification.
+    ``deadline``: the deadline stopped it (else a hung call did).
+    """
+
+    def __init__(self, message: str, *, deadline: bool = True) -> None:
+        super().__init__(message)
+        self.deadline = deadline
+
+
 def validate_call_timeout(seconds: object) -> float:
     """A finite number of seconds above 0 and at most :data:`MAX_CALL_TIMEOUT_S`."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
@@ -96,11 +119,10 @@ def validate_call_timeout(seconds: object) -> float:
 
 
 class _Limit:
-    """The bound drivers built now get, the runner's default, and how many calls hit a bound."""
+    """The bound drivers built now get, and the runner's default."""
 
     seconds: float | None = DEFAULT_CALL_TIMEOUT_S
     default: float = DEFAULT_CALL_TIMEOUT_S
-    timeouts = 0
 
 
 def default_call_timeout() -> float:
@@ -128,9 +150,24 @@ def call_timeout(seconds: float | None) -> Iterator[None]:
         _Limit.seconds = saved
 
 
+#: Numbers the drivers, so each one's executor threads carry a name of their own.
+_drivers = itertools.count(1)
+
+
+class _Threads:
+    """Executor threads of closed loops that were still running: left behind, never joined."""
+
+    left = 0
+
+
+def threads_left_running() -> int:
+    """Executor threads left running by closed loops in this process so far (compare before/after)."""
+    return _Threads.left
+
+
 def timeouts_seen() -> int:
-    """Calls that hit the bound in this process so far (the runner compares before/after)."""
-    return _Limit.timeouts
+    """Calls that hung in this process so far, in-process or out (:mod:`dsm_sim.hangs`)."""
+    return hangs_seen()
 
 
 def _label(awaitable: object) -> str:
@@ -187,30 +224,48 @@ class LoopDriver:
 
     def __init__(self, timeout: float | object | None = _Limit, *, direct: bool = False) -> None:
         self.loop = ControlledLoop()
+        # The loop's executor is this driver's, its threads named after it: ``close`` knows
+        # them, and leaves behind (never joins) one that a hung call keeps blocked.
+        self.thread_prefix = f"dsm-call-executor-{next(_drivers)}"
+        self.executor = ThreadPoolExecutor(thread_name_prefix=self.thread_prefix)
+        self.loop.set_default_executor(self.executor)
         #: Seconds one call may take (None: unbounded); by default the :func:`call_timeout`.
         self.timeout: float | None = (
             _Limit.seconds if timeout is _Limit else validate_call_timeout(timeout)
         )
         self.direct = direct
 
-    async def _bounded(self, awaitable: Awaitable[T], label: str | None = None) -> T:
-        if self.timeout is None:
-            return await awaitable
+    async def _bounded(
+        self, awaitable: Awaitable[T], label: str | None = None, *, final: bool = False
+    ) -> T:
         label = label or _label(awaitable)
-        bound = asyncio.timeout(self.timeout)
+        # Never past the command's deadline (``--max-wall``); a ``close`` gets a short grace.
+        final = final or label == "close()"
+        if self.timeout is None:
+            try:
+                return await awaitable
+            except RunStoppedError as exc:  # the protocol client's timer met the deadline
+                raise VerificationHalted(str(exc)) from exc
+        seconds, by_deadline = remaining(self.timeout, final=final)
+        bound = asyncio.timeout(seconds)
         try:
             async with bound:
                 return await awaitable
         except TimeoutError:
             if not bound.expired():
                 raise  # the handler's own TimeoutError, not the bound
-            _Limit.timeouts += 1
-            raise CallTimeoutError(call=label, timeout=self.timeout) from None
+            if by_deadline:
+                raise VerificationHalted(f"{label} was cut at the --max-wall deadline") from None
+            error = CallTimeoutError(call=label, timeout=self.timeout)
+            note_hang(f"{label} did not return within {self.timeout:g}s (--call-timeout)")
+            raise error from None
+        except RunStoppedError as exc:  # a call blocked its thread past the deadline
+            raise VerificationHalted(str(exc)) from exc
 
     def run(self, awaitable: Awaitable[T], label: str | None = None) -> T:
         """Run one call to completion; ``label`` names it if it hangs (default: its method)."""
         if not self.direct or type(awaitable) is not types.CoroutineType:
-            return self.loop.run_until_complete(self._bounded(awaitable, label))
+            return self._until_done(self.loop.create_task(self._bounded(awaitable, label)))
         coro = cast("Coroutine[Any, Any, T]", awaitable)
         context = contextvars.copy_context()
         try:
@@ -218,9 +273,26 @@ class LoopDriver:
         except StopIteration as stop:
             value: T = stop.value
             return value
+        except RunStoppedError as exc:  # a call blocked its thread past the deadline
+            raise VerificationHalted(str(exc)) from exc
         rest = self._bounded(_Resumed(coro, yielded), label or _label(coro))
-        result: T = self.loop.run_until_complete(self.loop.create_task(rest, context=context))
+        result: T = self._until_done(self.loop.create_task(rest, context=context))
         return result
+
+    def _until_done(self, task: asyncio.Task[T]) -> T:
+        """Run the loop until ``task`` is done; a stop (Ctrl-C, SIGTERM) leaves it cancelled.
+
+        Left pending, the task would finish in the teardown's turns of the loop
+        (its handler process ended) with an error nobody reads, which asyncio
+        prints as a traceback while the command stops.
+        """
+        try:
+            return self.loop.run_until_complete(task)
+        except BaseException:
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_unread)
+            raise
 
     def outcome(self, call: Callable[[], Awaitable[Any]]) -> Outcome:
         """Run one handler call; its value, or any exception it raised, becomes the outcome."""
@@ -241,7 +313,7 @@ class LoopDriver:
         async def together() -> list[Outcome]:
             return list(await asyncio.gather(*(one(call) for call in calls)))
 
-        return self.loop.run_until_complete(together())
+        return self._until_done(self.loop.create_task(together()))
 
     def interleave(
         self,
@@ -260,8 +332,10 @@ class LoopDriver:
             return lambda: self._bounded(call())
 
         if controlled:
-            results, happened = self.loop.run_until_complete(
-                self.loop.interleave([bounded(call) for call in calls], schedule)
+            results, happened = self._until_done(
+                self.loop.create_task(
+                    self.loop.interleave([bounded(call) for call in calls], schedule)
+                )
             )
         else:
             log: list[tuple[str, int]] = []
@@ -280,7 +354,7 @@ class LoopDriver:
                     )
                 )
 
-            results = self.loop.run_until_complete(together())
+            results = self._until_done(self.loop.create_task(together()))
             happened = Interleaving((), tuple(log))
         outcomes = [
             Outcome(error=result) if isinstance(result, BaseException) else Outcome(value=result)
@@ -292,7 +366,15 @@ class LoopDriver:
         return outcomes, happened
 
     def close(self) -> list[str]:
-        """Cancel what is still pending, close the loop; return the leaked tasks' names."""
+        """Cancel what is still pending, close the loop; return the leaked tasks' names.
+
+        The loop's executor threads (``run_in_executor``, ``asyncio.to_thread``)
+        are asked to stop and given :data:`EXECUTOR_GRACE_S` to end, never
+        joined: a thread blocked on a dead socket would otherwise hold the
+        verdict for as long as it blocks (``shutdown_default_executor`` joins
+        without a timeout).  Those still running are left behind and counted
+        (:func:`threads_left_running`).
+        """
         if self.loop.is_closed():
             return []
         pending = [task for task in asyncio.all_tasks(self.loop) if not task.done()]
@@ -302,9 +384,31 @@ class LoopDriver:
         try:
             if pending:
                 gathered = asyncio.gather(*pending, return_exceptions=True)
-                self.run(gathered, "the cancellation of the tasks close() left running")
-            self.run(self.loop.shutdown_asyncgens(), "the shutdown of async generators")
-            self.run(self.loop.shutdown_default_executor(), "the shutdown of executor threads")
+                self._finish(gathered, "the cancellation of the tasks close() left running")
+            self._finish(self.loop.shutdown_asyncgens(), "the shutdown of async generators")
         finally:
+            self._abandon_threads()
             self.loop.close()
         return leaked
+
+    def _finish(self, awaitable: Awaitable[Any], label: str) -> None:
+        """Run a step of closing the loop: bounded, with the grace a ``close`` gets at the deadline."""
+        self.loop.run_until_complete(self._bounded(awaitable, label, final=True))
+
+    def _abandon_threads(self) -> None:
+        """Stop the executor's threads without joining them past a short grace; count the rest."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        grace = EXECUTOR_GRACE_S if self.timeout is None else min(EXECUTOR_GRACE_S, self.timeout)
+        until = wall_now() + grace
+        left = 0
+        for thread in threading.enumerate():
+            if thread.name.startswith(self.thread_prefix + "_"):
+                thread.join(max(0.0, until - wall_now()))
+                left += thread.is_alive()
+        _Threads.left += left
+
+
+def _unread(task: asyncio.Task[Any]) -> None:
+    """Read the outcome of a task given up on, so asyncio does not print it."""
+    if not task.cancelled():
+        task.exception()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -688,16 +689,21 @@ class OperationRules(RuleBasedStateMachine):
             return  # a pasted reproduction tears down in ``finally`` as well
         self._torn_down = True
         self.stats.steps += max(0, len(self.trace) - 1)
+        # Torn down while a stop unwinds the test case (Ctrl-C, SIGTERM, the deadline):
+        # close what it opened, judge nothing, so no finding here takes the stop's place.
+        stopping = not isinstance(sys.exc_info()[1], Exception | None)
         try:
-            peers_closed = self.instances.close_peers()
-            closed = self.driver.outcome(self.handler.close)
-            leaked = self.driver.close()
+            try:
+                peers_closed = self.instances.close_peers()
+                closed = self.driver.outcome(self.handler.close)
+            finally:
+                leaked = self.driver.close()
         finally:
             self.clock.stop()
             if self._saved_zone is not _NO_ZONE:
                 restore_zone(self._saved_zone)
                 self._saved_zone = _NO_ZONE
-        if self.failed:
+        if self.failed or stopping:
             return
         self._checked("closes_cleanly")
         if closed.error is not None:

@@ -42,6 +42,17 @@ INDEX = "index.html"
 
 def verdict(report: VerificationReport) -> str:
     """One line a CI log ends with; never a bare count with nothing to act on."""
+    said = _verdict(report)
+    left = report.threads_left
+    if left:
+        said += (
+            f"; {left} handler thread{'s were' if left != 1 else ' was'} left running "
+            "(blocked in a call that hung; not waited for)"
+        )
+    return said
+
+
+def _verdict(report: VerificationReport) -> str:
     if report.passed:
         return "PASSED"
     violations = report.violations
@@ -93,6 +104,7 @@ def report_dict(report: VerificationReport) -> dict[str, Any]:
         "passed": report.passed,
         "error": report.error,
         "seconds": report.seconds,
+        "threads_left": report.threads_left,
         "explored": {
             "probes": report.probes,
             "probe_steps": report.probe_steps,
