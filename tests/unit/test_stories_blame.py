@@ -1,20 +1,30 @@
-"""Stories that show what matters (issue 34, item 7).
+"""Stories that blame the right call (issue 34, item 7).
 
-Payloads that play no part in the finding are made as light as they can be
-before the story is told.
+A finding is filed under the property the *first* deviating call breaks, by
+that call's own check; and payloads that play no part in the finding are
+made as light as they can be before the story is told.
 """
 
 from __future__ import annotations
+
+import datetime as dt
 
 import pytest
 
 from dsm_sim.broken import CATALOGUE
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.machine import ConformanceMachine, build_machine
+from dsm_sim.conformance.generate.steps import RaceOp, StartState
 from dsm_sim.conformance.generate.worlds import DEFAULT_WORLD, Role
+from dsm_sim.conformance.judge.judges import judge_retention_sweep
 from dsm_sim.conformance.program import Call, Program
+from dsm_sim.conformance.properties import PropertyViolation
+from dsm_sim.conformance.racing import matrix_world
 from dsm_sim.conformance.runner import verify
 from dsm_sim.conformance.tell.trim import lighten_payloads, replay
+from dsm_sim.model import Outcome
+from reference_engine.handler import HandlerFactory
+from reference_engine.handlers.memory import InMemoryStateHandler
 
 pytestmark = pytest.mark.unit
 
@@ -24,6 +34,69 @@ HEAVY = {"blob": "\u00e9" * 131_000}
 
 def _machine(name: str) -> type[ConformanceMachine]:
     return build_machine(CATALOGUE[name].factory, stats=RunStats())
+
+
+def _violation(factory: HandlerFactory, program: Program) -> PropertyViolation:
+    violation = replay(build_machine(factory, stats=RunStats()), program)
+    assert violation is not None, "the program must break a property"
+    return violation
+
+
+# --- 1. filed under the first deviating call's own property -----------------------------------
+
+
+def test_a_retention_count_short_by_the_history_rows_is_the_sweeps_finding() -> None:
+    """The upserts kept their history (the sweep expired it): only the count is wrong."""
+    program = Program(
+        (
+            Call.of("setup", world=DEFAULT_WORLD),
+            Call.of("upsert", worker=1, item=Role.HOT, data={"n": 1}),
+            Call.of("upsert", worker=1, item=Role.HOT, data={"n": 2}),
+            Call.of("upsert", worker=1, item=Role.HOT, data={"n": 3}),
+            Call.of("clock_jumps_past_retention", item=Role.HOT),
+            Call.of("expire_past_retention"),
+        )
+    )
+    violation = _violation(CATALOGUE["retention_counts_current_only"].factory, program)
+    assert violation.property == "retention_sweep_agrees_with_model", violation
+    assert "expire_past_retention()" in violation.finding.message
+
+
+def test_the_retention_judge_files_any_wrong_count_under_the_sweep() -> None:
+    now = dt.datetime(2026, 3, 2, 9, tzinfo=dt.UTC)
+    finding = judge_retention_sweep(Outcome(1), Outcome(3), 2, now)
+    assert finding is not None and finding.property == "retention_sweep_agrees_with_model"
+
+
+def test_a_completion_that_never_landed_is_blamed_not_the_sweep_after_it() -> None:
+    """In sequence: the holder's set answers ok and writes nothing; the sweep then resets the
+    lock it left, and counts one reset where the model has none."""
+    program = Program(
+        (
+            Call.of("setup", world=matrix_world(0)),
+            Call.of("prepare", item=Role.HOT, state=StartState.EXPIRED),
+            Call.of(
+                "race_pair", item=Role.HOT, first=RaceOp.COMPLETE, second=RaceOp.SWEEP, schedule=()
+            ),
+        )
+    )
+    violation = _violation(CATALOGUE["completion_lost_on_expired_lock"].factory, program)
+    assert violation.property == "completion_releases_lock", violation
+    message = violation.finding.message
+    assert message.startswith("worker 1's set(Processed)") and "never landed" in message
+
+
+def test_a_correct_completion_before_the_sweep_is_not_blamed() -> None:
+    program = Program(
+        (
+            Call.of("setup", world=matrix_world(0)),
+            Call.of("prepare", item=Role.HOT, state=StartState.EXPIRED),
+            Call.of(
+                "race_pair", item=Role.HOT, first=RaceOp.COMPLETE, second=RaceOp.SWEEP, schedule=()
+            ),
+        )
+    )
+    assert replay(build_machine(InMemoryStateHandler, stats=RunStats()), program) is None
 
 
 # --- 3. payloads that play no part are made light ---------------------------------------------
