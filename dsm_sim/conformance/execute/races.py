@@ -844,10 +844,13 @@ class RaceRules(OperationRules):
     ) -> P.Finding | None:
         """The first call of ``replay`` that deviated, judged by that call's own check.
 
-        That is the first call whose answer disagrees, unless an earlier call
-        answered as it should but its write never landed, and that explains
-        the answer: a completion that changed nothing is the completion's
-        finding, not the sweep's that then found the lock still there.
+        That is the first call whose answer disagrees, unless the calls ran
+        one after the other and an earlier one answered as it should but its
+        write never landed, which explains that answer: a completion that
+        changed nothing is the completion's finding, not the sweep's that then
+        found the lock still there.  In a race, a write another call wrote
+        over looks as if it never landed: there the answer's own check is
+        the more telling (two grants are ``at_most_one_live_lock``).
         """
         names = [("the clock move" if e == _CLOCK else calls[e].text) for e in replay.order]
         context = (
@@ -860,7 +863,9 @@ class RaceRules(OperationRules):
             if index == _CLOCK or got[index].agrees_with(replay.outcomes[index]):
                 continue
             finding = (
-                None if prior is None else self._unlanded(ref, calls, got, replay, position, prior)
+                None
+                if prior is None or not in_sequence
+                else self._unlanded(ref, calls, got, replay, position, prior)
             ) or self._judge_call(ref, calls[index], got[index], replay, index)
             if finding is not None:
                 return P.Finding(finding.property, context + finding.message)
