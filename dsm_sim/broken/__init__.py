@@ -353,6 +353,7 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 _b.CompletionLostOnExpiredLock,
                 "completion_releases_lock",
             ),
+            _spec("open_fails_live_locks", _b.OpenFailsLiveLocks, "record_agrees_with_model"),
         ]
     )
 )

@@ -1,8 +1,10 @@
 """Broken handlers whose story must blame the right call.
 
 Each has one bug that a later call makes visible: a completion that never
-landed shows when the sweep finds the lock still there, and a count that
-leaves out the history rows looks like history an upsert failed to keep.  A finding must be filed under the property the first
+landed shows when the sweep finds the lock still there, a count that leaves
+out the history rows looks like history an upsert failed to keep, and an
+``open()`` that fails the locks it finds shows when another worker's call
+meets the item.  A finding must be filed under the property the first
 deviating call breaks, and its story must show that call.
 """
 
@@ -15,7 +17,7 @@ from reference_engine.context import StateHandlerContext
 from reference_engine.handlers.memory import InMemoryStateHandler
 from reference_engine.status import IdempotencyStatus
 
-__all__ = ["CompletionLostOnExpiredLock", "RetentionCountsCurrentOnly"]
+__all__ = ["CompletionLostOnExpiredLock", "OpenFailsLiveLocks", "RetentionCountsCurrentOnly"]
 
 S = IdempotencyStatus
 
@@ -54,3 +56,17 @@ class CompletionLostOnExpiredLock(InMemoryStateHandler):
         ):
             return  # UPDATE ... WHERE locked_until >= now matched no row
         await super().set(ctx, status, data)
+
+
+class OpenFailsLiveLocks(InMemoryStateHandler):
+    """``open()`` marks every Processing record Failed, as if each lock it finds were left by a crashed worker, live or not."""
+
+    async def open(self) -> None:
+        await super().open()
+        now = self.clock.now()
+        for record in self.model.current.values():
+            if record.status is S.PROCESSING:
+                record.status = S.FAILED
+                record.locked_until = None
+                record.error_detail = "reset on start-up"
+                record.updated_at = now

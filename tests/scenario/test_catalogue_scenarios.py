@@ -282,6 +282,10 @@ CATCHES: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
             {"record_agrees_with_model", "allowed_transitions_only", "no_duplicate_side_effect"}
         ),
     ),
+    "open_fails_live_locks": (
+        ("crash-mid-dispatch",),
+        frozenset({"record_agrees_with_model", "no_duplicate_side_effect"}),
+    ),
 }
 
 #: Bugs no node path reaches, each with why; left to the conformance kit.

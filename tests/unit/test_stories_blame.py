@@ -1,8 +1,9 @@
 """Stories that blame the right call (issue 34, item 7).
 
 A finding is filed under the property the *first* deviating call breaks, by
-that call's own check; and payloads that play no part in the finding are
-made as light as they can be before the story is told.
+that call's own check; a call that wrote (a peer instance's ``open()``) is a
+line of the story; and payloads that play no part in the finding are made as
+light as they can be before the story is told.
 """
 
 from __future__ import annotations
@@ -97,6 +98,40 @@ def test_a_correct_completion_before_the_sweep_is_not_blamed() -> None:
         )
     )
     assert replay(build_machine(InMemoryStateHandler, stats=RunStats()), program) is None
+
+
+# --- 2. calls that write are lines of the story ------------------------------------------------
+
+
+def test_a_peer_open_that_fails_a_live_lock_is_a_step_and_its_finding() -> None:
+    program = Program(
+        (
+            Call.of("setup", world=DEFAULT_WORLD),
+            Call.of("try_acquire_lock", worker=1, item=Role.HOT),
+            Call.of("race_to_acquire", item=Role.HOT, guarded=False),
+        )
+    )
+    violation = _violation(CATALOGUE["open_fails_live_locks"].factory, program)
+    assert "open() of its own handler instance on the same store" in violation.story, (
+        violation.story
+    )
+    assert "Processing (token 1) -> Failed (token 1)" in violation.story
+    # The open broke it, before any worker raced: the race is not in the story.
+    assert "race:" not in violation.story
+    assert violation.property == "record_agrees_with_model"
+
+
+def test_a_peer_open_that_writes_nothing_tells_nothing() -> None:
+    machine = build_machine(InMemoryStateHandler, stats=RunStats())
+    state = machine()
+    try:
+        state.setup(world=DEFAULT_WORLD)
+        state.try_acquire_lock(worker=1, item=Role.HOT)
+        state.race_to_acquire(item=Role.HOT, guarded=False)
+        assert not any("open()" in step.render() for step in state.steps)
+        assert len(state.instances.peers) == 2
+    finally:
+        state.teardown()
 
 
 # --- 3. payloads that play no part are made light ---------------------------------------------
