@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from dsm_sim.broken import blame as _b
 from dsm_sim.broken import dimensions as _d
 from dsm_sim.broken import domain as _x
 from dsm_sim.broken import handlers as _h
@@ -300,7 +301,6 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
             _spec(
                 "history_sweep_pages_newest",
                 _d.HistorySweepPagesNewest,
-                "upsert_keeps_history",
                 "retention_sweep_agrees_with_model",
             ),
             _spec(
@@ -322,7 +322,6 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 "sweep_skips_tenants_never_acquired",
                 _d.SweepSkipsTenantsNeverAcquired,
                 "retention_sweep_agrees_with_model",
-                "upsert_keeps_history",
             ),
             # The whole JSON domain, text with every line ending, long histories,
             # keys whose hashes collide: what tidy names and short runs never show.
@@ -343,6 +342,18 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
                 "tenant_isolation",
                 "entity_isolation",
             ),
+            # A later call shows the bug: the story must blame the call that made it.
+            _spec(
+                "retention_counts_current_only",
+                _b.RetentionCountsCurrentOnly,
+                "retention_sweep_agrees_with_model",
+            ),
+            _spec(
+                "completion_lost_on_expired_lock",
+                _b.CompletionLostOnExpiredLock,
+                "completion_releases_lock",
+            ),
+            _spec("open_fails_live_locks", _b.OpenFailsLiveLocks, "record_agrees_with_model"),
         ]
     )
 )

@@ -45,7 +45,7 @@ from dsm_sim.conformance.report import (
 from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION, find_violation, is_flaky
 from dsm_sim.conformance.tell.replayed import CallTape
 from dsm_sim.conformance.tell.shrink_budget import SHORT_STORY, shrink_budget
-from dsm_sim.conformance.tell.trim import replay, trim
+from dsm_sim.conformance.tell.trim import Trimmed, lighten_payloads, replay, trim
 from dsm_sim.hangs import hang_since, hangs_seen
 from dsm_sim.wall import wall_now
 from reference_engine.errors import ConfigurationError
@@ -86,19 +86,29 @@ def trimmed(
     *,
     render: Callable[[Program], str],
 ) -> PropertyResult:
-    """The result with the steps its program does not need deleted, when any can go.
+    """The result with the steps its program does not need deleted, when any can go,
+    and the payloads that play no part in it made as light as they can be.
 
     Shrinking stops at its time budget; :mod:`dsm_sim.conformance.tell.trim`
     then replays the program without the steps the violation does not need,
-    within a number of replays and the same number of seconds.
+    within a number of replays and the same number of seconds, and then with
+    each payload replaced by the lightest one (within as many seconds again).
     """
     program = result.program
     if result.status is not ResultStatus.FAILED or program is None:
         return result
-    if len(program.body) <= SHORT_STORY and _story_steps(result.story) <= SHORT_STORY:
-        return result
+    found: Trimmed | None = None
+    if len(program.body) > SHORT_STORY or _story_steps(result.story) > SHORT_STORY:
+        deadline = time.perf_counter() + seconds
+        found = trim(machine, program, result.name, stop=lambda: time.perf_counter() > deadline)
     deadline = time.perf_counter() + seconds
-    found = trim(machine, program, result.name, stop=lambda: time.perf_counter() > deadline)
+    lighter = lighten_payloads(
+        machine,
+        program if found is None else found.program,
+        result.name,
+        stop=lambda: time.perf_counter() > deadline,
+    )
+    found = lighter or found
     if found is None:
         return result
     return dataclasses.replace(

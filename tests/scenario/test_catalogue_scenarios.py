@@ -272,6 +272,20 @@ CATCHES: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
         ("month-end",),
         frozenset({"retention_sweep_agrees_with_model", "upsert_keeps_history"}),
     ),
+    "retention_counts_current_only": (
+        ("retention-window",),
+        frozenset({"retention_sweep_agrees_with_model"}),
+    ),
+    "completion_lost_on_expired_lock": (
+        ("time-grid",),
+        frozenset(
+            {"record_agrees_with_model", "allowed_transitions_only", "no_duplicate_side_effect"}
+        ),
+    ),
+    "open_fails_live_locks": (
+        ("crash-mid-dispatch",),
+        frozenset({"record_agrees_with_model", "no_duplicate_side_effect"}),
+    ),
 }
 
 #: Bugs no node path reaches, each with why; left to the conformance kit.

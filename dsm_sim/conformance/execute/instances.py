@@ -18,6 +18,7 @@ same program with or without peers.
 from __future__ import annotations
 
 import contextlib
+from typing import Protocol
 
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.loop import LoopDriver
@@ -26,7 +27,7 @@ from dsm_sim.model import Outcome
 from reference_engine.handler import StateHandler
 from reference_engine.instances import peer_of
 
-__all__ = ["HandlerInstances", "out_of_process"]
+__all__ = ["HandlerInstances", "OpenWatcher", "out_of_process"]
 
 #: The worker whose calls go to the instance the factory built.
 OWNER = 1
@@ -41,8 +42,23 @@ def out_of_process(handler: object) -> bool:
     return getattr(handler, "out_of_process", False) is True
 
 
+class OpenWatcher(Protocol):
+    """Told around each peer's ``open()``: what the store held before, and after.
+
+    An ``open()`` must change no record; one that does (a start-up routine
+    that fails the locks it finds) is a call of the story like any other.
+    """
+
+    def before_open(self) -> object: ...
+
+    def after_open(self, worker: int, before: object) -> None: ...
+
+
 class HandlerInstances:
     """The factory's instance, and peers opened on first use."""
+
+    #: Told around each peer's open (the machine, which reads the store back).
+    watcher: OpenWatcher | None = None
 
     def __init__(
         self, owner: StateHandler, driver: LoopDriver, stats: RunStats | None = None
@@ -72,6 +88,7 @@ class HandlerInstances:
         if made is None:
             self.shared = False
             return self.owner
+        before = None if self.watcher is None else self.watcher.before_open()
         try:
             self.driver.run(made.open())
         except Exception as exc:
@@ -94,6 +111,8 @@ class HandlerInstances:
         self.peers[worker] = made
         if self.stats is not None:
             self.stats.instances = max(self.stats.instances, 1 + len(self.peers))
+        if self.watcher is not None:
+            self.watcher.after_open(worker, before)
         return made
 
     def leave(self, worker: int) -> Outcome:

@@ -76,6 +76,10 @@ _NO_ZONE = object()
 FULL_READ_EVERY = 4
 
 
+def _status_of(record: StateRecord | None) -> str:
+    return "no record" if record is None else f"{record.status.label} (token {record.attempt})"
+
+
 class OperationRules(RuleBasedStateMachine):
     """Workers 1-3 call the handler's operations; the model says what each must come to.
 
@@ -146,6 +150,7 @@ class OperationRules(RuleBasedStateMachine):
                 self.driver.run(self.handler.open())
             #: The instances racing workers call (peers on the same store, when offered).
             self.instances = HandlerInstances(self.handler, self.driver, stats)
+            self.instances.watcher = self
         except BaseException:
             self.driver.close()
             self.clock.stop()
@@ -376,6 +381,43 @@ class OperationRules(RuleBasedStateMachine):
             if self.diverged:
                 return
         self.view = view
+
+    # --- instances that open on the store -----------------------------------------------------
+
+    def before_open(self) -> object:
+        """The store as the factory's instance reads it, before a peer opens on it."""
+        if self.diverged or not self.entered:
+            return None
+        return self._observe()
+
+    def after_open(self, worker: int, before: object) -> None:
+        """A peer opened: when its ``open()`` changed a record, that is a step of the story.
+
+        An instance opening on the store (another worker process starting)
+        must change nothing; the records it changed are judged as after any
+        call that writes, so the finding is the open's, not that of the call
+        that next meets the item.
+        """
+        if self.diverged or not isinstance(before, dict):
+            return
+        after = self._observe()
+        changed = [
+            ref
+            for ref, outcome in after.items()
+            if ref in before
+            and outcome.error is None
+            and before[ref].error is None
+            and outcome.value != before[ref].value
+        ]
+        if not changed:
+            return
+        shown = "; ".join(
+            f"{ref.label}: {_status_of(before[ref].value)} -> {_status_of(after[ref].value)}"
+            for ref in changed
+        )
+        actor = "sweep worker" if worker == 0 else f"worker {worker}"
+        self._step(actor, "open() of its own handler instance on the same store", shown)
+        self._after_step("open", after)
 
     def _siblings(self, ref: ItemRef) -> Mapping[ItemRef, str]:
         """The items of the world a store could mix ``ref`` up with, kept until the world changes."""
@@ -677,8 +719,6 @@ class OperationRules(RuleBasedStateMachine):
         )
         self._step("retention worker", "expire_past_retention()", got.describe())
         self._checked("retention_sweep_agrees_with_model")
-        if history_expired:
-            self._checked("upsert_keeps_history")
         self._report(J.judge_retention_sweep(got, want, history_expired, now))
         self._after_step("sweep", self._observe())
 

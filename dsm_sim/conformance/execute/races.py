@@ -116,6 +116,8 @@ class _Replay:
 
 
 _CLOCK = -1
+#: Calls that write nothing: no write of theirs can have failed to land.
+_READS = frozenset({RaceOp.EXISTS, RaceOp.GET})
 
 
 def _readings(
@@ -420,7 +422,9 @@ class RaceRules(OperationRules):
         if not replay.consistent:
             self._report(
                 _swept_live(calls, view, prior, t0, self.semantics)
-                or self._explain(ref, calls, got, replay, in_sequence=sequence is not None)
+                or self._explain(
+                    ref, calls, got, replay, in_sequence=sequence is not None, prior=prior
+                )
             )
         # An upsert may compress acquire and complete into one step (Failed -> Processed).
         upserted = any(c.op is RaceOp.UPSERT for c in calls)
@@ -736,9 +740,17 @@ class RaceRules(OperationRules):
         t0: dt.datetime,
         t1: dt.datetime,
         nows: Sequence[dt.datetime] | None = None,
+        *,
+        base: ReferenceModel | None = None,
+        unlanded: int | None = None,
     ) -> _Replay:
-        """Replay ``order``; a call reads ``nows[call]`` if given, else the clock where it stands."""
-        model = _copied(self.model, calls)
+        """Replay ``order``; a call reads ``nows[call]`` if given, else the clock where it stands.
+
+        ``base`` is the model the calls start from (the machine's, by default).
+        The call ``unlanded`` answers what the handler answered but changes
+        nothing: the replay of a write that never landed.
+        """
+        model = _copied(self.model if base is None else base, calls)
         now = t0
         outcomes: dict[int, Outcome] = {}
         before: dict[int, tuple[ModelRecord | None, dt.datetime]] = {}
@@ -752,6 +764,9 @@ class RaceRules(OperationRules):
             key = None if call.ctx is None else call.ctx.record_key
             record = None if key is None else K.copy_record(model.current.get(key))
             before[event] = (record, now)
+            if event == unlanded:
+                outcomes[event] = got[event]
+                continue
             outcomes[event] = outcome_of(functools.partial(call.model_call, model, now))
         agreeing = sum(1 for i, o in outcomes.items() if got[i].agrees_with(o))
         return _Replay(tuple(order), model, outcomes, before, agreeing)
@@ -825,7 +840,18 @@ class RaceRules(OperationRules):
         replay: _Replay,
         *,
         in_sequence: bool = False,
+        prior: ReferenceModel | None = None,
     ) -> P.Finding | None:
+        """The first call of ``replay`` that deviated, judged by that call's own check.
+
+        That is the first call whose answer disagrees, unless the calls ran
+        one after the other and an earlier one answered as it should but its
+        write never landed, which explains that answer: a completion that
+        changed nothing is the completion's finding, not the sweep's that then
+        found the lock still there.  In a race, a write another call wrote
+        over looks as if it never landed: there the answer's own check is
+        the more telling (two grants are ``at_most_one_live_lock``).
+        """
         names = [("the clock move" if e == _CLOCK else calls[e].text) for e in replay.order]
         context = (
             ""
@@ -833,13 +859,70 @@ class RaceRules(OperationRules):
             else f"in a race of {', '.join(c.text for c in calls)}, no order of the calls "
             f"explains what the handler did; taking them as {' then '.join(names)}: "
         )
-        for index in replay.order:
+        for position, index in enumerate(replay.order):
             if index == _CLOCK or got[index].agrees_with(replay.outcomes[index]):
                 continue
-            finding = self._judge_call(ref, calls[index], got[index], replay, index)
+            finding = (
+                None
+                if prior is None or not in_sequence
+                else self._unlanded(ref, calls, got, replay, position, prior)
+            ) or self._judge_call(ref, calls[index], got[index], replay, index)
             if finding is not None:
                 return P.Finding(finding.property, context + finding.message)
         return None  # every answer agrees: the records read back are judged next
+
+    def _unlanded(
+        self,
+        ref: ItemRef,
+        calls: Sequence[_Call],
+        got: Sequence[Outcome],
+        replay: _Replay,
+        position: int,
+        prior: ReferenceModel,
+    ) -> P.Finding | None:
+        """An earlier write that answered as it should but never landed, if that explains
+        the answer of the call at ``position`` in ``replay``; judged as the record read
+        back after that write would have been judged."""
+        deviating = replay.order[position]
+        t0 = t1 = self.clock.now()
+        nows = [replay.before[i][1] if i in replay.before else t0 for i in range(len(calls))]
+        for earlier, index in enumerate(replay.order[:position]):
+            if (
+                index == _CLOCK
+                or calls[index].op in _READS
+                or got[index].error is not None
+                or not got[index].agrees_with(replay.outcomes[index])
+            ):
+                continue
+            without = self._replay(
+                replay.order, calls, got, t0, t1, nows, base=prior, unlanded=index
+            )
+            if not got[deviating].agrees_with(without.outcomes[deviating]):
+                continue
+            prefix = replay.order[: earlier + 1]
+            landed = self._replay(prefix, calls, got, t0, t1, nows, base=prior).model
+            lost = self._replay(prefix, calls, got, t0, t1, nows, base=prior, unlanded=index)
+            want = landed.current.get(ref.record_key)
+            have = lost.model.current.get(ref.record_key)
+            finding = J.judge_record(
+                ref,
+                None if have is None else have.to_state_record(),
+                want,
+                nows[index],
+                has_history=any(r.key == ref.record_key for r in landed.superseded),
+                semantics=self.semantics,
+            )
+            if finding is None:
+                continue
+            call = calls[index]
+            return P.Finding(
+                finding.property,
+                f"{call.actor}'s {call.text} answered {self._shown(call, got[index])} but "
+                f"never landed, as {calls[deviating].actor}'s {calls[deviating].text} -> "
+                f"{self._shown(calls[deviating], got[deviating])} after it shows: "
+                + finding.message,
+            )
+        return None
 
     def _judge_call(
         self, ref: ItemRef, call: _Call, got: Outcome, replay: _Replay, index: int

@@ -22,18 +22,33 @@ only if that replay breaks the property again; otherwise the original stands.
 
 from __future__ import annotations
 
+import inspect
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from dsm_sim.conformance.execute.machine import ConformanceMachine
-from dsm_sim.conformance.program import Program
+from dsm_sim.conformance.program import Call, Program
 from dsm_sim.conformance.properties import PropertyViolation
 from dsm_sim.conformance.tell.replayed import CallTape
 
-__all__ = ["MAX_REPLAYS", "Trimmed", "UnbuildableMachine", "replay", "trim"]
+__all__ = [
+    "MAX_REPLAYS",
+    "PAYLOAD_REPLAYS",
+    "Trimmed",
+    "UnbuildableMachine",
+    "lighten_payloads",
+    "replay",
+    "trim",
+]
 
 #: Replays one reduction may spend, the final confirmation included.
 MAX_REPLAYS = 150
+#: Replays the payload pass may spend, the final confirmation included.
+PAYLOAD_REPLAYS = 24
+#: The argument a step's payload is passed in.
+PAYLOAD = "data"
 #: How many last steps fast-forwarding tries to keep alone (the clock jumped to them).
 FAST_FORWARD = 6
 
@@ -199,3 +214,82 @@ def trim(
     if replays:
         replay(machine, original)
     return None
+
+
+def _takes_none(machine: type[ConformanceMachine], rule: str) -> bool:
+    """Does the step ``rule`` take ``None`` for its payload (a write without data)?"""
+    method = getattr(machine, rule, None)
+    if method is None:
+        return False
+    try:
+        parameter = inspect.signature(method, eval_str=True).parameters.get(PAYLOAD)
+    except (NameError, TypeError, ValueError):
+        return False
+    if parameter is None:
+        return False
+    annotation = parameter.annotation
+    return annotation is None or types.NoneType in typing.get_args(annotation)
+
+
+def _lighter(machine: type[ConformanceMachine], call: Call) -> list[object]:
+    """The payloads to try in place of ``call``'s, lightest first: none, then the empty object."""
+    arguments = dict(call.arguments)
+    if PAYLOAD not in arguments:
+        return []
+    value = arguments[PAYLOAD]
+    if value is None or (isinstance(value, dict) and not value):
+        return []  # already as light as a payload gets
+    lighter: list[object] = []
+    if _takes_none(machine, call.rule):
+        lighter.append(None)
+    if isinstance(value, dict):
+        lighter.append({})
+    return lighter
+
+
+def lighten_payloads(
+    machine: type[ConformanceMachine],
+    program: Program,
+    prop: str,
+    *,
+    max_replays: int = PAYLOAD_REPLAYS,
+    stop: Callable[[], bool] | None = None,
+) -> Trimmed | None:
+    """Replace each payload that plays no part in the finding by the lightest one.
+
+    A story found with a payload at the size limit (or a deep, many-named one)
+    is told with it, though another would break the property as well.  Each
+    step's payload, the largest first, is replaced by ``None`` (where the step
+    takes one) or ``{}``, and the replacement kept when the program still
+    breaks ``prop``.  The result is replayed once more, as :func:`trim`'s is;
+    None when no payload could be lightened.
+    """
+    replays = 0
+    body = list(program.body)
+    order = sorted(
+        (index for index, call in enumerate(body) if _lighter(machine, call)),
+        key=lambda index: -len(ascii(body[index].argument(PAYLOAD))),
+    )
+    changed = False
+    for index in order:
+        for value in _lighter(machine, body[index]):
+            if replays >= max_replays - 1 or (stop is not None and stop()):
+                break
+            candidate = [
+                *body[:index],
+                body[index].replaced(**{PAYLOAD: value}),
+                *body[index + 1 :],
+            ]
+            replays += 1
+            violation = replay(machine, program.with_body(candidate))
+            if violation is not None and violation.property == prop:
+                body, changed = candidate, True
+                break
+    if not changed:
+        return None
+    lightened = program.with_body(body)
+    violation = replay(machine, lightened)
+    replays += 1
+    if violation is None or violation.property != prop:
+        return None
+    return Trimmed(lightened, violation, replays)
