@@ -142,6 +142,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "see docs/conformance.md)",
     )
     parser.add_argument(
+        "--tokens",
+        choices=("attempts", "ordered"),
+        default="attempts",
+        help="how the handler's fencing tokens are judged: 'attempts' (the default: a token is "
+        "the record's attempt, 1, 2, 3...) or 'ordered' (any value that grows with every grant "
+        "of an item, a sequence, a rowversion, a timestamp: judged by order, not by value)",
+    )
+    parser.add_argument(
         "--stop-on-first",
         action="store_true",
         help="stop at the first violation instead of settling every property",
@@ -177,6 +185,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _header(report: VerificationReport) -> str:
     zone = report.time_zone or "drawn per test case"
     judged = "" if report.semantics == "dsm" else f", semantics {report.semantics}"
+    if report.tokens != "attempts":
+        judged += f", tokens {report.tokens}"
     return (
         f"profile {report.profile}, seed {report.seed}, clock {report.clock_mode.value}, "
         f"time zone {zone}{judged}"
@@ -224,6 +234,8 @@ def _write_details(report: object, out: TextIO) -> None:
     from dsm_sim.conformance.runner import VerificationReport
 
     assert isinstance(report, VerificationReport)
+    for hazard in report.hazards:
+        out.write("\n" + hazard.render() + "\n")
     for result in report.violations:
         out.write("\n" + result.render() + "\n")
     if report.error:
@@ -502,6 +514,7 @@ def main(args: argparse.Namespace) -> int:
             call_timeout_s=getattr(args, "call_timeout", None),
             record=getattr(args, "report", None) is not None,
             factory_spec=args.factory,
+            tokens=getattr(args, "tokens", "attempts"),
         )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")

@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, Phase, settings
 from dsm_sim import profiles
 from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.execute.loop import default_call_timeout, validate_call_timeout
+from dsm_sim.conformance.execute.tokens import tokens_factory
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.racing import run_matrix
@@ -177,6 +178,7 @@ def verify(
     stage: Stage | None = None,
     record: bool = False,
     factory_spec: str | None = None,
+    tokens: str = "attempts",
 ) -> VerificationReport:
     """Run the conformance kit against ``factory``; never raises on a violation.
 
@@ -212,8 +214,13 @@ def verify(
     ``factory_spec`` is the ``MODULE:FACTORY`` the factory was loaded from, which
     the replay command and the reproduction import it by: its own ``module:qualname``
     does not import when it was made by a closure (``make_factory.<locals>.make``).
+    ``tokens`` is how the handler's fencing tokens are judged: ``"attempts"``
+    (a token is the record's attempt number) or ``"ordered"`` (any value that
+    grows with every grant of an item, judged by order;
+    :mod:`dsm_sim.conformance.execute.tokens`).
     """
     semantics_of = resolve_semantics(semantics, factory)
+    judged = tokens_factory(factory, tokens)
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
     chosen = profile_settings(profile)
@@ -229,7 +236,7 @@ def verify(
     if seed_count < 1:
         raise ConfigurationError(f"seeds must be at least 1, got {seed_count}")
     plan = Plan(
-        factory=factory,
+        factory=judged,
         path=factory_spec or factory_path(factory),
         profile=profile,
         seed=seed,
@@ -252,6 +259,7 @@ def verify(
         progress=progress,
         stage=stage,
         record=record,
+        tokens=tokens,
     )
     verification = Verification(plan)
     if probes:

@@ -33,6 +33,7 @@ from dsm_sim.conformance.properties import PROPERTIES, PropertyViolation
 from dsm_sim.conformance.report import (
     Coverage,
     Gap,
+    HazardSeen,
     PropertyResult,
     ResultStatus,
     VerificationReport,
@@ -151,6 +152,8 @@ class Plan:
     stage: Stage | None = None
     #: Record the last confirmation of each counterexample for the explorer (``--report``).
     record: bool = False
+    #: ``--tokens``: ``attempts`` (a token is the record's attempt) or ``ordered``.
+    tokens: str = "attempts"
 
     def tell(self, stage: str, done: int, planned: int) -> None:
         if self.stage is not None:
@@ -187,6 +190,8 @@ class Verification:
     checks: Counter[str] = field(default_factory=Counter)
     stopped: Counter[str] = field(default_factory=Counter)
     gaps: dict[str, Gap] = field(default_factory=dict)
+    #: The semantics profile's hazards shown so far, by name.
+    hazards: dict[str, HazardSeen] = field(default_factory=dict)
     test_cases: int = 0
     steps: int = 0
     runs: int = 0
@@ -219,6 +224,14 @@ class Verification:
         """What a stage's run could not exercise, and how many instances its races went through."""
         for gap in stats.gaps:
             self.gaps.setdefault(gap.name, gap)
+        for name, seen in stats.hazards.items():
+            known = self.hazards.get(name)
+            before = seen.seen - 1 + (0 if known is None else known.seen)
+            if known is None or seen.story_steps < known.story_steps:
+                self.hazards[name] = seen.again(before)
+            else:
+                self.hazards[name] = known.again(before)
+        stats.hazards.clear()
         self.instances = max(self.instances, stats.instances)
         self.out_of_process |= stats.out_of_process
 
@@ -506,4 +519,6 @@ class Verification:
             coverage=self.coverage,
             instances=self.instances,
             out_of_process=self.out_of_process,
+            hazards=tuple(self.hazards.values()),
+            tokens=plan.tokens,
         )

@@ -220,6 +220,13 @@ class OperationRules(RuleBasedStateMachine):
     def _report(self, finding: P.Finding | None) -> None:
         if finding is None or self.diverged:
             return
+        hazard = self.semantics.hazards.get(finding.property)
+        if hazard is not None:
+            # What the interface cannot prevent: named, with its story, and this test
+            # case is judged no further (the handler and the spec have parted ways).
+            self.stats.note_hazard(hazard, finding, self._story(finding.message))
+            self.diverged = True
+            return
         self.stats.checks[finding.property] += 1  # a violation is a check that failed
         if finding.property in self.stats.disabled:
             # Already reported in an earlier run; stop judging this one, whose
@@ -526,7 +533,16 @@ class OperationRules(RuleBasedStateMachine):
         if len(self.model.superseded) > superseded:
             self._checked("upsert_keeps_history")
         finding = J.judge_write(
-            operation, ref, worker, token, got, want, record, now, spent_by=spent_by
+            operation,
+            ref,
+            worker,
+            token,
+            got,
+            want,
+            record,
+            now,
+            spent_by=spent_by,
+            fenced=self.semantics.fenced,
         )
         self._report(self._diagnose(ref, finding))
         self._after_step(operation.split("(")[0], item=ref)

@@ -15,7 +15,11 @@ them, and the kit reads the profile in a few places only:
 * the record judge compares instants at the profile's resolutions and skips
   fields the library does not store;
 * the rules skip operations the library does not have, and a property the
-  profile waives is reported as ``waived`` with the reason, never as passed.
+  profile waives is reported as ``waived`` with the reason, never as passed;
+* a property the profile names as a :class:`Hazard` is what the library's
+  interface cannot prevent (the seed's writes carry no token, so a stale
+  holder's late write lands): when a test case shows it, the kit reports the
+  hazard by name with its story, and stops judging that test case.
 
 What stays judged under every profile is ownership: a write by a holder whose
 lock was taken over must be refused, two live holders are never allowed, and
@@ -44,8 +48,10 @@ __all__ = [
     "DSM",
     "OPERATIONS",
     "POWERTOOLS",
+    "SEED",
     "SEMANTICS",
     "Failure",
+    "Hazard",
     "ProfiledModel",
     "Retention",
     "SemanticsProfile",
@@ -88,6 +94,15 @@ def truncate(instant: dt.datetime, resolution: dt.timedelta) -> dt.datetime:
     if resolution <= _MICROSECOND:
         return instant
     return instant - (instant - _EPOCH) % resolution
+
+
+@dataclass(frozen=True, slots=True)
+class Hazard:
+    """What an interface cannot prevent: reported by name with its story, never passed or refused."""
+
+    #: The hazard's name in the verdict (``hazard: NAME — summary``).
+    name: str
+    summary: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +149,13 @@ class SemanticsProfile:
     )
     #: Properties that do not apply, each with the reason printed in their place.
     waived: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: Whether the store sees the caller's token on a write.  False: the
+    #: interface's writes carry none, so a write the spec refuses for want of
+    #: the lock may land (a hazard), and one it refuses in another way
+    #: (``LockNotHeldError`` for ``StaleLockError``) is a refusal all the same.
+    fenced: bool = True
+    #: Properties whose violation is the interface's hazard, not the handler's bug.
+    hazards: Mapping[str, Hazard] = field(default_factory=lambda: MappingProxyType({}))
 
     def __copy__(self) -> SemanticsProfile:
         return self  # immutable: a copied model shares its profile
@@ -146,6 +168,7 @@ class SemanticsProfile:
         # travels to a worker process (``dsm run --jobs``) as its fields.
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         fields["waived"] = dict(self.waived)
+        fields["hazards"] = dict(self.hazards)
         return (_rebuilt, (fields,))
 
     @property
@@ -183,7 +206,13 @@ class SemanticsProfile:
 
 def _rebuilt(fields: dict[str, Any]) -> SemanticsProfile:
     """A pickled profile, read back; a known profile comes back as itself."""
-    profile = SemanticsProfile(**{**fields, "waived": MappingProxyType(dict(fields["waived"]))})
+    profile = SemanticsProfile(
+        **{
+            **fields,
+            "waived": MappingProxyType(dict(fields["waived"])),
+            "hazards": MappingProxyType(dict(fields.get("hazards", {}))),
+        }
+    )
     known = SEMANTICS.get(profile.name)
     return known if known == profile else profile
 
@@ -233,10 +262,47 @@ POWERTOOLS = SemanticsProfile(
     ),
 )
 
+#: The hazard of an interface whose writes carry no fencing token.
+STALE_HOLDER_LATE_WRITE = Hazard(
+    name="stale_holder_late_write",
+    summary=(
+        "the writes (SetAsync, ReleaseLockAsFailedAsync, UpsertAsync) carry no token, so a "
+        "holder whose lock was "
+        "swept or taken over, waking late, writes over the record of the worker that holds "
+        "the item now; no handler of this interface can refuse it"
+    ),
+)
+
+#: The seed's ``IDataStateMachineHandler`` as it is: ``TryAcquireLockAsync``
+#: answers true or false, and the writes carry no token.  Everything else the
+#: seed promises is judged as the spec: the transitions, exists, the lock and
+#: its duration, the sweeps, retention, history, payloads.
+SEED = SemanticsProfile(
+    name="seed",
+    summary=(
+        "the seed's IDataStateMachineHandler: acquire answers true or false, SetAsync and "
+        "ReleaseLockAsFailedAsync carry no token (a stale holder's late write is a hazard)"
+    ),
+    fenced=False,
+    completion_retries=False,
+    waived=MappingProxyType(
+        {
+            "stale_write_rejected": (
+                "no token reaches the store: reported as the hazard stale_holder_late_write"
+            ),
+            "spent_token_rejected": (
+                "no token reaches the store, so a retried completion cannot be told from "
+                "another caller's"
+            ),
+        }
+    ),
+    hazards=MappingProxyType({"stale_write_rejected": STALE_HOLDER_LATE_WRITE}),
+)
+
 #: Profiles ``dsm verify --semantics NAME`` knows by name; any other is
 #: given as ``module:ATTRIBUTE``.
 SEMANTICS: Mapping[str, SemanticsProfile] = MappingProxyType(
-    {DSM.name: DSM, POWERTOOLS.name: POWERTOOLS}
+    {DSM.name: DSM, POWERTOOLS.name: POWERTOOLS, SEED.name: SEED}
 )
 
 

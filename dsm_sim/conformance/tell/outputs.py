@@ -43,6 +43,12 @@ INDEX = "index.html"
 def verdict(report: VerificationReport) -> str:
     """One line a CI log ends with; never a bare count with nothing to act on."""
     if report.passed:
+        if report.hazards:
+            names = ", ".join(h.name for h in report.hazards)
+            return (
+                f"PASSED, with {len(report.hazards)} hazard(s) of the {report.semantics} "
+                f"interface: {names} (see the hazard lines)"
+            )
         return "PASSED"
     violations = report.violations
     if violations:
@@ -120,7 +126,22 @@ def report_dict(report: VerificationReport) -> dict[str, Any]:
             "several_processes": report.out_of_process and report.instances > 1,
             "said": report.races(),
         },
+        "tokens": report.tokens,
         "properties": [_result(r) for r in report.results],
+        # What the semantics profile's interface cannot prevent, shown by a test case.
+        "hazards": [
+            {
+                "name": h.name,
+                "line": h.line(),
+                "summary": h.summary,
+                "property": h.property_name,
+                "message": h.message,
+                "story": h.story,
+                "story_steps": h.story_steps,
+                "test_cases": h.seen,
+            }
+            for h in report.hazards
+        ],
         "not_exercised": list(report.not_exercised),
         "gaps": [
             {"name": g.name, "what": g.what, "reason": g.reason, "waived": g.name in report.waived}
