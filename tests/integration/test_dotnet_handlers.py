@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from dsm_sim.conformance.runner import VerificationReport, verify
-from dsm_sim.protocol.client import ExecHandler, exec_factory
+from dsm_sim.protocol.client import ExecHandler, exec_factory, preflight
 from dsm_sim.protocol.replay import replay
 from dsm_sim.scenario import load_scenarios
 from dsm_sim.simulator.run import run_scenario
@@ -158,6 +158,25 @@ def test_the_sqlite_handler_passes_the_kit_through_processes_on_one_store(
     _assert_passed(report)
     # Each test case's store was named on open and dropped by the close that said so.
     assert stores.is_dir() and not list(stores.iterdir())
+
+
+def test_a_handler_of_the_seeds_interface_runs_unchanged_and_is_judged_under_seed(
+    build: Path,
+) -> None:
+    """The host adapts the seed's tokenless interface and says so; the kit picks ``seed``."""
+    factory = exec_factory(_mono(build, "SeedHandler.exe"))
+    assert preflight(factory) is None
+    assert (factory.shape, factory.language) == ("seed", "csharp")
+    report = verify(factory, profile="dev", seed=0)
+    _assert_passed(report)
+    assert report.semantics == "seed"
+    assert [h.name for h in report.hazards] == ["stale_holder_late_write"]
+    assert report.hazards[0].story_steps > 0
+    # The contract's handlers say their shape too, and stay under the spec.
+    contract = exec_factory(_mono(build, "MemoryHandler.exe"))
+    assert preflight(contract) is None
+    assert (contract.shape, contract.language) == ("contract", "csharp")
+    assert contract.dsm_semantics is None
 
 
 @pytest.mark.parametrize(

@@ -544,6 +544,28 @@ class OperationRules(RuleBasedStateMachine):
             spent_by=spent_by,
             fenced=self.semantics.fenced,
         )
+        refusal = getattr(self.model, "spec_refusal", None)
+        if refusal is not None and finding is None:
+            # The interface carries no token: the write landed where the spec refuses it.
+            hazard = self.semantics.hazards.get("stale_write_rejected")
+            shown_as = J.judge_write(
+                operation,
+                ref,
+                worker,
+                token,
+                got,
+                Outcome(error=refusal),
+                record,
+                now,
+                fenced=False,
+            )
+            if hazard is not None and shown_as is not None:
+                self.stats.note_hazard(hazard, shown_as, self._story(shown_as.message))
+        elif refusal is not None and isinstance(got.error, LockError):
+            # Refused as the spec refuses it, where the interface's reading lets it land:
+            # stricter than the seed asks, and the model went the other way; judge no further.
+            self.diverged = True
+            return
         self._report(self._diagnose(ref, finding))
         self._after_step(operation.split("(")[0], item=ref)
 

@@ -29,17 +29,18 @@ a record the model keeps must not be missing.  The default profile,
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
 import enum
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from reference_engine.context import RecordKey, StateHandlerContext
-from reference_engine.errors import ConfigurationError, DsmError, LockNotHeldError
+from reference_engine.errors import ConfigurationError, DsmError, LockError, LockNotHeldError
 from reference_engine.model import NEEDS_LOCK, ReferenceModel, require_holder
 from reference_engine.record import check_settable, encode_data
 from reference_engine.status import IdempotencyStatus
@@ -368,6 +369,9 @@ class ProfiledModel(ReferenceModel):
         super().__init__()
         self.semantics = semantics
         self.last_token: dict[RecordKey, int] = {}
+        #: Under a profile whose writes carry no token: the error the spec would have
+        #: raised for the last write, which the interface let land (None: it agreed).
+        self.spec_refusal: DsmError | None = None
         self.guard_until: dict[RecordKey, dt.datetime] = {}
 
     # --- the end of retention by TTL ----------------------------------------------------------
@@ -392,6 +396,31 @@ class ProfiledModel(ReferenceModel):
     def exists(self, ctx: StateHandlerContext, now: dt.datetime) -> bool:
         self.settle(now, ctx.record_key)
         return super().exists(ctx, now)
+
+    def _as_written(
+        self, ctx: StateHandlerContext, spec: Callable[[ReferenceModel, StateHandlerContext], Any]
+    ) -> StateHandlerContext:
+        """The caller as a store that is given no token sees it (``fenced=False``).
+
+        A write on a Processing record is taken as the holder's: the only
+        reading a store of such an interface has.  When the spec would refuse
+        the caller as it is (a stale holder, a worker holding nothing), that
+        refusal is kept in :attr:`spec_refusal`: the interface's hazard.
+        """
+        self.spec_refusal = None
+        if self.semantics.fenced:
+            return ctx
+        record = self.current.get(ctx.record_key)
+        holder = record.attempt if record is not None and record.status is S.PROCESSING else None
+        if holder == ctx.lock_token:
+            return ctx
+        try:
+            spec(copy.deepcopy(self), ctx)
+        except LockError as exc:
+            self.spec_refusal = exc
+        except DsmError:
+            pass
+        return ctx.with_lock_token(holder)
 
     def _configured(self, ctx: StateHandlerContext) -> StateHandlerContext:
         """``ctx`` with its retention in the unit the library takes it in."""
@@ -447,6 +476,7 @@ class ProfiledModel(ReferenceModel):
     ) -> None:
         ctx = self._configured(ctx)
         self.settle(now, ctx.record_key)
+        ctx = self._as_written(ctx, lambda m, c: ReferenceModel.set(m, c, status, data, now))
         if self.semantics.strict:
             super().set(ctx, status, data, now)
             return
@@ -478,6 +508,9 @@ class ProfiledModel(ReferenceModel):
     ) -> None:
         ctx = self._configured(ctx)
         self.settle(now, ctx.record_key)
+        ctx = self._as_written(
+            ctx, lambda m, c: ReferenceModel.release_lock_as_failed(m, c, error_detail, now)
+        )
         if self._vanished_under_holder(ctx):
             return  # nothing left to delete, and nobody else's record to harm
         if self.semantics.failure is Failure.DELETE and ctx.lock_token is not None:
@@ -505,6 +538,7 @@ class ProfiledModel(ReferenceModel):
     ) -> None:
         ctx = self._configured(ctx)
         self.settle(now, ctx.record_key)
+        ctx = self._as_written(ctx, lambda m, c: ReferenceModel.upsert(m, c, data, now))
         super().upsert(ctx, data, now)
 
     def reset_expired_locks(self, now: dt.datetime) -> int:
