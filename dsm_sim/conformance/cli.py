@@ -325,6 +325,7 @@ def _write_replays(
     replays: list[tuple[PropertyResult, list[bytes]]], factory: object, directory: Path
 ) -> None:
     """One replay file per violation, each named next to the command that sends it."""
+    from dsm_sim.conformance.tell.csharp import is_csharp
     from dsm_sim.protocol.client import ExecFactory
     from dsm_sim.protocol.replay import replay_command, replay_name, write_replay
 
@@ -341,6 +342,25 @@ def _write_replays(
             f"  send them again: {replay_command(path, factory)}",
             file=sys.stderr,
         )
+        if is_csharp(factory.command, factory.language):
+            _write_nunit_test(result, lines, path.with_suffix(".cs"))
+
+
+def _write_nunit_test(result: PropertyResult, lines: list[bytes], path: Path) -> None:
+    """The counterexample of a C# handler, also as an NUnit test: printed, and kept beside its replay."""
+    from dsm_sim.conformance.tell.csharp import nunit_test
+
+    try:
+        test = nunit_test(result.name, result.found_seed or 0, lines, result.message)
+    except Exception as exc:  # the reference's answers could not be had: say so, keep the rest
+        print(f"no NUnit test for {result.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    out = printable_stream(sys.stdout)
+    out.write(f"\n{result.name} as an NUnit test for your C# test project ({path}):\n\n{test}")
+    try:
+        path.write_text(test, encoding="utf-8")
+    except OSError as exc:
+        print(f"cannot write the NUnit test {path}: {exc}", file=sys.stderr)
 
 
 def store_preflight(factory: HandlerFactory, seconds: float | None) -> str | None:

@@ -544,3 +544,94 @@ def test_the_invoice_node_charges_each_invoice_once_on_both_handlers(build: Path
     assert out.returncode == 0, out.stdout + out.stderr
     checks = [line for line in out.stdout.splitlines() if line.startswith("  ")]
     assert len(checks) == 14 and all(line.startswith("  ok") for line in checks), out.stdout
+
+
+# --- NUnit: the contract fixture, and a counterexample as a test ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def nunit(build: Path) -> Path:
+    """``nunit-console`` and ``nunit.framework`` (Debian's nunit-console, libnunit-cil-dev)."""
+    if shutil.which("nunit-console") is None:
+        _missing("nunit-console is not installed (apt-get install nunit-console libnunit-cil-dev)")
+    found = subprocess.run(["pkg-config", "--exists", "nunit"], check=False)
+    if found.returncode != 0:
+        _missing("nunit.framework is missing (apt-get install libnunit-cil-dev)")
+    return build
+
+
+def _nunit(directory: Path, sources: list[Path], out: str, *references: Path) -> str:
+    """Build ``sources`` as a test library beside ``references`` and run it: nunit-console's output."""
+    subprocess.run(
+        [
+            "mcs", "-nologo", "-langversion:7.2", "-warnaserror+", "-target:library",
+            "-pkg:nunit", *(f"-r:{r}" for r in references), f"-out:{directory / out}",
+            *map(str, sources),
+        ],
+        check=True, timeout=120,
+    )  # fmt: skip
+    for reference in references:
+        if reference.parent != directory:
+            shutil.copy(reference, directory)
+    run = subprocess.run(
+        ["nunit-console", "-nologo", f"-work={directory}", str(directory / out)],
+        capture_output=True, text=True, timeout=120, cwd=directory, check=False,
+    )  # fmt: skip
+    return run.stdout + run.stderr
+
+
+def test_the_nunit_contract_fixture_builds_with_mcs_and_passes_under_nunit_console(
+    nunit: Path,
+) -> None:
+    sources = sorted((DOTNET / "Dsm.DataStateMachine.Tests").glob("*.cs"))
+    output = _nunit(
+        nunit, sources, "Dsm.DataStateMachine.Tests.dll", nunit / "Dsm.DataStateMachine.dll"
+    )
+    assert re.search(r"Tests run: [1-9]\d*, Errors: 0, Failures: 0", output), output
+
+
+def test_a_counterexample_is_printed_as_an_nunit_test_that_fails_at_the_breaking_step(
+    nunit: Path, tmp_path: Path
+) -> None:
+    from dsm_sim.conformance.tell.csharp import is_csharp, nunit_test
+
+    factory = exec_factory(_mono(nunit, "BrokenHandler.exe", "no_fencing"))
+    assert preflight(factory) is None and factory.language == "csharp"
+    assert is_csharp(factory.command, factory.language)
+    kept: list[bytes] = []
+    report = verify(
+        factory,
+        profile="dev",
+        seed=0,
+        stop_on_first=True,
+        on_violation=lambda result: kept.extend(factory.last_transcript),
+    )
+    assert report.violations[0].name == "stale_write_rejected"
+    test = nunit_test("stale_write_rejected", 0, kept, report.violations[0].message)
+    assert "new YourHandler(clock)" in test and "ManualClock" in test
+    broken = "new Dsm.DataStateMachine.Handlers.InMemoryDataStateMachineHandler(clock, new Dsm.Handlers.Broken.NoFencing())"
+    source = tmp_path / "Broken.cs"
+    source.write_text(test.replace("new YourHandler(clock)", broken), encoding="utf-8")
+    output = _nunit(
+        tmp_path,
+        [source],
+        "Broken.dll",
+        nunit / "Dsm.DataStateMachine.dll",
+        nunit / "BrokenHandler.exe",
+    )
+    assert "Failures: 1" in output, output
+    assert '"{\\"error\\":\\"stale_lock\\"}"' in output or '{"error":"stale_lock"}' in output, (
+        output
+    )
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    source = fixed / "Fixed.cs"
+    source.write_text(
+        test.replace(
+            "new YourHandler(clock)",
+            "new Dsm.DataStateMachine.Handlers.InMemoryDataStateMachineHandler(clock)",
+        ),
+        encoding="utf-8",
+    )
+    output = _nunit(fixed, [source], "Fixed.dll", nunit / "Dsm.DataStateMachine.dll")
+    assert re.search(r"Tests run: 1, Errors: 0, Failures: 0", output), output

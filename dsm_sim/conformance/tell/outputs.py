@@ -251,6 +251,19 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
 
 
+def breaking_step(story: str) -> tuple[str, str, str]:
+    """The story split around its breaking step: the last numbered step before the verdict line.
+
+    The counterexample page marks that step (``#breaking-step``) and opens there.
+    """
+    lines = story.splitlines(keepends=True)
+    steps = [i for i, line in enumerate(lines) if line.strip()[:1].isdigit()]
+    if not steps:
+        return story, "", ""
+    at_ = steps[-1]
+    return "".join(lines[:at_]), lines[at_], "".join(lines[at_ + 1 :])
+
+
 def _counterexample(report: VerificationReport, result: PropertyResult) -> str:
     """The counterexample's page: its story, and the explorer playing it when it was recorded."""
     environment = template_environment()
@@ -264,8 +277,12 @@ def _counterexample(report: VerificationReport, result: PropertyResult) -> str:
             chapters=replayed.chapters,
             store_clock=dict(replayed.store_clock),
         )
+    before, breaking, after = breaking_step(result.story)
     return environment.get_template("counterexample.html.j2").render(
         result=result,
+        story_before=before,
+        breaking=breaking,
+        story_after=after,
         explorer=explorer,
         reproduced=replayed is not None and replayed.reproduced,
         replay_command=report.replay_command(),
@@ -288,7 +305,7 @@ def write_html(report: VerificationReport, directory: Path) -> Path:
         css = result.status.name.lower()
         name = e(result.name)
         if result.failed:
-            name = f"<a href='{_slug(result.name)}.html'>{name}</a>"
+            name = f"<a href='{_slug(result.name)}.html#breaking-step'>{name}</a>"
             write_report(directory / f"{_slug(result.name)}.html", _counterexample(report, result))
         detail = result.message if result.status is ResultStatus.WAIVED else result.summary
         rows.append(
