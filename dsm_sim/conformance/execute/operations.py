@@ -130,6 +130,8 @@ class OperationRules(RuleBasedStateMachine):
         self._sibling_map: dict[ItemRef, dict[ItemRef, str]] = {}
         self.diverged = False
         self.failed = False
+        #: Keys of the worlds entered so far, each read once before any call wrote it.
+        self.checked_keys: set[Any] = set()
         self.zone = UTC_ZONE
         self._saved_zone: object = _NO_ZONE
         self._torn_down = False
@@ -177,6 +179,37 @@ class OperationRules(RuleBasedStateMachine):
                 # The process (and each peer after it) starts with TZ set to the zone.
                 self.handler.zone = zone  # type: ignore[attr-defined]  # an ExecHandler field
                 self.driver.run(self.handler.open())
+        self._check_empty_store()
+
+    def _check_empty_store(self) -> None:
+        """Every item reads back as missing before the first call: each open starts empty.
+
+        A factory that hands every test case one store (a fixed database file, a
+        static dictionary) shows the records of earlier test cases here.
+        """
+        fresh = [ref for ref in self.world if ref.record_key not in self.checked_keys]
+        if not fresh:
+            return
+        self.checked_keys.update(ref.record_key for ref in fresh)
+        if len(fresh) == len(self.observers):
+            observed = self._observe()
+        else:
+            observed = {ref: self._observe_one(ref) for ref in fresh if ref in self.observers}
+        for ref, outcome in observed.items():
+            record = outcome.value
+            if outcome.error is not None or record is None:
+                continue
+            self._step("kit", f"get({ref.label}) before any call", record.status.label)
+            self._report(
+                P.Finding(
+                    "record_agrees_with_model",
+                    f"get({ref.label}) returned a {record.status.label} record (attempt "
+                    f"{record.attempt}, written by {record.entity_execution_id!r}) before the test "
+                    "case wrote anything: the store was not empty when the test case opened "
+                    "it: each open must start from an empty store (a factory that reuses one "
+                    "store, a file or a static dictionary, leaks records between test cases)",
+                )
+            )
 
     def _ref(self, item: Role) -> ItemRef:
         return self.world[item]
