@@ -516,7 +516,7 @@ def test_the_quick_start_main_runs_a_handler_class_as_it_is(build: Path, tmp_pat
     usings = "using Dsm.DataStateMachine;\nusing Dsm.DataStateMachine.Handlers;\n"
     handler = """
         public sealed class MyHandler : InMemoryDataStateMachineHandler {
-            public MyHandler(IClock clock, string connectionString) : base(clock) { }
+            public MyHandler(IClock clock) : base(clock) { }
         }
     """
     source = tmp_path / "Program.cs"
