@@ -156,6 +156,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "see docs/conformance.md)",
     )
     parser.add_argument(
+        "--tokens",
+        choices=("attempts", "ordered"),
+        default="attempts",
+        help="how the handler's fencing tokens are judged: 'attempts' (the default: a token is "
+        "the record's attempt, 1, 2, 3...) or 'ordered' (any value that grows with every grant "
+        "of an item, a sequence, a rowversion, a timestamp: judged by order, not by value)",
+    )
+    parser.add_argument(
         "--stop-on-first",
         action="store_true",
         help="stop at the first violation instead of settling every property",
@@ -191,6 +199,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _header(report: VerificationReport) -> str:
     zone = report.time_zone or "drawn per test case"
     judged = "" if report.semantics == "dsm" else f", semantics {report.semantics}"
+    if report.tokens != "attempts":
+        judged += f", tokens {report.tokens}"
     return (
         f"profile {report.profile}, seed {report.seed}, clock {report.clock_mode.value}, "
         f"time zone {zone}{judged}"
@@ -238,6 +248,8 @@ def _write_details(report: object, out: TextIO) -> None:
     from dsm_sim.conformance.runner import VerificationReport
 
     assert isinstance(report, VerificationReport)
+    for hazard in report.hazards:
+        out.write("\n" + hazard.render() + "\n")
     for result in report.violations:
         out.write("\n" + result.render() + "\n")
     if report.error:
@@ -327,6 +339,7 @@ def _write_replays(
     replays: list[tuple[PropertyResult, list[bytes]]], factory: object, directory: Path
 ) -> None:
     """One replay file per violation, each named next to the command that sends it."""
+    from dsm_sim.conformance.tell.csharp import is_csharp
     from dsm_sim.protocol.client import ExecFactory
     from dsm_sim.protocol.replay import replay_command, replay_name, write_replay
 
@@ -343,6 +356,25 @@ def _write_replays(
             f"  send them again: {replay_command(path, factory)}",
             file=sys.stderr,
         )
+        if is_csharp(factory.command, factory.language):
+            _write_nunit_test(result, lines, path.with_suffix(".cs"))
+
+
+def _write_nunit_test(result: PropertyResult, lines: list[bytes], path: Path) -> None:
+    """The counterexample of a C# handler, also as an NUnit test: printed, and kept beside its replay."""
+    from dsm_sim.conformance.tell.csharp import nunit_test
+
+    try:
+        test = nunit_test(result.name, result.found_seed or 0, lines, result.message)
+    except Exception as exc:  # the reference's answers could not be had: say so, keep the rest
+        print(f"no NUnit test for {result.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    out = printable_stream(sys.stdout)
+    out.write(f"\n{result.name} as an NUnit test for your C# test project ({path}):\n\n{test}")
+    try:
+        path.write_text(test, encoding="utf-8")
+    except OSError as exc:
+        print(f"cannot write the NUnit test {path}: {exc}", file=sys.stderr)
 
 
 def store_preflight(factory: HandlerFactory, seconds: float | None) -> str | None:
@@ -522,6 +554,7 @@ def main(args: argparse.Namespace) -> int:
             factory_spec=args.factory,
             max_wall_s=max_wall,
             started_at=started,
+            tokens=getattr(args, "tokens", "attempts"),
         )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")

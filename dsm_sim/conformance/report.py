@@ -26,6 +26,7 @@ __all__ = [
     "UTC_ZONE",
     "Coverage",
     "Gap",
+    "HazardSeen",
     "PropertyResult",
     "ResultStatus",
     "VerificationReport",
@@ -135,6 +136,48 @@ class Gap:
 
 
 @dataclass(frozen=True, slots=True)
+class HazardSeen:
+    """A hazard of the semantics profile that a test case showed: named, with its story.
+
+    Not a violation (no handler of the interface can prevent it) and not a
+    pass: the verdict prints it on a line of its own.
+    """
+
+    name: str
+    summary: str
+    #: The property whose check showed it.
+    property_name: str
+    message: str
+    story: str
+    #: How many test cases showed it.
+    seen: int = 1
+
+    @property
+    def story_steps(self) -> int:
+        return sum(1 for line in self.story.splitlines() if line.strip()[:1].isdigit())
+
+    def again(self, before: int) -> HazardSeen:
+        """This sighting, counting ``before`` earlier ones."""
+        return HazardSeen(
+            self.name, self.summary, self.property_name, self.message, self.story, before + 1
+        )
+
+    def line(self) -> str:
+        return f"hazard: {self.name} — {self.summary}"
+
+    def render(self) -> str:
+        return "\n".join(
+            [
+                self.line(),
+                f"  shown by {self.seen} test case(s); the shortest: {self.message}",
+                "",
+                "What happened:",
+                self.story,
+            ]
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Coverage:
     """How much of the race matrix ran: ordered pairs of operations x start states."""
 
@@ -220,6 +263,10 @@ class VerificationReport:
     #: peers on one store; 0 when no handler opened), and whether each was a process.
     instances: int = 0
     out_of_process: bool = False
+    #: The semantics profile's hazards the run showed (none under the spec's own).
+    hazards: tuple[HazardSeen, ...] = ()
+    #: ``--tokens``: how the handler's fencing tokens are judged (``attempts`` or ``ordered``).
+    tokens: str = "attempts"
 
     def races(self) -> str:
         """Whether the races went through several processes (or instances), and how many."""
@@ -304,6 +351,8 @@ class VerificationReport:
         words = ["--profile", self.profile, "--seed", str(self.seed)]
         if self.semantics_spec is not None:
             words += ["--semantics", self.semantics_spec]
+        if self.tokens != "attempts":
+            words += ["--tokens", self.tokens]
         if self.call_timeout is not None:
             words += ["--call-timeout", f"{self.call_timeout:g}"]
         if self.clock_mode is not ClockMode.INJECTED:

@@ -44,6 +44,7 @@ from dsm_sim.conformance.execute.loop import (
     default_call_timeout,
     validate_call_timeout,
 )
+from dsm_sim.conformance.execute.tokens import tokens_factory
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.racing import run_matrix
@@ -199,6 +200,7 @@ def verify(
     factory_spec: str | None = None,
     max_wall_s: float | None = None,
     started_at: float | None = None,
+    tokens: str = "attempts",
 ) -> VerificationReport:
     """Run the conformance kit against ``factory``; never raises on a violation.
 
@@ -239,9 +241,14 @@ def verify(
     :func:`~dsm_sim.wall.wall_now` instant; default: now): past it the stage
     running stops at its next call, no later stage runs, and the report says
     so as NOT EXERCISED (the ``max-wall`` gap, which cannot be waived).
+    ``tokens`` is how the handler's fencing tokens are judged: ``"attempts"``
+    (a token is the record's attempt number) or ``"ordered"`` (any value that
+    grows with every grant of an item, judged by order;
+    :mod:`dsm_sim.conformance.execute.tokens`).
     """
     max_wall = None if max_wall_s is None else _wall_limit(max_wall_s)
     semantics_of = resolve_semantics(semantics, factory)
+    judged = tokens_factory(factory, tokens)
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
     chosen = profile_settings(profile)
@@ -257,7 +264,7 @@ def verify(
     if seed_count < 1:
         raise ConfigurationError(f"seeds must be at least 1, got {seed_count}")
     plan = Plan(
-        factory=factory,
+        factory=judged,
         path=factory_spec or factory_path(factory),
         profile=profile,
         seed=seed,
@@ -282,6 +289,7 @@ def verify(
         record=record,
         deadline=None if max_wall is None else (started_at or wall_now()) + max_wall,
         max_wall=max_wall,
+        tokens=tokens,
     )
     verification = Verification(plan)
     # Every real call waits no longer than the deadline, and one that blocks its thread

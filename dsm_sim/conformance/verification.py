@@ -38,6 +38,7 @@ from dsm_sim.conformance.properties import PROPERTIES, PropertyViolation
 from dsm_sim.conformance.report import (
     Coverage,
     Gap,
+    HazardSeen,
     PropertyResult,
     ResultStatus,
     VerificationReport,
@@ -173,6 +174,8 @@ class Plan:
     #: and the ``--max-wall`` seconds it was set from.
     deadline: float | None = None
     max_wall: float | None = None
+    #: ``--tokens``: ``attempts`` (a token is the record's attempt) or ``ordered``.
+    tokens: str = "attempts"
 
     def tell(self, stage: str, done: int, planned: int) -> None:
         if self.stage is not None:
@@ -209,6 +212,8 @@ class Verification:
     checks: Counter[str] = field(default_factory=Counter)
     stopped: Counter[str] = field(default_factory=Counter)
     gaps: dict[str, Gap] = field(default_factory=dict)
+    #: The semantics profile's hazards shown so far, by name.
+    hazards: dict[str, HazardSeen] = field(default_factory=dict)
     test_cases: int = 0
     steps: int = 0
     runs: int = 0
@@ -249,6 +254,14 @@ class Verification:
         """What a stage's run could not exercise, and how many instances its races went through."""
         for gap in stats.gaps:
             self.gaps.setdefault(gap.name, gap)
+        for name, seen in stats.hazards.items():
+            known = self.hazards.get(name)
+            before = seen.seen - 1 + (0 if known is None else known.seen)
+            if known is None or seen.story_steps < known.story_steps:
+                self.hazards[name] = seen.again(before)
+            else:
+                self.hazards[name] = known.again(before)
+        stats.hazards.clear()
         self.instances = max(self.instances, stats.instances)
         self.out_of_process |= stats.out_of_process
 
@@ -602,4 +615,6 @@ class Verification:
             instances=self.instances,
             out_of_process=self.out_of_process,
             threads_left=threads_left_running() - self.threads_before,
+            hazards=tuple(self.hazards.values()),
+            tokens=plan.tokens,
         )

@@ -408,6 +408,10 @@ class ExecHandler:
         #: the process said it works in it, so that peers can be opened on it.
         self.store = store
         self.named_store = False
+        #: The interface the process said it serves (``contract``, or ``seed``: the seed's
+        #: tokenless writes), and the language it said it is written in (None: not said).
+        self.shape = "contract"
+        self.language: str | None = None
         #: The one handler of a named store that removes it on ``close``.
         self.owns_store = owns_store
         #: The POSIX ``TZ`` the process runs in (set before :meth:`open`; the kit sets
@@ -532,6 +536,8 @@ class ExecHandler:
         self.shared_store = bool(result.get("shared_store", False))
         self.named_store = self.store is not None and bool(result.get("named_store", False))
         self.name = str(result.get("name", ""))
+        self.shape = str(result.get("shape", "contract"))
+        self.language = str(result.get("language", "")) or None
 
     #: Its calls run in another process: the kit cannot choose their interleaving.
     out_of_process = True
@@ -1024,6 +1030,23 @@ class ExecFactory:
         self.failures: list[DsmError] = []
         #: The request lines of the latest handler built, as sent.
         self.last_transcript: list[bytes] = []
+        #: What the handler said on its first ``open`` (:func:`preflight`): its interface
+        #: and its language.
+        self.shape = "contract"
+        self.language: str | None = None
+
+    @property
+    def dsm_semantics(self) -> Any:
+        """The semantics profile the handler's shape calls for (``seed``), else None.
+
+        ``dsm verify`` reads it as a Python factory's declared profile, so a
+        handler of the seed's interface is judged under ``seed`` without a flag.
+        """
+        if self.shape == "seed":
+            from dsm_sim.conformance.judge.semantics import SEED
+
+            return SEED
+        return None
 
     def __call__(self, clock: Clock) -> ExecHandler:
         handler = ExecHandler(
@@ -1092,6 +1115,7 @@ def preflight(factory: ExecFactory) -> str | None:
         handler = factory(ManualClock())
         try:
             await handler.open()
+            factory.shape, factory.language = handler.shape, handler.language
         finally:
             await handler.close()
 

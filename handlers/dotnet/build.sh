@@ -18,6 +18,7 @@ mapfile -t core < <(sources Dsm.DataStateMachine)
 mapfile -t sqlite < <(sources Dsm.DataStateMachine.Sqlite)
 mapfile -t broken < <(sources Broken)
 mapfile -t examples < <(sources Examples)
+mapfile -t seed < <(sources SeedHandler)
 
 build -t:library -r:System.Data \
   -out:"$out/Dsm.DataStateMachine.dll" "${core[@]}"
@@ -27,6 +28,8 @@ build -r:"$out/Dsm.DataStateMachine.dll" \
   -out:"$out/MemoryHandler.exe" "$here/MemoryHandler/Program.cs"
 build -r:"$out/Dsm.DataStateMachine.dll" -r:"$out/Dsm.DataStateMachine.Sqlite.dll" \
   -out:"$out/SqliteHandler.exe" "$here/SqliteHandler/Program.cs"
+build -r:"$out/Dsm.DataStateMachine.dll" \
+  -out:"$out/SeedHandler.exe" "${seed[@]}"
 build -pkg:newtonsoft-json -r:"$out/Dsm.DataStateMachine.dll" -r:"$out/Dsm.DataStateMachine.Sqlite.dll" \
   -out:"$out/BrokenHandler.exe" "${broken[@]}"
 build -pkg:newtonsoft-json -r:"$out/Dsm.DataStateMachine.dll" -r:"$out/Dsm.DataStateMachine.Sqlite.dll" \
@@ -35,6 +38,6 @@ build -pkg:newtonsoft-json -r:"$out/Dsm.DataStateMachine.dll" -r:"$out/Dsm.DataS
 # Compile the handlers' own code ahead of time: the kit starts a process per test case,
 # and each would otherwise JIT the host again (about a quarter of a process's CPU).
 # Mono uses an image only while it matches its assembly; without one it JITs as before.
-for assembly in Dsm.DataStateMachine.dll Dsm.DataStateMachine.Sqlite.dll MemoryHandler.exe SqliteHandler.exe; do
+for assembly in Dsm.DataStateMachine.dll Dsm.DataStateMachine.Sqlite.dll MemoryHandler.exe SqliteHandler.exe SeedHandler.exe; do
   mono --aot -O=all "$out/$assembly" >/dev/null 2>&1 || echo "build.sh: no AOT image for $assembly (it runs JIT-compiled)" >&2
 done

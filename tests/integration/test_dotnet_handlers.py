@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from dsm_sim.conformance.runner import VerificationReport, verify
-from dsm_sim.protocol.client import ExecHandler, exec_factory
+from dsm_sim.protocol.client import ExecHandler, exec_factory, preflight
 from dsm_sim.protocol.replay import replay
 from dsm_sim.scenario import load_scenarios
 from dsm_sim.simulator.run import run_scenario
@@ -158,6 +158,25 @@ def test_the_sqlite_handler_passes_the_kit_through_processes_on_one_store(
     _assert_passed(report)
     # Each test case's store was named on open and dropped by the close that said so.
     assert stores.is_dir() and not list(stores.iterdir())
+
+
+def test_a_handler_of_the_seeds_interface_runs_unchanged_and_is_judged_under_seed(
+    build: Path,
+) -> None:
+    """The host adapts the seed's tokenless interface and says so; the kit picks ``seed``."""
+    factory = exec_factory(_mono(build, "SeedHandler.exe"))
+    assert preflight(factory) is None
+    assert (factory.shape, factory.language) == ("seed", "csharp")
+    report = verify(factory, profile="dev", seed=0)
+    _assert_passed(report)
+    assert report.semantics == "seed"
+    assert [h.name for h in report.hazards] == ["stale_holder_late_write"]
+    assert report.hazards[0].story_steps > 0
+    # The contract's handlers say their shape too, and stay under the spec.
+    contract = exec_factory(_mono(build, "MemoryHandler.exe"))
+    assert preflight(contract) is None
+    assert (contract.shape, contract.language) == ("contract", "csharp")
+    assert contract.dsm_semantics is None
 
 
 @pytest.mark.parametrize(
@@ -497,7 +516,7 @@ def test_the_quick_start_main_runs_a_handler_class_as_it_is(build: Path, tmp_pat
     usings = "using Dsm.DataStateMachine;\nusing Dsm.DataStateMachine.Handlers;\n"
     handler = """
         public sealed class MyHandler : InMemoryDataStateMachineHandler {
-            public MyHandler(IClock clock, string connectionString) : base(clock) { }
+            public MyHandler(IClock clock) : base(clock) { }
         }
     """
     source = tmp_path / "Program.cs"
@@ -525,3 +544,94 @@ def test_the_invoice_node_charges_each_invoice_once_on_both_handlers(build: Path
     assert out.returncode == 0, out.stdout + out.stderr
     checks = [line for line in out.stdout.splitlines() if line.startswith("  ")]
     assert len(checks) == 14 and all(line.startswith("  ok") for line in checks), out.stdout
+
+
+# --- NUnit: the contract fixture, and a counterexample as a test ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def nunit(build: Path) -> Path:
+    """``nunit-console`` and ``nunit.framework`` (Debian's nunit-console, libnunit-cil-dev)."""
+    if shutil.which("nunit-console") is None:
+        _missing("nunit-console is not installed (apt-get install nunit-console libnunit-cil-dev)")
+    found = subprocess.run(["pkg-config", "--exists", "nunit"], check=False)
+    if found.returncode != 0:
+        _missing("nunit.framework is missing (apt-get install libnunit-cil-dev)")
+    return build
+
+
+def _nunit(directory: Path, sources: list[Path], out: str, *references: Path) -> str:
+    """Build ``sources`` as a test library beside ``references`` and run it: nunit-console's output."""
+    subprocess.run(
+        [
+            "mcs", "-nologo", "-langversion:7.2", "-warnaserror+", "-target:library",
+            "-pkg:nunit", *(f"-r:{r}" for r in references), f"-out:{directory / out}",
+            *map(str, sources),
+        ],
+        check=True, timeout=120,
+    )  # fmt: skip
+    for reference in references:
+        if reference.parent != directory:
+            shutil.copy(reference, directory)
+    run = subprocess.run(
+        ["nunit-console", "-nologo", f"-work={directory}", str(directory / out)],
+        capture_output=True, text=True, timeout=120, cwd=directory, check=False,
+    )  # fmt: skip
+    return run.stdout + run.stderr
+
+
+def test_the_nunit_contract_fixture_builds_with_mcs_and_passes_under_nunit_console(
+    nunit: Path,
+) -> None:
+    sources = sorted((DOTNET / "Dsm.DataStateMachine.Tests").glob("*.cs"))
+    output = _nunit(
+        nunit, sources, "Dsm.DataStateMachine.Tests.dll", nunit / "Dsm.DataStateMachine.dll"
+    )
+    assert re.search(r"Tests run: [1-9]\d*, Errors: 0, Failures: 0", output), output
+
+
+def test_a_counterexample_is_printed_as_an_nunit_test_that_fails_at_the_breaking_step(
+    nunit: Path, tmp_path: Path
+) -> None:
+    from dsm_sim.conformance.tell.csharp import is_csharp, nunit_test
+
+    factory = exec_factory(_mono(nunit, "BrokenHandler.exe", "no_fencing"))
+    assert preflight(factory) is None and factory.language == "csharp"
+    assert is_csharp(factory.command, factory.language)
+    kept: list[bytes] = []
+    report = verify(
+        factory,
+        profile="dev",
+        seed=0,
+        stop_on_first=True,
+        on_violation=lambda result: kept.extend(factory.last_transcript),
+    )
+    assert report.violations[0].name == "stale_write_rejected"
+    test = nunit_test("stale_write_rejected", 0, kept, report.violations[0].message)
+    assert "new YourHandler(clock)" in test and "ManualClock" in test
+    broken = "new Dsm.DataStateMachine.Handlers.InMemoryDataStateMachineHandler(clock, new Dsm.Handlers.Broken.NoFencing())"
+    source = tmp_path / "Broken.cs"
+    source.write_text(test.replace("new YourHandler(clock)", broken), encoding="utf-8")
+    output = _nunit(
+        tmp_path,
+        [source],
+        "Broken.dll",
+        nunit / "Dsm.DataStateMachine.dll",
+        nunit / "BrokenHandler.exe",
+    )
+    assert "Failures: 1" in output, output
+    assert '"{\\"error\\":\\"stale_lock\\"}"' in output or '{"error":"stale_lock"}' in output, (
+        output
+    )
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    source = fixed / "Fixed.cs"
+    source.write_text(
+        test.replace(
+            "new YourHandler(clock)",
+            "new Dsm.DataStateMachine.Handlers.InMemoryDataStateMachineHandler(clock)",
+        ),
+        encoding="utf-8",
+    )
+    output = _nunit(fixed, [source], "Fixed.dll", nunit / "Dsm.DataStateMachine.dll")
+    assert re.search(r"Tests run: 1, Errors: 0, Failures: 0", output), output

@@ -14,7 +14,9 @@ import functools
 from collections import Counter
 from collections.abc import Callable
 
-from dsm_sim.conformance.report import Gap
+from dsm_sim.conformance.judge.semantics import Hazard
+from dsm_sim.conformance.properties import Finding
+from dsm_sim.conformance.report import Gap, HazardSeen
 from dsm_sim.model import ItemRef, ModelRecord, execution_id, record_copy, shown
 from reference_engine.context import StateHandlerContext
 from reference_engine.status import IdempotencyStatus
@@ -48,6 +50,18 @@ class RunStats:
         #: case, and whether they ran in processes of their own (``--exec``).
         self.instances = 0
         self.out_of_process = False
+        #: The hazards of the semantics profile that test cases showed, by name: the
+        #: shortest story of each, and how many test cases showed it.
+        self.hazards: dict[str, HazardSeen] = {}
+
+    def note_hazard(self, hazard: Hazard, finding: Finding, story: str) -> None:
+        """A test case showed what the interface cannot prevent; keep the shortest story."""
+        seen = self.hazards.get(hazard.name)
+        fresh = HazardSeen(hazard.name, hazard.summary, finding.property, finding.message, story)
+        if seen is None or fresh.story_steps < seen.story_steps:
+            self.hazards[hazard.name] = fresh.again(0 if seen is None else seen.seen)
+        else:
+            self.hazards[hazard.name] = seen.again(seen.seen)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -135,6 +135,8 @@ class OperationRules(RuleBasedStateMachine):
         self._sibling_map: dict[ItemRef, dict[ItemRef, str]] = {}
         self.diverged = False
         self.failed = False
+        #: Keys of the worlds entered so far, each read once before any call wrote it.
+        self.checked_keys: set[Any] = set()
         self.zone = UTC_ZONE
         self._saved_zone: object = _NO_ZONE
         self._torn_down = False
@@ -183,6 +185,37 @@ class OperationRules(RuleBasedStateMachine):
                 # The process (and each peer after it) starts with TZ set to the zone.
                 self.handler.zone = zone  # type: ignore[attr-defined]  # an ExecHandler field
                 self.driver.run(self.handler.open())
+        self._check_empty_store()
+
+    def _check_empty_store(self) -> None:
+        """Every item reads back as missing before the first call: each open starts empty.
+
+        A factory that hands every test case one store (a fixed database file, a
+        static dictionary) shows the records of earlier test cases here.
+        """
+        fresh = [ref for ref in self.world if ref.record_key not in self.checked_keys]
+        if not fresh:
+            return
+        self.checked_keys.update(ref.record_key for ref in fresh)
+        if len(fresh) == len(self.observers):
+            observed = self._observe()
+        else:
+            observed = {ref: self._observe_one(ref) for ref in fresh if ref in self.observers}
+        for ref, outcome in observed.items():
+            record = outcome.value
+            if outcome.error is not None or record is None:
+                continue
+            self._step("kit", f"get({ref.label}) before any call", record.status.label)
+            self._report(
+                P.Finding(
+                    "record_agrees_with_model",
+                    f"get({ref.label}) returned a {record.status.label} record (attempt "
+                    f"{record.attempt}, written by {record.entity_execution_id!r}) before the test "
+                    "case wrote anything: the store was not empty when the test case opened "
+                    "it: each open must start from an empty store (a factory that reuses one "
+                    "store, a file or a static dictionary, leaks records between test cases)",
+                )
+            )
 
     def _ref(self, item: Role) -> ItemRef:
         return self.world[item]
@@ -225,6 +258,13 @@ class OperationRules(RuleBasedStateMachine):
 
     def _report(self, finding: P.Finding | None) -> None:
         if finding is None or self.diverged:
+            return
+        hazard = self.semantics.hazards.get(finding.property)
+        if hazard is not None:
+            # What the interface cannot prevent: named, with its story, and this test
+            # case is judged no further (the handler and the spec have parted ways).
+            self.stats.note_hazard(hazard, finding, self._story(finding.message))
+            self.diverged = True
             return
         self.stats.checks[finding.property] += 1  # a violation is a check that failed
         if finding.property in self.stats.disabled:
@@ -569,8 +609,39 @@ class OperationRules(RuleBasedStateMachine):
         if len(self.model.superseded) > superseded:
             self._checked("upsert_keeps_history")
         finding = J.judge_write(
-            operation, ref, worker, token, got, want, record, now, spent_by=spent_by
+            operation,
+            ref,
+            worker,
+            token,
+            got,
+            want,
+            record,
+            now,
+            spent_by=spent_by,
+            fenced=self.semantics.fenced,
         )
+        refusal = getattr(self.model, "spec_refusal", None)
+        if refusal is not None and finding is None:
+            # The interface carries no token: the write landed where the spec refuses it.
+            hazard = self.semantics.hazards.get("stale_write_rejected")
+            shown_as = J.judge_write(
+                operation,
+                ref,
+                worker,
+                token,
+                got,
+                Outcome(error=refusal),
+                record,
+                now,
+                fenced=False,
+            )
+            if hazard is not None and shown_as is not None:
+                self.stats.note_hazard(hazard, shown_as, self._story(shown_as.message))
+        elif refusal is not None and isinstance(got.error, LockError):
+            # Refused as the spec refuses it, where the interface's reading lets it land:
+            # stricter than the seed asks, and the model went the other way; judge no further.
+            self.diverged = True
+            return
         self._report(self._diagnose(ref, finding))
         self._after_step(operation.split("(")[0], item=ref)
 

@@ -956,5 +956,14 @@ class RaceRules(OperationRules):
         spent_by = None if call.hold is None else self.spent.get(call.hold)
         operation = call.text.split(" on ")[0]
         return J.judge_write(
-            operation, ref, call.worker, token, got, want, record, now, spent_by=spent_by
+            operation,
+            ref,
+            call.worker,
+            token,
+            got,
+            want,
+            record,
+            now,
+            spent_by=spent_by,
+            fenced=self.semantics.fenced,
         )

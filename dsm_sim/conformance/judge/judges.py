@@ -26,7 +26,7 @@ from dsm_sim.model import (
     effective_status,
     joined_alike,
 )
-from reference_engine.errors import DsmError, StaleLockError
+from reference_engine.errors import DsmError, ForbiddenTransitionError, LockError, StaleLockError
 from reference_engine.record import StateRecord
 from reference_engine.status import COMPLETED, TRANSITIONS, IdempotencyStatus, is_allowed
 
@@ -196,14 +196,36 @@ def judge_write(
     now: dt.datetime,
     *,
     spent_by: str | None = None,
+    fenced: bool = True,
 ) -> Finding | None:
     """A set/release/upsert: the handler must accept or refuse it exactly as the model does.
 
     ``spent_by`` names the caller's own earlier write that landed with this
     token while its reply was lost: the token is spent, not stale.
+    ``fenced=False``: the interface's writes carry no token (the seed's), so a
+    write the spec refuses for want of the lock that lands is reported under
+    ``stale_write_rejected`` (the profile's hazard), and one refused with
+    another lock or transition error is a refusal all the same.
     """
     if got.agrees_with(want):
         return None
+    if not fenced and isinstance(want.error, LockError):
+        if got.error is None:
+            now_holds = (
+                "there is no record"
+                if record is None
+                else f"the record is {effective_status(record, now).label} with token "
+                f"{record.attempt}"
+            )
+            return Finding(
+                "stale_write_rejected",
+                f"worker {worker}'s {operation} on {ref.name} at {at(now)} "
+                f"({'token ' + str(token) if token is not None else 'no token'}) landed, but "
+                f"{now_holds}: the spec refuses it with {want.describe()}, and the store, "
+                "given no token, cannot tell this caller from the holder",
+            )
+        if isinstance(got.error, LockError | ForbiddenTransitionError):
+            return None  # refused, as the spec refuses it; the records read back say nothing landed
     if (
         spent_by is not None
         and isinstance(want.error, StaleLockError)

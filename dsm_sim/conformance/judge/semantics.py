@@ -15,7 +15,11 @@ them, and the kit reads the profile in a few places only:
 * the record judge compares instants at the profile's resolutions and skips
   fields the library does not store;
 * the rules skip operations the library does not have, and a property the
-  profile waives is reported as ``waived`` with the reason, never as passed.
+  profile waives is reported as ``waived`` with the reason, never as passed;
+* a property the profile names as a :class:`Hazard` is what the library's
+  interface cannot prevent (the seed's writes carry no token, so a stale
+  holder's late write lands): when a test case shows it, the kit reports the
+  hazard by name with its story, and stops judging that test case.
 
 What stays judged under every profile is ownership: a write by a holder whose
 lock was taken over must be refused, two live holders are never allowed, and
@@ -25,17 +29,18 @@ a record the model keeps must not be missing.  The default profile,
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
 import enum
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from reference_engine.context import RecordKey, StateHandlerContext
-from reference_engine.errors import ConfigurationError, DsmError, LockNotHeldError
+from reference_engine.errors import ConfigurationError, DsmError, LockError, LockNotHeldError
 from reference_engine.model import NEEDS_LOCK, ReferenceModel, require_holder
 from reference_engine.record import check_settable, encode_data
 from reference_engine.status import IdempotencyStatus
@@ -44,8 +49,10 @@ __all__ = [
     "DSM",
     "OPERATIONS",
     "POWERTOOLS",
+    "SEED",
     "SEMANTICS",
     "Failure",
+    "Hazard",
     "ProfiledModel",
     "Retention",
     "SemanticsProfile",
@@ -88,6 +95,15 @@ def truncate(instant: dt.datetime, resolution: dt.timedelta) -> dt.datetime:
     if resolution <= _MICROSECOND:
         return instant
     return instant - (instant - _EPOCH) % resolution
+
+
+@dataclass(frozen=True, slots=True)
+class Hazard:
+    """What an interface cannot prevent: reported by name with its story, never passed or refused."""
+
+    #: The hazard's name in the verdict (``hazard: NAME — summary``).
+    name: str
+    summary: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +150,13 @@ class SemanticsProfile:
     )
     #: Properties that do not apply, each with the reason printed in their place.
     waived: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: Whether the store sees the caller's token on a write.  False: the
+    #: interface's writes carry none, so a write the spec refuses for want of
+    #: the lock may land (a hazard), and one it refuses in another way
+    #: (``LockNotHeldError`` for ``StaleLockError``) is a refusal all the same.
+    fenced: bool = True
+    #: Properties whose violation is the interface's hazard, not the handler's bug.
+    hazards: Mapping[str, Hazard] = field(default_factory=lambda: MappingProxyType({}))
 
     def __copy__(self) -> SemanticsProfile:
         return self  # immutable: a copied model shares its profile
@@ -146,6 +169,7 @@ class SemanticsProfile:
         # travels to a worker process (``dsm run --jobs``) as its fields.
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         fields["waived"] = dict(self.waived)
+        fields["hazards"] = dict(self.hazards)
         return (_rebuilt, (fields,))
 
     @property
@@ -183,7 +207,13 @@ class SemanticsProfile:
 
 def _rebuilt(fields: dict[str, Any]) -> SemanticsProfile:
     """A pickled profile, read back; a known profile comes back as itself."""
-    profile = SemanticsProfile(**{**fields, "waived": MappingProxyType(dict(fields["waived"]))})
+    profile = SemanticsProfile(
+        **{
+            **fields,
+            "waived": MappingProxyType(dict(fields["waived"])),
+            "hazards": MappingProxyType(dict(fields.get("hazards", {}))),
+        }
+    )
     known = SEMANTICS.get(profile.name)
     return known if known == profile else profile
 
@@ -233,10 +263,47 @@ POWERTOOLS = SemanticsProfile(
     ),
 )
 
+#: The hazard of an interface whose writes carry no fencing token.
+STALE_HOLDER_LATE_WRITE = Hazard(
+    name="stale_holder_late_write",
+    summary=(
+        "the writes (SetAsync, ReleaseLockAsFailedAsync, UpsertAsync) carry no token, so a "
+        "holder whose lock was "
+        "swept or taken over, waking late, writes over the record of the worker that holds "
+        "the item now; no handler of this interface can refuse it"
+    ),
+)
+
+#: The seed's ``IDataStateMachineHandler`` as it is: ``TryAcquireLockAsync``
+#: answers true or false, and the writes carry no token.  Everything else the
+#: seed promises is judged as the spec: the transitions, exists, the lock and
+#: its duration, the sweeps, retention, history, payloads.
+SEED = SemanticsProfile(
+    name="seed",
+    summary=(
+        "the seed's IDataStateMachineHandler: acquire answers true or false, SetAsync and "
+        "ReleaseLockAsFailedAsync carry no token (a stale holder's late write is a hazard)"
+    ),
+    fenced=False,
+    completion_retries=False,
+    waived=MappingProxyType(
+        {
+            "stale_write_rejected": (
+                "no token reaches the store: reported as the hazard stale_holder_late_write"
+            ),
+            "spent_token_rejected": (
+                "no token reaches the store, so a retried completion cannot be told from "
+                "another caller's"
+            ),
+        }
+    ),
+    hazards=MappingProxyType({"stale_write_rejected": STALE_HOLDER_LATE_WRITE}),
+)
+
 #: Profiles ``dsm verify --semantics NAME`` knows by name; any other is
 #: given as ``module:ATTRIBUTE``.
 SEMANTICS: Mapping[str, SemanticsProfile] = MappingProxyType(
-    {DSM.name: DSM, POWERTOOLS.name: POWERTOOLS}
+    {DSM.name: DSM, POWERTOOLS.name: POWERTOOLS, SEED.name: SEED}
 )
 
 
@@ -302,6 +369,9 @@ class ProfiledModel(ReferenceModel):
         super().__init__()
         self.semantics = semantics
         self.last_token: dict[RecordKey, int] = {}
+        #: Under a profile whose writes carry no token: the error the spec would have
+        #: raised for the last write, which the interface let land (None: it agreed).
+        self.spec_refusal: DsmError | None = None
         self.guard_until: dict[RecordKey, dt.datetime] = {}
 
     # --- the end of retention by TTL ----------------------------------------------------------
@@ -326,6 +396,31 @@ class ProfiledModel(ReferenceModel):
     def exists(self, ctx: StateHandlerContext, now: dt.datetime) -> bool:
         self.settle(now, ctx.record_key)
         return super().exists(ctx, now)
+
+    def _as_written(
+        self, ctx: StateHandlerContext, spec: Callable[[ReferenceModel, StateHandlerContext], Any]
+    ) -> StateHandlerContext:
+        """The caller as a store that is given no token sees it (``fenced=False``).
+
+        A write on a Processing record is taken as the holder's: the only
+        reading a store of such an interface has.  When the spec would refuse
+        the caller as it is (a stale holder, a worker holding nothing), that
+        refusal is kept in :attr:`spec_refusal`: the interface's hazard.
+        """
+        self.spec_refusal = None
+        if self.semantics.fenced:
+            return ctx
+        record = self.current.get(ctx.record_key)
+        holder = record.attempt if record is not None and record.status is S.PROCESSING else None
+        if holder == ctx.lock_token:
+            return ctx
+        try:
+            spec(copy.deepcopy(self), ctx)
+        except LockError as exc:
+            self.spec_refusal = exc
+        except DsmError:
+            pass
+        return ctx.with_lock_token(holder)
 
     def _configured(self, ctx: StateHandlerContext) -> StateHandlerContext:
         """``ctx`` with its retention in the unit the library takes it in."""
@@ -381,6 +476,7 @@ class ProfiledModel(ReferenceModel):
     ) -> None:
         ctx = self._configured(ctx)
         self.settle(now, ctx.record_key)
+        ctx = self._as_written(ctx, lambda m, c: ReferenceModel.set(m, c, status, data, now))
         if self.semantics.strict:
             super().set(ctx, status, data, now)
             return
@@ -412,6 +508,9 @@ class ProfiledModel(ReferenceModel):
     ) -> None:
         ctx = self._configured(ctx)
         self.settle(now, ctx.record_key)
+        ctx = self._as_written(
+            ctx, lambda m, c: ReferenceModel.release_lock_as_failed(m, c, error_detail, now)
+        )
         if self._vanished_under_holder(ctx):
             return  # nothing left to delete, and nobody else's record to harm
         if self.semantics.failure is Failure.DELETE and ctx.lock_token is not None:
@@ -439,6 +538,7 @@ class ProfiledModel(ReferenceModel):
     ) -> None:
         ctx = self._configured(ctx)
         self.settle(now, ctx.record_key)
+        ctx = self._as_written(ctx, lambda m, c: ReferenceModel.upsert(m, c, data, now))
         super().upsert(ctx, data, now)
 
     def reset_expired_locks(self, now: dt.datetime) -> int:

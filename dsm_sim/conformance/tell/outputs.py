@@ -54,6 +54,12 @@ def verdict(report: VerificationReport) -> str:
 
 def _verdict(report: VerificationReport) -> str:
     if report.passed:
+        if report.hazards:
+            names = ", ".join(h.name for h in report.hazards)
+            return (
+                f"PASSED, with {len(report.hazards)} hazard(s) of the {report.semantics} "
+                f"interface: {names} (see the hazard lines)"
+            )
         return "PASSED"
     violations = report.violations
     if violations:
@@ -132,7 +138,22 @@ def report_dict(report: VerificationReport) -> dict[str, Any]:
             "several_processes": report.out_of_process and report.instances > 1,
             "said": report.races(),
         },
+        "tokens": report.tokens,
         "properties": [_result(r) for r in report.results],
+        # What the semantics profile's interface cannot prevent, shown by a test case.
+        "hazards": [
+            {
+                "name": h.name,
+                "line": h.line(),
+                "summary": h.summary,
+                "property": h.property_name,
+                "message": h.message,
+                "story": h.story,
+                "story_steps": h.story_steps,
+                "test_cases": h.seen,
+            }
+            for h in report.hazards
+        ],
         "not_exercised": list(report.not_exercised),
         "gaps": [
             {"name": g.name, "what": g.what, "reason": g.reason, "waived": g.name in report.waived}
@@ -242,6 +263,19 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
 
 
+def breaking_step(story: str) -> tuple[str, str, str]:
+    """The story split around its breaking step: the last numbered step before the verdict line.
+
+    The counterexample page marks that step (``#breaking-step``) and opens there.
+    """
+    lines = story.splitlines(keepends=True)
+    steps = [i for i, line in enumerate(lines) if line.strip()[:1].isdigit()]
+    if not steps:
+        return story, "", ""
+    at_ = steps[-1]
+    return "".join(lines[:at_]), lines[at_], "".join(lines[at_ + 1 :])
+
+
 def _counterexample(report: VerificationReport, result: PropertyResult) -> str:
     """The counterexample's page: its story, and the explorer playing it when it was recorded."""
     environment = template_environment()
@@ -255,8 +289,12 @@ def _counterexample(report: VerificationReport, result: PropertyResult) -> str:
             chapters=replayed.chapters,
             store_clock=dict(replayed.store_clock),
         )
+    before, breaking, after = breaking_step(result.story)
     return environment.get_template("counterexample.html.j2").render(
         result=result,
+        story_before=before,
+        breaking=breaking,
+        story_after=after,
         explorer=explorer,
         reproduced=replayed is not None and replayed.reproduced,
         replay_command=report.replay_command(),
@@ -279,7 +317,7 @@ def write_html(report: VerificationReport, directory: Path) -> Path:
         css = result.status.name.lower()
         name = e(result.name)
         if result.failed:
-            name = f"<a href='{_slug(result.name)}.html'>{name}</a>"
+            name = f"<a href='{_slug(result.name)}.html#breaking-step'>{name}</a>"
             write_report(directory / f"{_slug(result.name)}.html", _counterexample(report, result))
         detail = result.message if result.status is ResultStatus.WAIVED else result.summary
         rows.append(

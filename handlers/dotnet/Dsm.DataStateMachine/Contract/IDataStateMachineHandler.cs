@@ -47,6 +47,12 @@ namespace Dsm.DataStateMachine
         {
             Interlocked.Add(ref ticks, by.Ticks);
         }
+
+        /// <summary>Puts the clock at <paramref name="instant"/> (UTC), forwards or back.</summary>
+        public void Set(DateTime instant)
+        {
+            Interlocked.Exchange(ref ticks, instant.ToUniversalTime().Ticks);
+        }
     }
 
     /// <summary>

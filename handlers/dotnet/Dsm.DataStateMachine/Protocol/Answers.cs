@@ -220,7 +220,7 @@ namespace Dsm.DataStateMachine.Protocol
         }
 
         /// <summary>The protocol's kind for an exception, or null for one no kind names.</summary>
-        private static string KindOf(Exception error)
+        internal static string KindOf(Exception error)
         {
             if (error is PayloadTooLargeException) return "payload_too_large";
             if (error is InvalidItemException) return "invalid_item";

@@ -30,6 +30,25 @@ namespace Dsm.DataStateMachine.Protocol
         }
 
         /// <summary>
+        /// Serves a handler of the seed's interface (<see cref="Seed.IDataStateMachineHandler"/>:
+        /// acquire answers true or false, the writes carry no token) as it is. The host adapts
+        /// it and answers <c>open</c> with <c>"shape": "seed"</c>, so <c>dsm verify</c> judges
+        /// it under the seed semantics profile.
+        /// </summary>
+        public static int Run(string[] args, Func<IClock, Seed.IDataStateMachineHandler> factory, HostOptions options = null)
+        {
+            if (factory == null) throw new ArgumentNullException("factory");
+            return Serve(args, options, (clock, store) => factory(clock), false);
+        }
+
+        /// <summary>A handler of the seed's interface that works in a store the harness names.</summary>
+        public static int Run(string[] args, Func<IClock, string, Seed.IDataStateMachineHandler> factory, HostOptions options = null)
+        {
+            if (factory == null) throw new ArgumentNullException("factory");
+            return Serve(args, options, (clock, store) => factory(clock, store), true);
+        }
+
+        /// <summary>
         /// Serves a handler that can work in a store the harness names on <c>open</c> (a
         /// file, a schema, a key prefix): <paramref name="factory"/> gets the name, or
         /// <c>null</c> when none is named. Every process opened with the same name must reach
@@ -38,10 +57,20 @@ namespace Dsm.DataStateMachine.Protocol
         public static int Run(string[] args, Func<IClock, string, IDataStateMachineHandler> factory, HostOptions options = null)
         {
             if (factory == null) throw new ArgumentNullException("factory");
-            return Serve(args, options, factory, true);
+            return Serve(args, options, (clock, store) => factory(clock, store), true);
         }
 
-        private static int Serve(string[] args, HostOptions options, Func<IClock, string, IDataStateMachineHandler> factory, bool namedStores)
+        /// <summary>
+        /// Serves whatever the factory builds: an <see cref="IDataStateMachineHandler"/>, or a
+        /// handler of the seed's interface, which the host detects and adapts.
+        /// </summary>
+        public static int RunAny(string[] args, Func<IClock, string, object> factory, bool namedStores, HostOptions options = null)
+        {
+            if (factory == null) throw new ArgumentNullException("factory");
+            return Serve(args, options, factory, namedStores);
+        }
+
+        private static int Serve(string[] args, HostOptions options, Func<IClock, string, object> factory, bool namedStores)
         {
             options = options ?? new HostOptions();
             foreach (var arg in args ?? new string[0])

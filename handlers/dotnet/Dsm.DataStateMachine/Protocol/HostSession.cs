@@ -10,7 +10,7 @@ namespace Dsm.DataStateMachine.Protocol
     /// <summary>One protocol session: an <c>open</c>, the requests, a <c>close</c>.</summary>
     internal sealed class HostSession
     {
-        private readonly Func<IClock, string, IDataStateMachineHandler> factory;
+        private readonly Func<IClock, string, object> factory;
         private readonly bool namedStores;
         private readonly HostOptions options;
         private readonly AnswerStream answers;
@@ -20,7 +20,7 @@ namespace Dsm.DataStateMachine.Protocol
         private int inFlight;
         private IDataStateMachineHandler handler;
 
-        public HostSession(Func<IClock, string, IDataStateMachineHandler> factory, bool namedStores, HostOptions options, AnswerStream answers)
+        public HostSession(Func<IClock, string, object> factory, bool namedStores, HostOptions options, AnswerStream answers)
         {
             this.factory = factory;
             this.namedStores = namedStores;
@@ -144,10 +144,11 @@ namespace Dsm.DataStateMachine.Protocol
             Answers.String(hello, Name);
             hello.Append(",\"shared_store\":").Append(options.SharedStore && request.Store == null ? "true" : "false");
             hello.Append(",\"named_store\":").Append(named ? "true" : "false");
-            hello.Append('}');
+            hello.Append(",\"language\":\"csharp\"");
             if (request.ProtocolVersion != DsmProtocolHost.ProtocolVersion)
             {
                 // Another version: say ours and open nothing; the harness stops with VersionMismatchError.
+                hello.Append('}');
                 answers.Write(Answers.End(hello));
                 return;
             }
@@ -159,9 +160,21 @@ namespace Dsm.DataStateMachine.Protocol
                 {
                     throw new FactoryException("given to DsmProtocolHost.Run", "returned null", "return a handler for the clock it is given");
                 }
-                var lifecycle = made as IStoreLifecycle;
+                var contract = made as IDataStateMachineHandler;
+                var seed = made as Seed.IDataStateMachineHandler;
+                if (contract == null && seed != null) contract = new SeedHandlerAdapter(seed);
+                if (contract == null)
+                {
+                    throw new FactoryException(
+                        "given to DsmProtocolHost.Run", "returned a " + made.GetType().FullName,
+                        "return an IDataStateMachineHandler, or a handler of the seed's Dsm.DataStateMachine.Seed.IDataStateMachineHandler");
+                }
+                // The harness picks the semantics it judges by from the shape: the seed's
+                // interface has no token to fence a stale holder's write with.
+                hello.Append(",\"shape\":").Append(contract is SeedHandlerAdapter ? "\"seed\"" : "\"contract\"");
+                var lifecycle = contract as IStoreLifecycle;
                 if (lifecycle != null) lifecycle.OpenAsync(stopping.Token).GetAwaiter().GetResult();
-                handler = made;
+                handler = contract;
             }
             catch (Exception error)
             {
@@ -169,6 +182,7 @@ namespace Dsm.DataStateMachine.Protocol
                 Refuse(request.Id, error);
                 return;
             }
+            hello.Append('}');
             answers.Write(Answers.End(hello));
         }
 
