@@ -384,6 +384,7 @@ class Verification:
                     return
                 if plan.stop_on_first or self.all_found():
                     self.done, self.settled = True, self.all_found()
+                    self.note_gaps(stats)  # the races line counts the probes' processes too
                     return
         self.checks.update(stats.checks)
         self.note_gaps(stats)
