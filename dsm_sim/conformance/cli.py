@@ -351,8 +351,12 @@ def _write_replays(
         except OSError as exc:
             print(f"cannot write the replay file {directory / name}: {exc}", file=sys.stderr)
             continue
+        processes = ""
+        if lines and lines[0].startswith(b'{"process":'):
+            count = len({line[: line.index(b",")] for line in lines})
+            processes = f", {count} processes"
         print(
-            f"protocol requests of {result.name} ({len(lines)} lines): {path}\n"
+            f"protocol requests of {result.name} ({len(lines)} lines{processes}): {path}\n"
             f"  send them again: {replay_command(path, factory)}",
             file=sys.stderr,
         )
@@ -510,9 +514,10 @@ def main(args: argparse.Namespace) -> int:
             return EXIT_USAGE
 
         def on_violation(result: PropertyResult) -> None:
-            # The handler built last ran the shrunk counterexample (a flaky one was not replayed).
-            if not result.flaky:
-                replays.append((result, list(exec_handlers.last_transcript)))
+            # The handler built last (with its peers) ran the reported program and broke
+            # the property: a flaky finding's last replay is one that broke it, if any did.
+            if not result.flaky or (result.confirmed is not None and result.confirmed[0] > 0):
+                replays.append((result, exec_handlers.last_recording.lines()))
 
     from dsm_sim.conformance.tell.outputs import report_files
 

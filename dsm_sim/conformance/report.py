@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 from dsm_sim.conformance.execute.clocks import ClockMode
 from dsm_sim.conformance.program import Program
-from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION
+from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION, RACE_EXPLANATION
 from dsm_sim.conformance.tell.replayed import Replayed
 
 __all__ = [
@@ -106,17 +106,21 @@ class PropertyResult:
             return f"{self.name}: {self.status.value} ({self.checks} checks)"
         heading = f"{self.name} violated{' (flaky)' if self.flaky else ''}: {self.message}"
         parts = [heading, "", "What happened:", self.story]
+        rate = self.flaky and self.confirmed is not None and self.confirmed[0] > 0
+        if rate and self.confirmed is not None:
+            hit, tried = self.confirmed
+            parts.append(f"  (failed {hit} of {tried} replays of these steps)")
         if self.found_by is not None:
             what = "the race matrix" if self.found_by == "race matrix" else "the edge probe"
             name = "" if self.found_by == "race matrix" else f" {self.found_by!r}"
             parts[1:1] = ["", f"Found by {what}{name}, before the search."]
         if self.reproduction:
             parts += ["", "Minimal reproduction (paste and run):", self.reproduction]
-            if self.confirmed is not None:
+            if self.confirmed is not None and not rate:
                 hit, tried = self.confirmed
                 parts += [f"(It broke the property again in {hit} of {tried} replays.)"]
         if self.flaky:
-            parts += ["", f"Flaky: {FLAKY_EXPLANATION}."]
+            parts += ["", f"Flaky: {RACE_EXPLANATION if rate else FLAKY_EXPLANATION}."]
         return "\n".join(parts)
 
 

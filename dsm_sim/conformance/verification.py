@@ -44,6 +44,7 @@ from dsm_sim.conformance.report import (
     VerificationReport,
 )
 from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION, find_violation, is_flaky
+from dsm_sim.conformance.tell.repeat import REPEAT_SECONDS, failure_rate, shrink_by_repetition
 from dsm_sim.conformance.tell.replayed import CallTape
 from dsm_sim.conformance.tell.shrink_budget import SHORT_STORY, shrink_budget
 from dsm_sim.conformance.tell.trim import Trimmed, lighten_payloads, replay, trim
@@ -302,6 +303,8 @@ class Verification:
                 if plan.mode is ClockMode.INJECTED and result.status is ResultStatus.FAILED:
                     result = trimmed(result, machine, plan.shrink_seconds, render=plan.render)
                 result = self._confirmed(result, machine)
+                if result.status is ResultStatus.FLAKY and result.program is not None:
+                    result = self._repeated(result, machine)
         except VerificationHalted as halt:
             self.stopped_by(halt)  # the deadline: the finding stands as found, unconfirmed
         if result.program is not None:
@@ -349,6 +352,44 @@ class Verification:
         return dataclasses.replace(
             result, status=ResultStatus.FLAKY, confirmed=(hits, CONFIRMATIONS)
         )
+
+    def _repeated(
+        self, result: PropertyResult, machine: type[ConformanceMachine]
+    ) -> PropertyResult:
+        """A finding whose replays break it only sometimes: shrunk by repetition, then its rate.
+
+        See :mod:`dsm_sim.conformance.tell.repeat`: a step goes when the
+        program without it still breaks the property within a few replays,
+        and the program reported is replayed to count how often it breaks.
+        """
+        plan = self.plan
+        program = result.program
+        assert program is not None
+        long = len(program.body) > SHORT_STORY or _story_steps(result.story) > SHORT_STORY
+        if plan.mode is ClockMode.INJECTED and long:
+            seconds = REPEAT_SECONDS.get(plan.profile, REPEAT_SECONDS["ci"])
+            found = shrink_by_repetition(machine, program, result.name, seconds)
+            if found is not None:
+                program = found.program
+                result = dataclasses.replace(
+                    result,
+                    message=found.violation.finding.message,
+                    story=found.violation.story,
+                    program=program,
+                    reproduction=plan.render(program),
+                )
+        rate = failure_rate(machine, program, result.name, record=plan.record)
+        result = dataclasses.replace(result, confirmed=(rate.hits, rate.replays))
+        if rate.violation is not None:
+            result = dataclasses.replace(
+                result, message=rate.violation.finding.message, story=rate.violation.story
+            )
+        if rate.tape is not None:
+            shown = rate.tape.replayed(
+                property_name=result.name, message=result.message, reproduced=True
+            )
+            result = dataclasses.replace(result, replayed=shown)
+        return result
 
     def all_found(self) -> bool:
         return len(self.found) >= self.plan.judged

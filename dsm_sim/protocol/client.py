@@ -83,6 +83,7 @@ __all__ = [
     "TIMEOUT_ENV",
     "ExecFactory",
     "ExecHandler",
+    "Recording",
     "Target",
     "TcpAddress",
     "describe_target",
@@ -113,6 +114,56 @@ STORE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 def fresh_store_name() -> str:
     """A store name no other handler of any run has used."""
     return f"dsm_{secrets.token_hex(8)}"
+
+
+class Recording:
+    """Every request the processes of one test case were sent, in the order they were sent.
+
+    The handler the factory builds and each of its peers (the other
+    processes on its named store) share one recording, each under its own
+    process number (1 for the factory's).  Beside each line it keeps which
+    earlier requests were still unanswered when it was sent: what overlapped
+    it, so ``dsm replay`` can send them together again, in as many processes.
+    """
+
+    def __init__(self) -> None:
+        #: (process number, request line as sent, 0-based indexes of the requests in flight).
+        self.entries: list[tuple[int, bytes, tuple[int, ...]]] = []
+        self._in_flight: set[int] = set()
+        self.processes = 1
+
+    def join(self) -> int:
+        """A number for one more process on this recording."""
+        self.processes += 1
+        return self.processes
+
+    def sent(self, process: int, line: bytes) -> int:
+        index = len(self.entries)
+        self.entries.append((process, line, tuple(sorted(self._in_flight))))
+        self._in_flight.add(index)
+        return index
+
+    def answered(self, index: int) -> None:
+        self._in_flight.discard(index)
+
+    def lines(self) -> list[bytes]:
+        """The replay file's lines: the requests as sent, tagged when several processes took part.
+
+        A recording of one process is its request lines as they are (``CMD < FILE``
+        replays it); with peers every line is ``{"process": N, "in_flight": [...],
+        "request": {...}}``, ``in_flight`` naming by line number (from 1) the earlier
+        requests not answered yet when it was sent.
+        """
+        if len({process for process, _, _ in self.entries}) <= 1:
+            return [line for _, line, _ in self.entries]
+        tagged: list[bytes] = []
+        for process, line, in_flight in self.entries:
+            request = line.rstrip(b"\n").decode("ascii")
+            shown = ",".join(str(i + 1) for i in in_flight)
+            tagged.append(
+                f'{{"process":{process},"in_flight":[{shown}],"request":{request}}}\n'.encode()
+            )
+        return tagged
 
 
 def default_timeout() -> float:
@@ -386,6 +437,7 @@ class ExecHandler:
         store: str | None = None,
         owns_store: bool = True,
         zone: str | None = None,
+        recording: Recording | None = None,
     ) -> None:
         if store is not None and not STORE_NAME.fullmatch(store):
             raise ConfigurationError(
@@ -420,6 +472,9 @@ class ExecHandler:
         self.name = ""
         #: Every request line written, in order: the raw material of a replay file.
         self.transcript: list[bytes] = []
+        #: The requests of this process and its peers, shared with them (a peer joins it).
+        self.recording = Recording() if recording is None else recording
+        self.process = 1 if recording is None else recording.join()
         #: The handler server's shared secret, sent with ``open`` over TCP only.
         self._secret: str | None = None
         self._process: _Spawned | None = None
@@ -575,6 +630,7 @@ class ExecHandler:
             store=self.store,
             owns_store=False,
             zone=self.zone,
+            recording=self.recording,
         )
 
     async def close(self) -> None:
@@ -909,6 +965,7 @@ class ExecHandler:
         timer = loop.call_later(wait, self._time_out, request_id, label, by_deadline)
         line = wire.encode_line(message)
         self.transcript.append(line)
+        recorded = self.recording.sent(self.process, line)
         if op == "open" and self._secret is not None:
             # The secret goes on the wire only: transcripts become replay files people share.
             line = wire.encode_line({**message, "secret": self._secret})
@@ -923,6 +980,7 @@ class ExecHandler:
             return await future
         finally:
             timer.cancel()
+            self.recording.answered(recorded)
 
     def _time_out(self, request_id: int, label: str, by_deadline: bool = False) -> None:
         pending = self._pending.pop(request_id, None)
@@ -1030,6 +1088,8 @@ class ExecFactory:
         self.failures: list[DsmError] = []
         #: The request lines of the latest handler built, as sent.
         self.last_transcript: list[bytes] = []
+        #: The requests of the latest handler built and of its peers, as sent.
+        self.last_recording = Recording()
         #: What the handler said on its first ``open`` (:func:`preflight`): its interface
         #: and its language.
         self.shape = "contract"
@@ -1060,6 +1120,7 @@ class ExecFactory:
             store=fresh_store_name() if self.named_stores else None,
         )
         self.last_transcript = handler.transcript
+        self.last_recording = handler.recording
         return handler
 
     def __repr__(self) -> str:

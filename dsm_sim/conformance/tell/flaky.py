@@ -15,13 +15,21 @@ from collections.abc import Iterator
 
 from dsm_sim.conformance.properties import PropertyViolation
 
-__all__ = ["FLAKY_EXPLANATION", "find_violation", "is_flaky"]
+__all__ = ["FLAKY_EXPLANATION", "RACE_EXPLANATION", "find_violation", "is_flaky"]
 
 #: What a flaky result means for the handler author, in one sentence.
 FLAKY_EXPLANATION = (
     "the handler answered the same steps differently when they were run again "
     "(a race across connections?), so no shrunk program could be replayed; "
     "the story above is the run that broke the property"
+)
+
+#: What a flaky result that some replays broke again means: a race shrunk by repetition.
+RACE_EXPLANATION = (
+    "the same steps break the property in some replays and not in others: a race whose "
+    "interleaving the kit cannot choose (between connections, or processes on one store), so "
+    "it was shrunk by repetition, a step left out when the program without it still broke "
+    "the property within a few replays, and the count above is how often the program shown did"
 )
 
 

@@ -66,7 +66,9 @@ def _verdict(report: VerificationReport) -> str:
         flaky = sum(1 for v in violations if v.flaky)
         names = ", ".join(v.name for v in violations)
         extra = f", {flaky} of them flaky" if flaky else ""
-        return f"FAILED ({len(violations)} violated{extra}: {names})"
+        # A race that replays only sometimes: say whether it ran across processes.
+        raced = f"; {report.races()}" if flaky and report.instances else ""
+        return f"FAILED ({len(violations)} violated{extra}: {names}{raced})"
     if report.error:
         return "FAILED (the run did not complete; see above)"
     count = len(report.not_exercised)

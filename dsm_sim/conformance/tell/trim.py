@@ -132,6 +132,18 @@ def _replay(
     return None, ran
 
 
+def _replay_tries(
+    machine: type[ConformanceMachine], program: Program, prop: str, tries: int
+) -> tuple[PropertyViolation | None, int, int]:
+    """Replay up to ``tries`` times until one breaks ``prop``: its violation, steps run, replays."""
+    ran = 0
+    for attempt in range(1, tries + 1):
+        violation, ran = _replay(machine, program)
+        if violation is not None and violation.property == prop:
+            return violation, ran, attempt
+    return None, ran, tries
+
+
 def trim(
     machine: type[ConformanceMachine],
     program: Program,
@@ -139,6 +151,7 @@ def trim(
     *,
     max_replays: int = MAX_REPLAYS,
     stop: Callable[[], bool] | None = None,
+    tries: int = 1,
 ) -> Trimmed | None:
     """Delete steps while the program still breaks ``prop``; None when none could go.
 
@@ -150,6 +163,10 @@ def trim(
     a candidate by luck) and must break ``prop`` again; when it does not, or
     nothing could go, the original program is replayed last instead, so the
     last handler built is always one that ran the program reported.
+
+    With ``tries`` above 1 (a race the kit cannot schedule, :mod:`dsm_sim.conformance.tell.repeat`)
+    a candidate is kept when any of up to ``tries`` replays breaks ``prop``;
+    each replay counts against ``max_replays``.
     """
     replays = 0
     original = program
@@ -166,9 +183,10 @@ def trim(
         if tuple(kept) in tried or exhausted():
             return None
         tried.add(tuple(kept))
-        replays += 1
-        violation, ran = _replay(machine, program.with_body([program.body[i] for i in kept]))
-        if violation is None or violation.property != prop:
+        candidate = program.with_body([program.body[i] for i in kept])
+        violation, ran, spent = _replay_tries(machine, candidate, prop, tries)
+        replays += spent
+        if violation is None:
             return None
         return kept[:ran]
 
@@ -180,9 +198,9 @@ def trim(
         forwarded = program.fast_forwarded(len(program.body) - back)
         if forwarded is None:
             break
-        replays += 1
-        violation, _ = _replay(machine, forwarded)
-        if violation is not None and violation.property == prop:
+        violation, _, spent = _replay_tries(machine, forwarded, prop, tries)
+        replays += spent
+        if violation is not None:
             program, current = forwarded, list(range(len(forwarded.body)))
             break
     # A chain of worlds fails in its last one, most often: try that world alone first.
@@ -207,9 +225,9 @@ def trim(
             break
     if program is not original or len(current) < len(program.body):
         reduced = program.with_body([program.body[i] for i in current])
-        violation = replay(machine, reduced)
-        replays += 1
-        if violation is not None and violation.property == prop:
+        violation, _, spent = _replay_tries(machine, reduced, prop, tries)
+        replays += spent
+        if violation is not None:
             return Trimmed(reduced, violation, replays)
     if replays:
         replay(machine, original)
