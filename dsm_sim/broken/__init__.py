@@ -108,7 +108,13 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
             _spec("case_insensitive_keys", _k.CaseInsensitiveKeys, "key_identity"),
             _spec("normalises_unicode_keys", _k.NormalisesUnicodeKeys, "key_identity"),
             _spec("truncates_long_keys", _k.TruncatesLongKeys, "key_identity"),
-            _spec("joins_key_parts_with_colon", _k.JoinsKeyPartsWithColon, "key_identity"),
+            _spec(
+                "joins_key_parts_with_colon",
+                _k.JoinsKeyPartsWithColon,
+                "key_identity",
+                # The parts it runs together may be two entities' (flow7 + x:line, flow7:x + line).
+                "entity_isolation",
+            ),
             _spec("tenant_case_folded", _k.TenantCaseFolded, "tenant_isolation"),
             # Durations, boundaries and time zones.
             _spec(
@@ -267,7 +273,13 @@ CATALOGUE: Mapping[str, BrokenHandlerSpec] = MappingProxyType(
             _spec("error_detail_trimmed", _p.ErrorDetailTrimmed, "record_agrees_with_model"),
             # Near keys across character classes; identifiers at their maximum length.
             _spec("accent_insensitive_keys", _k.AccentInsensitiveKeys, "key_identity"),
-            _spec("entity_id_truncated", _k.EntityIdTruncated, "entity_isolation"),
+            _spec(
+                "entity_id_truncated",
+                _k.EntityIdTruncated,
+                "entity_isolation",
+                # Read first through a fresh item's key, the record is another key's.
+                "key_identity",
+            ),
             # Sub-second and day-long locks; retention past 2038.
             _spec("lock_rounded_to_seconds", _t.LockRoundedToSeconds, "lock_duration_honoured"),
             _spec(

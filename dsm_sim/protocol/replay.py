@@ -374,6 +374,10 @@ class Breach:
         )
 
 
+#: Operations that read and never write: the judgement places them without branching.
+_READS = frozenset({"get", "exists"})
+
+
 class _Undecided(Exception):
     """The judgement ran out of reference calls."""
 
@@ -428,6 +432,21 @@ async def _judge(run: _Run) -> Breach | None:
             ready = sorted(
                 (j for j in left if run.sent[j] <= first_answer), key=run.sent.__getitem__
             )
+            # A read that agrees now changes nothing: placing it here loses no order, and
+            # the search need not branch over it (reads in flight together would
+            # otherwise multiply the orders past the judgement's budget).
+            placed = False
+            for j in ready:
+                if run.pairs[j].request.get("op") in _READS and len(ready) > 1:
+                    saved = copy.deepcopy(handler.model)
+                    got, wanted = run.pairs[j].answer, await expected(j)
+                    assert got is not None
+                    if _agrees(wanted, got):
+                        left, placed = left - {j}, True
+                        break
+                    handler.model = saved
+            if placed:
+                continue
             if len(ready) == 1:
                 (j,) = ready
                 got, wanted = run.pairs[j].answer, await expected(j)

@@ -28,23 +28,26 @@ from reference_engine.clock import Clock
 from reference_engine.handlers.sql.engine import create_engine_for
 from reference_engine.handlers.sql.handler import SqlStateHandler
 
-#: The racy acquire's window between its read and its write.
+#: The racy acquire's window between its read and its write (``--window SECONDS``).
 RACE_WINDOW_S = 0.004
 
 
 class NamedFileServer(Server):
     """``dsm serve`` whose handler lives in a SQLite file named by the ``open``'s store."""
 
-    def __init__(self, directory: Path, racy: bool, send: Any) -> None:
+    def __init__(
+        self, directory: Path, racy: bool, send: Any, window: float = RACE_WINDOW_S
+    ) -> None:
         super().__init__(self._build, send)
         self.directory = directory
         self.racy = racy
+        self.window = window
         self.path = directory / f"own_{os.getpid()}.sqlite3"
 
     def _build(self, clock: Clock) -> SqlStateHandler:
         engine = create_engine_for(f"sqlite+aiosqlite:///{self.path}")
         if self.racy:
-            return CheckThenInsertSqlHandler(engine, clock, race_window=RACE_WINDOW_S)
+            return CheckThenInsertSqlHandler(engine, clock, race_window=self.window)
         return SqlStateHandler(engine, clock)
 
     async def _perform(self, message: dict[str, Any]) -> Any:
@@ -64,7 +67,7 @@ def _remove(path: Path) -> None:
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
-async def serve(directory: Path, racy: bool) -> None:
+async def serve(directory: Path, racy: bool, window: float = RACE_WINDOW_S) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_REQUEST_BYTES)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -75,7 +78,7 @@ async def serve(directory: Path, racy: bool) -> None:
         out.write(line)
         out.flush()
 
-    server = NamedFileServer(directory, racy, send)
+    server = NamedFileServer(directory, racy, send, window)
     try:
         while not server.closed:
             line = await reader.readline()
@@ -95,7 +98,9 @@ async def serve(directory: Path, racy: bool) -> None:
 def main(argv: list[str]) -> int:
     directory = Path(argv[0])
     directory.mkdir(parents=True, exist_ok=True)
-    asyncio.run(serve(directory, "--racy" in argv[1:]))
+    flags = argv[1:]
+    window = float(flags[flags.index("--window") + 1]) if "--window" in flags else RACE_WINDOW_S
+    asyncio.run(serve(directory, "--racy" in flags, window))
     return 0
 
 

@@ -28,8 +28,14 @@ from dsm_sim.protocol.replay import read_entries, write_replay
 HANDLER = Path(__file__).with_name("sqlite_race_handler.py")
 
 
-def _command(directory: Path, racy: bool) -> str:
-    return f"{sys.executable} {HANDLER} {directory}" + (" --racy" if racy else "")
+#: The racy handler's window when its requests are replayed: wide enough that two acquires
+#: sent together both read before either writes, however loaded the machine.
+REPLAY_WINDOW_S = 0.25
+
+
+def _command(directory: Path, racy: bool, window: float | None = None) -> str:
+    command = f"{sys.executable} {HANDLER} {directory}" + (" --racy" if racy else "")
+    return command if window is None else f"{command} --window {window}"
 
 
 def test_a_race_across_processes_is_shrunk_recorded_whole_and_replayed(
@@ -68,7 +74,17 @@ def test_a_race_across_processes_is_shrunk_recorded_whole_and_replayed(
     assert json.loads(path.read_text().splitlines()[0])["request"]["op"] == "open"
 
     assert (
-        main(["replay", str(path), "--exec", _command(tmp_path / "db", True), "--times", "10"]) == 1
+        main(
+            [
+                "replay",
+                str(path),
+                "--exec",
+                _command(tmp_path / "db", True, REPLAY_WINDOW_S),
+                "--times",
+                "10",
+            ]
+        )
+        == 1
     )
     out = capsys.readouterr().out
     broke = re.search(r"^broke (\d+) of 10 run\(s\)", out, re.MULTILINE)

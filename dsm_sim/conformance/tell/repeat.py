@@ -21,7 +21,6 @@ it (``--replay-dir``) are those of a failing run.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ from dsm_sim.conformance.program import Program
 from dsm_sim.conformance.properties import PropertyViolation
 from dsm_sim.conformance.tell.replayed import CallTape
 from dsm_sim.conformance.tell.trim import Trimmed, replay, trim
+from dsm_sim.wall import wall_now
 
 __all__ = [
     "RATE_REPLAYS",
@@ -54,14 +54,14 @@ def shrink_by_repetition(
     machine: type[ConformanceMachine], program: Program, prop: str, seconds: float
 ) -> Trimmed | None:
     """A shorter program that still breaks ``prop`` in some of :data:`TRIES` replays, or None."""
-    deadline = time.perf_counter() + seconds
+    deadline = wall_now() + seconds
     return trim(
         machine,
         program,
         prop,
         tries=TRIES,
         max_replays=MAX_REPEAT_REPLAYS,
-        stop=lambda: time.perf_counter() > deadline,
+        stop=lambda: wall_now() > deadline,
     )
 
 
