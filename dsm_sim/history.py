@@ -12,20 +12,25 @@ simulator and from wall-clock runs (the multi-process stress runner) alike.
 
 Time
 ----
-Every instant is a ``float``: seconds since :attr:`History.epoch`, an aware UTC
-datetime.  Two clocks appear:
+Every instant is a :data:`~dsm_sim.micros.Micros`: whole microseconds since
+:attr:`History.epoch`, an aware UTC datetime (:mod:`dsm_sim.micros`), so the
+whole range a record can hold, to 9999-12-31 23:59:59.999999, is exact.
+Durations (lock duration, retention, sweep interval, a clock jump) are float
+seconds.  Two clocks appear:
 
 * ``invoke`` / ``complete`` / ``Event.time`` are on the *history's* timeline:
-  simulated seconds in the simulator, wall seconds since the run started in
-  the stress runner.  They order what happened.
+  simulated time in the simulator, wall time since the run started in the
+  stress runner.  They order what happened.
 * ``store_time`` is the instant the *store* saw (the handler clock's reading
   when it executed the call), which differs from the timeline when the clock
   jumps.  Lock expiry is decided on this clock, so the checker reasons about
   leases with it.  It is ``None`` when unknown (wall-clock runs); the checker
   then treats the call as having happened anywhere in ``[invoke, complete]``.
 
-Serialisation is deterministic: fixed field order, sorted keys, floats rounded
-to the microsecond, so one seed gives a byte-identical file.
+Serialisation is deterministic: fixed field order, sorted keys, instants as
+seconds to the microsecond (:func:`~dsm_sim.micros.seconds_json`: a string of
+the exact decimal where a double no longer holds the microsecond), durations
+rounded to the microsecond, so one seed gives a byte-identical file.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dsm_sim.micros import Micros, from_json, instant_at, micros_since, seconds_json, seconds_of
 from dsm_sim.wall import RunStoppedError
 from reference_engine.clock import UTC, ensure_utc
 from reference_engine.context import RecordKey, StateHandlerContext
@@ -58,7 +64,6 @@ __all__ = [
     "RecordView",
     "Scalar",
     "key_of",
-    "seconds_since",
 ]
 
 #: What a result or detail value may be: JSON scalars only, so files stay diffable.
@@ -82,38 +87,13 @@ class HistoryLimitError(RunStoppedError):
 
 
 def _t(value: float | None) -> float | None:
+    """A duration (float seconds) as written: rounded to the microsecond."""
     return None if value is None else round(float(value), _DIGITS)
 
 
-def seconds_since(
-    instant: dt.datetime | None,
-    epoch: dt.datetime,
-    memo: dict[dt.datetime, float] | None = None,
-) -> float | None:
-    """``instant`` as a view's seconds since ``epoch`` (a naive instant read as UTC wall time).
-
-    ``memo`` (one per epoch) remembers the seconds of naive and UTC instants:
-    records are read and modelled many times with the same stamps.  Two such
-    instants that are equal are one instant (a naive one never equals an
-    aware one), where in a zone with folds two equal wall times can be an
-    hour apart, so those are converted every time.
-    """
-    if instant is None:
-        return None
-    zone = instant.tzinfo
-    if memo is None or (zone is not None and zone is not dt.UTC):
-        memo = None
-    else:
-        known = memo.get(instant)
-        if known is not None:
-            return known
-    key = instant
-    if zone is None:
-        instant = instant.replace(tzinfo=dt.UTC)
-    seconds = round((instant - epoch).total_seconds(), _DIGITS)
-    if memo is not None:
-        memo[key] = seconds
-    return seconds
+def _i(value: object) -> Micros | None:
+    """An instant as read: microseconds from the seconds :func:`seconds_json` wrote."""
+    return None if value is None else from_json(value)
 
 
 def key_of(key: RecordKey | StateHandlerContext) -> str:
@@ -181,7 +161,7 @@ class EventKind(enum.Enum):
 class RecordView:
     """A record as the store returned it, reduced to what the checker compares.
 
-    Instants are store-clock seconds since the epoch; ``utc`` is False when any
+    Instants are store-clock microseconds since the epoch; ``utc`` is False when any
     stored instant was naive or not at offset zero.  ``data`` is a digest of the
     canonical JSON of the payload, so histories stay small whatever the data.
     ``key`` is the history key of the record the store returned, which differs
@@ -191,10 +171,10 @@ class RecordView:
     key: str
     status: str
     attempt: int
-    locked_until: float | None
-    created_at: float
-    updated_at: float
-    retain_until: float | None
+    locked_until: Micros | None
+    created_at: Micros
+    updated_at: Micros
+    retain_until: Micros | None
     data: str | None
     utc: bool = True
     #: (error_detail, source_app_id, entity_execution_id) as stored; ``None`` when the
@@ -206,10 +186,10 @@ class RecordView:
             "key": self.key,
             "status": self.status,
             "attempt": self.attempt,
-            "locked_until": _t(self.locked_until),
-            "created_at": _t(self.created_at),
-            "updated_at": _t(self.updated_at),
-            "retain_until": _t(self.retain_until),
+            "locked_until": seconds_json(self.locked_until),
+            "created_at": seconds_json(self.created_at),
+            "updated_at": seconds_json(self.updated_at),
+            "retain_until": seconds_json(self.retain_until),
             "data": self.data,
             "utc": self.utc,
             **({} if self.audit is None else {"audit": list(self.audit)}),
@@ -222,10 +202,10 @@ class RecordView:
             key=str(raw["key"]),
             status=str(raw["status"]),
             attempt=int(raw["attempt"]),
-            locked_until=_opt(raw.get("locked_until")),
-            created_at=float(raw["created_at"]),
-            updated_at=float(raw["updated_at"]),
-            retain_until=_opt(raw.get("retain_until")),
+            locked_until=_i(raw.get("locked_until")),
+            created_at=from_json(raw["created_at"]),
+            updated_at=from_json(raw["updated_at"]),
+            retain_until=_i(raw.get("retain_until")),
             data=raw.get("data"),
             utc=bool(raw.get("utc", True)),
             audit=None if audit is None else (audit[0], str(audit[1]), str(audit[2])),
@@ -321,14 +301,14 @@ class Op:
     process: str
     op: OpName
     key: str
-    invoke: float
-    complete: float | None = None
+    invoke: Micros
+    complete: Micros | None = None
     outcome: Outcome | None = None
     result: Scalar = None
     token: int | None = None
     status: str | None = None
     error: str | None = None
-    store_time: float | None = None
+    store_time: Micros | None = None
     execution: str = ""
     keys: tuple[str, ...] = ()
     candidates: tuple[str, ...] = ()
@@ -347,19 +327,19 @@ class Op:
     options: CallOptions | None = None
 
     @property
-    def earliest(self) -> float:
+    def earliest(self) -> Micros:
         """The earliest store instant the call can have taken effect at."""
         return self.store_time if self.store_time is not None else self.invoke
 
     @property
     def latest(self) -> float:
-        """The latest store instant the call can have taken effect at."""
+        """The latest store instant the call can have taken effect at (``inf``: unbounded)."""
         if self.store_time is not None:
             return self.store_time
         return self.complete if self.complete is not None else float("inf")
 
     @property
-    def effect_lo(self) -> float:
+    def effect_lo(self) -> Micros:
         """Earliest timeline instant the call can have taken effect at.
 
         A recorder that knows the exact instant (the simulator) sets
@@ -389,14 +369,14 @@ class Op:
             "process": self.process,
             "op": self.op.value,
             "key": self.key,
-            "invoke": _t(self.invoke),
-            "complete": _t(self.complete),
+            "invoke": seconds_json(self.invoke),
+            "complete": seconds_json(self.complete),
             "outcome": None if self.outcome is None else self.outcome.value,
             "result": self.result,
             "token": self.token,
             "status": self.status,
             "error": self.error,
-            "store_time": _t(self.store_time),
+            "store_time": seconds_json(self.store_time),
             "execution": self.execution,
             "keys": list(self.keys),
         }
@@ -425,14 +405,14 @@ class Op:
             process=str(raw["process"]),
             op=OpName(raw["op"]),
             key=str(raw["key"]),
-            invoke=float(raw["invoke"]),
-            complete=None if raw.get("complete") is None else float(raw["complete"]),
+            invoke=from_json(raw["invoke"]),
+            complete=_i(raw.get("complete")),
             outcome=None if raw.get("outcome") is None else Outcome(raw["outcome"]),
             result=raw.get("result"),
             token=raw.get("token"),
             status=raw.get("status"),
             error=raw.get("error"),
-            store_time=None if raw.get("store_time") is None else float(raw["store_time"]),
+            store_time=_i(raw.get("store_time")),
             execution=str(raw.get("execution", "")),
             keys=tuple(raw.get("keys", ())),
             candidates=tuple(raw.get("candidates", ())),
@@ -452,13 +432,14 @@ class Event:
     """An instant: a charge (with the token it was made under), a crash, a clock jump..."""
 
     index: int
-    time: float
+    time: Micros
     kind: EventKind
     process: str = ""
     key: str = ""
     token: int | None = None
     execution: str = ""
     detail: str = ""
+    #: A span in seconds (a clock jump's size, a pause's length).
     value: float | None = None
     #: The node whose effect this is (side effects): duplicates are counted per key and node.
     node: str = ""
@@ -466,7 +447,7 @@ class Event:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "index": self.index,
-            "time": _t(self.time),
+            "time": seconds_json(self.time),
             "kind": self.kind.value,
             "process": self.process,
             "key": self.key,
@@ -483,7 +464,7 @@ class Event:
     def from_json(cls, raw: Mapping[str, Any]) -> Event:
         return cls(
             index=int(raw["index"]),
-            time=float(raw["time"]),
+            time=from_json(raw["time"]),
             kind=EventKind(raw["kind"]),
             process=str(raw.get("process", "")),
             key=str(raw.get("key", "")),
@@ -502,16 +483,16 @@ class FinalState:
     key: str
     status: str
     attempt: int | None
-    time: float
-    store_time: float | None = None
+    time: Micros
+    store_time: Micros | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "key": self.key,
             "status": self.status,
             "attempt": self.attempt,
-            "time": _t(self.time),
-            "store_time": _t(self.store_time),
+            "time": seconds_json(self.time),
+            "store_time": seconds_json(self.store_time),
         }
 
     @classmethod
@@ -520,8 +501,8 @@ class FinalState:
             key=str(raw["key"]),
             status=str(raw["status"]),
             attempt=raw.get("attempt"),
-            time=float(raw["time"]),
-            store_time=None if raw.get("store_time") is None else float(raw["store_time"]),
+            time=from_json(raw["time"]),
+            store_time=_i(raw.get("store_time")),
         )
 
 
@@ -530,14 +511,14 @@ class History:
     """A whole run: parameters the checker needs, operations, events, final states.
 
     ``lock_duration`` and ``sweep_interval`` are seconds; ``faults_stop`` is
-    the timeline instant after which no fault is injected (``None``: the run
+    the timeline instant (microseconds) after which no fault is injected (``None``: the run
     had no faults, or they never stopped -- then liveness is not checked).
     """
 
     epoch: dt.datetime
     lock_duration: float
     sweep_interval: float | None = None
-    faults_stop: float | None = None
+    faults_stop: Micros | None = None
     ops: tuple[Op, ...] = ()
     events: tuple[Event, ...] = ()
     final: tuple[FinalState, ...] = ()
@@ -601,16 +582,16 @@ class History:
     def events_for(self, key: str, kind: EventKind | None = None) -> list[Event]:
         return [ev for ev in self.events if ev.key == key and (kind is None or ev.kind is kind)]
 
-    def instant(self, seconds: float) -> dt.datetime:
-        """A timeline float as an aware UTC datetime."""
-        return self.epoch + dt.timedelta(seconds=seconds)
+    def instant(self, micros: Micros) -> dt.datetime:
+        """An instant of the history as an aware UTC datetime (``OverflowError`` past year 9999)."""
+        return instant_at(self.epoch, micros)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "epoch": self.epoch.isoformat(),
             "lock_duration": _t(self.lock_duration),
             "sweep_interval": _t(self.sweep_interval),
-            "faults_stop": _t(self.faults_stop),
+            "faults_stop": seconds_json(self.faults_stop),
             "meta": {k: self.meta[k] for k in sorted(self.meta)},
             "ops": [op.to_json() for op in self.ops],
             "events": [ev.to_json() for ev in self.events],
@@ -632,7 +613,7 @@ class History:
             sweep_interval=(
                 None if raw.get("sweep_interval") is None else float(raw["sweep_interval"])
             ),
-            faults_stop=None if raw.get("faults_stop") is None else float(raw["faults_stop"]),
+            faults_stop=_i(raw.get("faults_stop")),
             ops=tuple(Op.from_json(o) for o in raw.get("ops", ())),
             events=tuple(Event.from_json(e) for e in raw.get("events", ())),
             final=tuple(FinalState.from_json(f) for f in raw.get("final", ())),
@@ -691,7 +672,16 @@ class Observed:
 #: completes (or when the history is frozen first): a simulated run completes
 #: nearly every call, and building an ``Op`` costs more than the rest of the invocation.
 _Invoked = tuple[
-    str, OpName, str, float, int | None, str | None, str, str | None, str | None, CallOptions | None
+    str,
+    OpName,
+    str,
+    Micros,
+    int | None,
+    str | None,
+    str,
+    str | None,
+    str | None,
+    CallOptions | None,
 ]
 
 
@@ -722,7 +712,7 @@ class HistoryRecorder:
         self._completed = 0
         self.lock_duration = lock_duration
         self.sweep_interval = sweep_interval
-        self.faults_stop: float | None = None
+        self.faults_stop: Micros | None = None
         self.meta: dict[str, Scalar] = dict(meta or {})
         self._ops: list[Op | _Invoked] = []
         self._events: list[Event] = []
@@ -738,16 +728,18 @@ class HistoryRecorder:
         """What each key stands for, so far (read-only view)."""
         return self._keys
 
-    def seconds(self, instant: dt.datetime) -> float:
-        """An aware datetime as seconds since the epoch (for wall-clock recorders)."""
-        return (ensure_utc(instant) - self.epoch).total_seconds()
+    def micros(self, instant: dt.datetime) -> Micros:
+        """An aware datetime as microseconds since the epoch (for wall-clock recorders)."""
+        micros = micros_since(ensure_utc(instant), self.epoch)
+        assert micros is not None
+        return micros
 
     def invoke(
         self,
         process: str,
         op: OpName,
         key: str,
-        at: float,
+        at: Micros,
         *,
         token: int | None = None,
         status: str | None = None,
@@ -785,11 +777,11 @@ class HistoryRecorder:
         self,
         index: int,
         outcome: Outcome,
-        at: float,
+        at: Micros,
         *,
         result: Scalar = None,
         error: str | None = None,
-        store_time: float | None = None,
+        store_time: Micros | None = None,
         token: int | None = None,
         keys: Iterable[str] = (),
         candidates: Iterable[str] = (),
@@ -851,7 +843,7 @@ class HistoryRecorder:
             self._op(index), probed=True, before=before, after=after, data=data
         )
 
-    def _pending(self, index: int, at: float | None) -> Op:
+    def _pending(self, index: int, at: Micros | None) -> Op:
         """Operation ``index``, not completed, as a frozen history shows it: ``info``."""
         op = self._op(index)
         return replace(
@@ -861,7 +853,7 @@ class HistoryRecorder:
     def event(
         self,
         kind: EventKind,
-        at: float,
+        at: Micros,
         *,
         process: str = "",
         key: str = "",
@@ -877,13 +869,13 @@ class HistoryRecorder:
         self._events.append(ev)
         return ev
 
-    def _room(self, at: float) -> None:
+    def _room(self, at: Micros) -> None:
         """Refuse an entry past :attr:`limit`, before the run's memory grows without bound."""
         if self.limit is None or len(self._ops) + len(self._events) < self.limit:
             return
         raise HistoryLimitError(
             f"the run's history reached {self.limit:,} operations and events at "
-            f"{at:g}s of simulated time, the most one run holds in memory (about 1 KB each, "
+            f"{seconds_of(at):g}s of simulated time, the most one run holds in memory (about 1 KB each, "
             "checker included), so the run stopped unchecked; the scenario asks for more work "
             "than one run can judge: lower run.items, run.tenants, the nodes' revisions or "
             "lines, faults.duplicate_delivery.copies or run.max_deliveries, or shorten "
@@ -895,12 +887,12 @@ class HistoryRecorder:
         key: str,
         status: str,
         attempt: int | None,
-        at: float,
-        store_time: float | None = None,
+        at: Micros,
+        store_time: Micros | None = None,
     ) -> None:
         self._final.append(FinalState(key, status, attempt, at, store_time))
 
-    def freeze(self, *, at: float | None = None) -> History:
+    def freeze(self, *, at: Micros | None = None) -> History:
         """The finished history; an op still pending becomes ``info`` (it may have happened)."""
         ops = tuple(
             entry

@@ -26,12 +26,11 @@ from dsm_sim.checker.leases import InvariantResult, Violation, fmt, property_res
 from dsm_sim.checker.orders import is_wall_clock
 from dsm_sim.conformance.judge.semantics import DSM, Retention, SemanticsProfile
 from dsm_sim.history import History, Op, OpName, Outcome
+from dsm_sim.micros import Micros
 
 __all__ = ["PROPERTY", "SupersededRow", "superseded_ledger", "superseded_rows_expire"]
 
 PROPERTY = "retention_sweep_agrees_with_model"
-#: Instants are recorded to the microsecond: a row due this close to a sweep may go either way.
-_EPSILON = 2e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +39,19 @@ class SupersededRow:
 
     key: str
     upsert: int
-    retain_until: float
+    retain_until: Micros
 
 
 @dataclass(frozen=True, slots=True)
 class SweptRows:
-    """What one retention sweep did to the superseded rows: those due, and those it claimed."""
+    """What one retention sweep did to the superseded rows: those due, and those it claimed.
+
+    Instants are exact (microseconds), so a row is due or not: at its
+    ``retain_until`` itself it is kept, a microsecond later it is due.
+    """
 
     sweep: Op
     due: tuple[SupersededRow, ...]
-    boundary: tuple[SupersededRow, ...]
     claimed: int
 
 
@@ -101,11 +103,10 @@ def superseded_ledger(history: History) -> tuple[list[SweptRows], str | None]:
         if not op.ok or not isinstance(result, int) or isinstance(result, bool) or result < 0:
             return swept, f"the retention sweep op #{op.index} did not answer a count"
         at = op.store_time
-        due = tuple(r for r in rows if r.retain_until < at - _EPSILON)
-        boundary = tuple(r for r in rows if at - _EPSILON <= r.retain_until < at + _EPSILON)
+        due = tuple(r for r in rows if r.retain_until < at)
         claimed = result - len(op.keys)
-        swept.append(SweptRows(op, due, boundary, claimed))
-        gone = {id(r) for r in due} | {id(r) for r in boundary[: max(0, claimed - len(due))]}
+        swept.append(SweptRows(op, due, claimed))
+        gone = {id(r) for r in due}
         rows = [r for r in rows if id(r) not in gone]
     return swept, None
 
@@ -118,7 +119,7 @@ def superseded_rows_expire(history: History, semantics: SemanticsProfile = DSM) 
     violations = []
     for s in swept:
         op, due = s.sweep, len(s.due)
-        at = fmt(op.store_time or 0.0)
+        at = fmt(op.store_time or 0)
         # A count below the current records the sweep expired claims no superseded row;
         # the shortfall itself is retention_sweep_agrees_with_model's to report.
         if max(s.claimed, 0) < due:
@@ -136,12 +137,12 @@ def superseded_rows_expire(history: History, semantics: SemanticsProfile = DSM) 
                     ops=(op.index, *(r.upsert for r in kept[:3])),
                 )
             )
-        elif s.claimed > due + len(s.boundary):
+        elif s.claimed > due:
             violations.append(
                 Violation(
                     f"the retention sweep op #{op.index} at store {at} answered {op.result}: "
                     f"{len(op.keys)} current record(s) and {s.claimed} more, but only "
-                    f"{due + len(s.boundary)} superseded row(s) were due",
+                    f"{due} superseded row(s) were due",
                     ops=(op.index,),
                 )
             )

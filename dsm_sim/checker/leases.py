@@ -9,7 +9,7 @@ Where a lock ends and when a record may vanish are the semantics profile's
 (:mod:`dsm_sim.conformance.judge.semantics`): the spec's lock is live up to and
 including ``locked_until``; a library may end it at that instant, at a
 coarser resolution, and drop records by a TTL.  :func:`lock_end` and
-:func:`vanish_from` turn those rules into store-clock seconds.
+:func:`vanish_from` turn those rules into store-clock instants (microseconds).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from dsm_sim.conformance.judge.semantics import DSM, Retention, SemanticsProfile, truncate
 from dsm_sim.conformance.properties import get_property
 from dsm_sim.history import History, Op, OpName, Outcome
+from dsm_sim.micros import MICROSECOND, Micros, micros_in, micros_of, micros_since
 
 __all__ = [
     "DONE",
@@ -145,16 +146,15 @@ def acquired(op: Op) -> bool:
 
 
 def fmt(value: float) -> str:
-    return f"{value:.3f}s"
+    """An instant of the history (microseconds) as a message writes it: seconds, to the ms."""
+    return f"{value / 1_000_000:.3f}s"
 
 
-_MICROSECOND = dt.timedelta(microseconds=1)
-
-
-def _shifted(history: History, seconds: float, resolution: dt.timedelta) -> float:
-    """``seconds`` (since the history's epoch) cut down to ``resolution`` since the Unix epoch."""
-    instant = truncate(history.instant(seconds), resolution)
-    return round((instant - history.epoch).total_seconds(), 6)
+def _shifted(history: History, micros: Micros, resolution: dt.timedelta) -> Micros:
+    """``micros`` (since the history's epoch) cut down to ``resolution`` since the Unix epoch."""
+    shifted = micros_since(truncate(history.instant(micros), resolution), history.epoch)
+    assert shifted is not None
+    return shifted
 
 
 def lock_end(
@@ -168,18 +168,18 @@ def lock_end(
     ``locked_until`` ends it a microsecond (the history's resolution) before.
     """
     if semantics.strict:
-        return start + duration
+        return start + micros_of(duration)
     resolution = semantics.lock_resolution
-    end = _shifted(history, start + duration, resolution)
+    end = _shifted(history, int(start) + micros_of(duration), resolution)
     if semantics.lock_live_at_expiry:
-        end += max(resolution, _MICROSECOND).total_seconds()
-    return round(end - 1e-6, 6)
+        end += micros_in(max(resolution, MICROSECOND))
+    return end - 1
 
 
 def vanish_from(
     history: History,
     key: str,
-    written: float,
+    written: Micros,
     semantics: SemanticsProfile = DSM,
     write: Op | None = None,
 ) -> float:
@@ -196,13 +196,13 @@ def vanish_from(
     kept = info.retention if write is None else history.retention_of(write)
     if kept is None:
         return math.inf
-    retention = dt.timedelta(seconds=kept)
+    retention = dt.timedelta(microseconds=micros_of(kept))
     unit = semantics.retention_unit
-    if unit > _MICROSECOND:
+    if unit > MICROSECOND:
         retention -= retention % unit
-    resolution = max(semantics.retention_resolution, _MICROSECOND)
-    end = _shifted(history, written + retention.total_seconds(), resolution)
-    return round(end + resolution.total_seconds(), 6)
+    resolution = max(semantics.retention_resolution, MICROSECOND)
+    end = _shifted(history, int(written) + micros_in(retention), resolution)
+    return end + micros_in(resolution)
 
 
 def wrote(op: Op) -> bool:

@@ -54,8 +54,8 @@ from dsm_sim.history import (
     OpName,
     Outcome,
     RecordView,
-    seconds_since,
 )
+from dsm_sim.micros import Micros, instant_at, micros_since
 from dsm_sim.model import record_copy
 from reference_engine.config import HandlerConfig
 from reference_engine.context import RecordKey, StateHandlerContext
@@ -93,8 +93,6 @@ JUDGED: tuple[str, ...] = (
     "key_identity",
 )
 
-#: Instants are recorded to the microsecond; two readings this close are equal.
-_EPSILON = 2e-6
 #: The model holds a payload as the canonical JSON of ``{_MARK: digest}``, so
 #: that a retry's data compares with the stored data digest to digest.
 _MARK = "digest:"
@@ -132,7 +130,10 @@ def model_agreement(history: History, semantics: SemanticsProfile = DSM) -> list
         if op.op in _NODE_OPS and op.probed and op.store_time is not None:
             info = history.keys.get(op.key)
             if info is not None:
-                findings.extend(_judge(history, op, info, semantics, past.get(op.index), memo))
+                try:
+                    findings.extend(_judge(history, op, info, semantics, past.get(op.index), memo))
+                except OverflowError:
+                    findings.append(_out_of_range(op))
         elif op.op.is_sweep and op.ok:
             findings.extend(_judge_sweep(op))
     findings.extend(_between_calls(history, semantics, past))
@@ -142,6 +143,23 @@ def model_agreement(history: History, semantics: SemanticsProfile = DSM) -> list
         violations = [Violation(f.message, "", (f.op,)) for f in mine]
         results.append(property_result(name, violations))
     return results
+
+
+def _out_of_range(op: Op) -> _Finding:
+    """The finding on a call around which the store showed an instant no ``datetime`` holds.
+
+    Every instant read is exact, so this is only a stamp whose offset moves it
+    past 9999-12-31 23:59:59.999999 UTC (or before year 1): the model cannot
+    hold the record, and the call is judged no further.
+    """
+    utc = all(view.utc for view in (op.before, op.after) if view is not None)
+    return _Finding(
+        "record_agrees_with_model" if utc else "timestamps_in_utc",
+        f"key {op.key}: {op.op.value} op #{op.index} by {op.process} at store "
+        f"{fmt(op.store_time or 0)}: the store showed an instant outside 0001-01-01 to "
+        "9999-12-31 23:59:59.999999 UTC, which no record can hold",
+        op.index,
+    )
 
 
 # --- calls -----------------------------------------------------------------------------------
@@ -154,16 +172,16 @@ class _Memo:
     view), with the view (kept, so the id stays its own).  The simulator
     hands out one view object for every read that found a key unchanged, so
     calls on a key often start from the same one.  ``record_keys``: each
-    key's record key.  ``seconds``: the seconds since the epoch of each UTC
+    key's record key.  ``micros``: the microseconds since the epoch of each UTC
     instant of the model's records (copies share their instants).
     """
 
-    __slots__ = ("record_keys", "records", "seconds")
+    __slots__ = ("micros", "record_keys", "records")
 
     def __init__(self) -> None:
         self.records: dict[tuple[str, int], tuple[RecordView, ModelRecord]] = {}
         self.record_keys: dict[str, RecordKey] = {}
-        self.seconds: dict[dt.datetime, float] = {}
+        self.micros: dict[dt.datetime, Micros] = {}
 
 
 def _judge(
@@ -187,7 +205,7 @@ def _judge(
             _Finding(
                 prop,
                 f"key {op.key}: {op.op.value} op #{op.index} by {op.process} "
-                f"at store {fmt(op.store_time or 0.0)}: {text}",
+                f"at store {fmt(op.store_time or 0)}: {text}",
                 op.index,
             )
         )
@@ -197,7 +215,7 @@ def _judge(
             prop = _isolation(history, info, view.key)
             say(prop, f"the store returned the record of key {view.key} ({label} the call)")
             return found
-    now = history.epoch + dt.timedelta(seconds=op.store_time)
+    now = instant_at(history.epoch, op.store_time)
     ctx = _context(info, op)
     record_key = None if memo is None else memo.record_keys.get(op.key)
     if record_key is None:
@@ -294,7 +312,7 @@ def _judge(
         op,
         history.epoch,
         expected_error,
-        None if memo is None else memo.seconds,
+        None if memo is None else memo.micros,
     )
     after = op.after
     if not strict:
@@ -333,11 +351,11 @@ def _expected_view(
     op: Op,
     epoch: dt.datetime,
     error: str | None,
-    seconds: dict[dt.datetime, float] | None = None,
+    micros: dict[dt.datetime, Micros] | None = None,
 ) -> RecordView | None:
     """The view of the model's ``record`` after ``op``, as the store's read would give it.
 
-    ``seconds``: instants already converted (see :class:`_Memo`).
+    ``micros``: instants already converted (see :class:`_Memo`).
     """
     if record is None:
         return None
@@ -350,10 +368,10 @@ def _expected_view(
         op.key,
         record.status.value,
         record.attempt,
-        seconds_since(record.locked_until, epoch, seconds),
-        seconds_since(record.created_at, epoch, seconds) or 0.0,
-        seconds_since(record.updated_at, epoch, seconds) or 0.0,
-        seconds_since(record.retain_until, epoch, seconds),
+        micros_since(record.locked_until, epoch, micros),
+        micros_since(record.created_at, epoch, micros) or 0,
+        micros_since(record.updated_at, epoch, micros) or 0,
+        micros_since(record.retain_until, epoch, micros),
         kept,
         True,  # utc: the model's instants are
         _audit_of(record) if op.after is not None and op.after.audit is not None else None,
@@ -473,7 +491,7 @@ def _compare(
 
 def _judge_sweep(op: Op) -> list[_Finding]:
     changed, due = set(op.keys), set(op.candidates)
-    at = fmt(op.store_time or 0.0)
+    at = fmt(op.store_time or 0)
     found = []
     if op.op is OpName.RESET_EXPIRED_LOCKS:
         for key in sorted(changed - due):
@@ -565,7 +583,10 @@ def _between_calls(
         previous = left.get(op.key)
         info = history.keys.get(op.key)
         if previous is not None and info is not None:
-            finding = _still(history, info, previous, op, semantics, past.get(op.index))
+            try:
+                finding = _still(history, info, previous, op, semantics, past.get(op.index))
+            except OverflowError:
+                finding = _out_of_range(op)
             if finding is not None:
                 found.append(finding)
         left[op.key] = _Left(op, op.after, [])
@@ -592,7 +613,7 @@ def _still(
         ctx = _context(info, op)
         model = model_for(semantics, ctx, None)
         model.current[ctx.record_key] = _record(ctx, expected, history.epoch)
-        now = history.epoch + dt.timedelta(seconds=sweep.store_time)
+        now = instant_at(history.epoch, sweep.store_time)
         if sweep.op is OpName.RESET_EXPIRED_LOCKS:
             changed = model.reset_expired_locks(now)
         else:
@@ -616,7 +637,7 @@ def _still(
     prev = previous.op
     via = "".join(
         f", then the {'lock' if s.op is OpName.RESET_EXPIRED_LOCKS else 'retention'} sweep "
-        f"op #{s.index} at store {fmt(s.store_time or 0.0)}"
+        f"op #{s.index} at store {fmt(s.store_time or 0)}"
         for s in sweeps
     )
     if sweeps:
@@ -631,8 +652,8 @@ def _still(
     return _Finding(
         prop,
         f"key {op.key}: {op.op.value} op #{op.index} by {op.process} at store "
-        f"{fmt(op.store_time or 0.0)} found the record changed since {prev.op.value} op "
-        f"#{prev.index} by {prev.process} at store {fmt(prev.store_time or 0.0)} left it{via}: "
+        f"{fmt(op.store_time or 0)} found the record changed since {prev.op.value} op "
+        f"#{prev.index} by {prev.process} at store {fmt(prev.store_time or 0)} left it{via}: "
         f"{difference} (nothing in between may change it so)",
         op.index,
     )
@@ -646,10 +667,10 @@ def _view_of_model(
         key=key,
         status=record.status.value,
         attempt=record.attempt,
-        locked_until=seconds_since(record.locked_until, epoch),
-        created_at=seconds_since(record.created_at, epoch) or 0.0,
-        updated_at=seconds_since(record.updated_at, epoch) or 0.0,
-        retain_until=seconds_since(record.retain_until, epoch),
+        locked_until=micros_since(record.locked_until, epoch),
+        created_at=micros_since(record.created_at, epoch) or 0,
+        updated_at=micros_since(record.updated_at, epoch) or 0,
+        retain_until=micros_since(record.retain_until, epoch),
         data=_digest(data),
         audit=_audit_of(record) if with_audit else None,
     )
@@ -747,8 +768,8 @@ def _record(
 ) -> ModelRecord:
     """The model's record for a read ``view``; ``record_key``: ``ctx``'s, when already built."""
 
-    def at(seconds: float | None) -> dt.datetime | None:
-        return None if seconds is None else epoch + dt.timedelta(seconds=seconds)
+    def at(micros: Micros | None) -> dt.datetime | None:
+        return None if micros is None else instant_at(epoch, micros)
 
     return ModelRecord(
         key=ctx.record_key if record_key is None else record_key,
@@ -759,8 +780,8 @@ def _record(
         error_detail=None if view.audit is None else view.audit[0],
         entity_execution_id="" if view.audit is None else view.audit[2],
         source_app_id="" if view.audit is None else view.audit[1],
-        created_at=epoch + dt.timedelta(seconds=view.created_at),
-        updated_at=epoch + dt.timedelta(seconds=view.updated_at),
+        created_at=instant_at(epoch, view.created_at),
+        updated_at=instant_at(epoch, view.updated_at),
         retain_until=at(view.retain_until),
     )
 
@@ -789,13 +810,12 @@ def _digest_of(data: str) -> str | None:
     return data
 
 
-def _same(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return abs(a - b) <= _EPSILON
+def _same(a: Micros | None, b: Micros | None) -> bool:
+    """Two instants are the same only to the microsecond (they are exact)."""
+    return a == b
 
 
-def _instant(value: float | None) -> str:
+def _instant(value: Micros | None) -> str:
     return "none" if value is None else fmt(value)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from dsm_sim.conformance.judge.semantics import ProfiledModel, SemanticsProfile, truncate
 from dsm_sim.history import History, KeyInfo, OpName, RecordView
+from dsm_sim.micros import MICROSECOND, Micros, micros_of, micros_since
 from reference_engine.context import StateHandlerContext
 from reference_engine.model import ModelRecord, ReferenceModel, effective_status
 from reference_engine.status import IdempotencyStatus
@@ -39,7 +40,7 @@ class Past:
 
     last_token: int | None = None
     guard_until: dt.datetime | None = None
-    written: float | None = None
+    written: Micros | None = None
 
 
 def pasts(history: History, semantics: SemanticsProfile) -> dict[int, Past]:
@@ -51,7 +52,7 @@ def pasts(history: History, semantics: SemanticsProfile) -> dict[int, Past]:
     """
     last: dict[str, int] = {}
     guards: dict[str, dt.datetime] = {}
-    written: dict[str, float] = {}
+    written: dict[str, Micros] = {}
     found: dict[int, Past] = {}
     guard = semantics.takeover_guard
     ordered = sorted((op for op in history.ops if op.seq is not None), key=lambda o: o.seq or 0)
@@ -105,9 +106,9 @@ def exact_retention(
         return record
     if info.retention is None:
         return record
-    retention = dt.timedelta(seconds=info.retention)
+    retention = dt.timedelta(microseconds=micros_of(info.retention))
     unit = semantics.retention_unit
-    if unit > dt.timedelta(microseconds=1):
+    if unit > MICROSECOND:
         retention -= retention % unit
     exact = history.instant(past.written) + retention
     if truncate(exact, semantics.stored_retention_resolution) != record.retain_until:
@@ -146,12 +147,10 @@ def at_resolution(
     if view is None:
         return None
 
-    def cut(seconds: float | None, resolution: dt.timedelta) -> float | None:
-        if seconds is None:
+    def cut(micros: Micros | None, resolution: dt.timedelta) -> Micros | None:
+        if micros is None:
             return None
-        return round(
-            (truncate(history.instant(seconds), resolution) - history.epoch).total_seconds(), 6
-        )
+        return micros_since(truncate(history.instant(micros), resolution), history.epoch)
 
     return dataclasses.replace(
         view,

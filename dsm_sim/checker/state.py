@@ -36,6 +36,7 @@ from dsm_sim.checker.leases import (
 from dsm_sim.checker.orders import Ordering, Search, is_wall_clock, settle
 from dsm_sim.conformance.judge.semantics import DSM, Failure, SemanticsProfile
 from dsm_sim.history import History, Op, OpName, Outcome
+from dsm_sim.micros import micros_of
 from reference_engine.status import COMPLETED, IdempotencyStatus, is_allowed
 
 __all__ = [
@@ -50,7 +51,7 @@ S = IdempotencyStatus
 
 @dataclass(frozen=True, slots=True)
 class _Rules:
-    """A key's lock and retention rules under a semantics profile, in store seconds."""
+    """A key's lock and retention rules under a semantics profile, on the store clock (µs)."""
 
     history: History
     key: str
@@ -380,7 +381,7 @@ def terminal_within_deadline(
     ]
     finite = [t for t in starts if math.isfinite(t)]
     base = max(finite) if finite else stop
-    deadline = base + history.longest_lock + (history.sweep_interval or 0.0)
+    deadline = base + micros_of(history.longest_lock) + micros_of(history.sweep_interval or 0.0)
     violations = []
     notes = [f"deadline at store {fmt(deadline)}"]
     for final in history.final:

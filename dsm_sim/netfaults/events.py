@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dsm_sim.history import Event, EventKind
+from dsm_sim.micros import micros_of
 
 __all__ = ["Direction", "FaultKind", "FaultWindow", "history_events"]
 
@@ -74,6 +75,12 @@ def history_events(
             marks.append((window.end, f"{what} ends"))
     marks.sort(key=lambda mark: mark[0])
     return [
-        Event(index=first_index + n, time=t, kind=EventKind.STORE_FAULT, process=process, detail=d)
+        Event(
+            index=first_index + n,
+            time=micros_of(t),
+            kind=EventKind.STORE_FAULT,
+            process=process,
+            detail=d,
+        )
         for n, (t, d) in enumerate(marks)
     ]

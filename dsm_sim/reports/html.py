@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsm_sim.history import EventKind, History, Op, Outcome
+from dsm_sim.micros import Micros, micros_of, seconds_of
 from dsm_sim.outputs import write_report
 from dsm_sim.reports.explorer import TraceViolation, explorer_view
 from dsm_sim.reports.instants import axis, wall
@@ -94,19 +95,22 @@ def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]
     names = _lane_order(history)
     row = {name: i for i, name in enumerate(names)}
     end = max(
-        [op.complete or op.invoke for op in history.ops]
-        + [ev.time for ev in history.events]
+        [seconds_of(op.complete or op.invoke) for op in history.ops]
+        + [seconds_of(ev.time) for ev in history.events]
         + [1.0]
     )
     scale = _WIDTH / end
 
-    def x(t: float) -> float:
-        return round(_LEFT + t * scale, 2)
+    def xs(seconds: float) -> float:
+        return round(_LEFT + seconds * scale, 2)
+
+    def x(t: Micros) -> float:
+        return xs(seconds_of(t))
 
     def y(lane: str) -> float:
         return _TOP + row[lane] * _LANE
 
-    def at(t: float) -> str:
+    def at(t: Micros) -> str:
         return wall(history.epoch, t)
 
     shapes: list[Shape] = []
@@ -122,7 +126,7 @@ def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]
                 "rect",
                 x(start),
                 y(op.process) + 6,
-                max(2.0, round((stop - start) * scale, 2)),
+                max(2.0, round(seconds_of(stop - start) * scale, 2)),
                 _LANE - 12,
                 _op_css(op, flagged_ops),
                 title,
@@ -135,7 +139,7 @@ def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]
             f"event #{ev.index} {ev.kind.value} {ev.key} token={ev.token} {ev.detail} {at(ev.time)}"
         )
         if ev.kind is EventKind.SIDE_EFFECT:
-            begin = ev.time - (ev.value or 0.0)
+            begin = ev.time - micros_of(ev.value or 0.0)
             shapes.append(
                 Shape(
                     "rect",
@@ -161,7 +165,7 @@ def swim_lanes(history: History, flagged_ops: set[int], flagged_events: set[int]
             shapes.append(
                 Shape("mark", x(ev.time), y(ev.process) + _LANE / 2, 0, 0, "pause", title)
             )
-    ticks = tuple((x(t), label) for t, label in axis(history.epoch, end).ticks)
+    ticks = tuple((xs(t), label) for t, label in axis(history.epoch, end).ticks)
     return Lanes(tuple(names), tuple(shapes), _LEFT + _WIDTH + 20, height + 24, ticks, _LEFT, scale)
 
 

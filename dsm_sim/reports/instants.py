@@ -1,6 +1,6 @@
 """How a report writes time: instants of the run's clock, and one evenly labelled axis.
 
-A history counts seconds since its epoch (:attr:`dsm_sim.history.History.epoch`);
+A history counts microseconds since its epoch (:attr:`dsm_sim.history.History.epoch`);
 a reader thinks in the clock the run showed them, the one the demo narrates
 ("09:36") and the store stamps on its records.  So a page writes every
 instant as that wall time, ``HH:MM:SS.mmm`` (the date too when it is not the
@@ -16,6 +16,8 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
+from dsm_sim.micros import Micros, instant_at, micros_of, seconds_of
+
 __all__ = ["STEPS", "Axis", "axis", "tick_step", "wall"]
 
 #: Round tick spacings, in seconds: 1-2-5 below a second, then the clock's own units.
@@ -28,15 +30,20 @@ STEPS: tuple[float, ...] = (
 )  # fmt: skip
 
 
-def wall(epoch: dt.datetime, seconds: float, digits: int = 3) -> str:
-    """``seconds`` after ``epoch`` as the clock showed it: ``09:36:00.250`` (``digits`` 3) or
+def wall(epoch: dt.datetime, micros: Micros, digits: int = 3) -> str:
+    """``micros`` after ``epoch`` as the clock showed it: ``09:36:00.250`` (``digits`` 3) or
     ``09:36:00`` (0), with the date in front when it is not the epoch's day.
 
-    Rounded to the millisecond first (half up, as the page's script rounds),
-    then cut to ``digits``.
+    Rounded to the millisecond first (half up, as the page's script rounds the
+    seconds the page holds), then cut to ``digits``.  In the last half
+    millisecond of year 9999, which rounds past the last ``datetime``, the
+    millisecond is cut instead.
     """
-    millis = math.floor(seconds * 1000 + 0.5)
-    instant = epoch + dt.timedelta(milliseconds=millis)
+    millis = math.floor(seconds_of(micros) * 1000 + 0.5)
+    try:
+        instant = epoch + dt.timedelta(milliseconds=millis)
+    except OverflowError:
+        instant = instant_at(epoch, micros)
     text = instant.strftime("%H:%M:%S")
     if digits:
         text += f".{instant.microsecond // 1000:03d}"
@@ -71,5 +78,7 @@ def axis(epoch: dt.datetime, end: float, most: int = 10) -> Axis:
     step = tick_step(end, most)
     digits = 0 if step >= 1 else 3
     count = math.floor(end / step + 1e-9)
-    ticks = tuple((round(i * step, 6), wall(epoch, i * step, digits)) for i in range(count + 1))
+    ticks = tuple(
+        (round(i * step, 6), wall(epoch, micros_of(i * step), digits)) for i in range(count + 1)
+    )
     return Axis(end, step, ticks)

@@ -52,12 +52,12 @@ def catchup_process(world: World) -> Generator[Any, Any, None]:
         if world.faults.catchup_paused(world.now):
             continue
         if locks:
-            index = world.recorder.invoke(CATCHUP, OpName.RESET_EXPIRED_LOCKS, "", world.now)
+            index = world.recorder.invoke(CATCHUP, OpName.RESET_EXPIRED_LOCKS, "", world.micros)
             yield env.timeout(world.latency(world.scenario.latency.store))
             if not _sweep(world, index, handler.reset_expired_locks, _lock_due):
                 continue
         if retention:
-            expire = world.recorder.invoke(CATCHUP, OpName.EXPIRE_PAST_RETENTION, "", world.now)
+            expire = world.recorder.invoke(CATCHUP, OpName.EXPIRE_PAST_RETENTION, "", world.micros)
             if not locks:
                 yield env.timeout(world.latency(world.scenario.latency.store))
             _sweep(world, expire, handler.expire_past_retention, _retention_due)
@@ -103,7 +103,7 @@ def _sweep(
     # Read right before and right after the sweep, at the same instant, so nothing
     # but the sweep can explain a difference.
     before = world.probe(suspects)
-    store_time = world.clock.seconds()
+    store_time = world.clock.micros()
     previous = dict(world.known)
     try:
         result = world.driver.complete(run(), f"{getattr(run, '__name__', 'sweep')}()")
@@ -111,7 +111,7 @@ def _sweep(
         raise  # stops the run, as a hung node call does
     except Exception as exc:  # the sweep's outcome is unknown; it may have run
         world.recorder.complete(
-            index, Outcome.INFO, world.now, error=type(exc).__name__, store_time=store_time
+            index, Outcome.INFO, world.micros, error=type(exc).__name__, store_time=store_time
         )
         world.probe(world.touched)
         return False
@@ -133,7 +133,7 @@ def _sweep(
     world.recorder.complete(
         index,
         Outcome.OK,
-        world.now,
+        world.micros,
         result=result,
         store_time=store_time,
         keys=sorted(changed),

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from dsm_sim.micros import Micros, micros_in
 from reference_engine.clock import UTC, ensure_utc
 
 __all__ = ["DEFAULT_EPOCH", "ClockMirror", "SimClock", "SkewedClock", "host_timezone"]
@@ -36,10 +37,20 @@ class SimClock:
         # The last reading: every call and read at one instant asks for the same datetime.
         self._at = math.nan
         self._now = self.epoch
+        # The microseconds of the reading _micros_for (see micros).
+        self._micros_for = self.epoch
+        self._micros = 0
 
-    def seconds(self) -> float:
-        """The store's reading as seconds since the epoch (what histories record)."""
-        return float(self.env.now) + self.offset
+    def micros(self) -> Micros:
+        """The store's reading as microseconds since the epoch (what histories record).
+
+        Exactly the instant :meth:`now` gives the handler, to the microsecond.
+        """
+        now = self.now()
+        if now is not self._micros_for:
+            self._micros = micros_in(now - self.epoch)
+            self._micros_for = now
+        return self._micros
 
     def now(self) -> dt.datetime:
         seconds = float(self.env.now) + self.offset

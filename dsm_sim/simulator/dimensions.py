@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dsm_sim.checker.history_rows import superseded_ledger
 from dsm_sim.conformance.report import Gap
 from dsm_sim.history import History, OpName
+from dsm_sim.micros import Micros, micros_of
 from dsm_sim.scenario import NodeKind, Scenario
 from dsm_sim.simulator.workload import nodes_of, tenant_ids
 
@@ -76,15 +77,15 @@ def asked(scenario: Scenario, seed: int | None = None) -> list[Dimension]:
 
 
 def _midnight(scenario: Scenario, history: History, held: Mapping[str, int]) -> str | None:
-    def day(seconds: float) -> dt.date:
-        return (history.epoch + dt.timedelta(seconds=seconds)).date()
+    def day(micros: Micros) -> dt.date:
+        return history.instant(micros).date()
 
     for op in history.ops:
         if op.op is OpName.TRY_ACQUIRE_LOCK and op.ok and isinstance(op.result, int):
             start = op.earliest
-            if day(start) != day(start + history.lock_duration_of(op)):
+            if day(start) != day(start + micros_of(history.lock_duration_of(op))):
                 return None
-    last = max((op.store_time for op in history.ops if op.store_time is not None), default=0.0)
+    last = max((op.store_time for op in history.ops if op.store_time is not None), default=0)
     return (
         f"no lock was live across midnight (the run started at {history.epoch.isoformat()} "
         f"and its store clock ended on {day(last).isoformat()})"

@@ -53,6 +53,7 @@ from dsm_sim.history import (
     Outcome,
     Scalar,
 )
+from dsm_sim.micros import micros_of
 from dsm_sim.scenario import Faults, NodeKind, NodeSpec, Scenario
 from dsm_sim.simulator.bridge import (
     BillingProxy,
@@ -373,7 +374,7 @@ def _run(
         )
         broker = _build(world, scenario, seed, {**BUILDERS, **(builders or {})})
         env.run(until=scenario.faults_until)
-        recorder.faults_stop = scenario.faults_until
+        recorder.faults_stop = micros_of(scenario.faults_until)
         world.event(EventKind.FAULTS_STOP, detail="no faults from here on; the run settles")
         _settle(world, broker)
         for key, record in world.probe().items():
@@ -381,8 +382,8 @@ def _run(
                 key,
                 "none" if record is None else record.status.value,
                 None if record is None else record.attempt,
-                world.now,
-                clock.seconds(),
+                world.micros,
+                clock.micros(),
             )
         stats = _stats(world, broker)
         held = dict(world.held)
@@ -405,7 +406,7 @@ def _run(
         finally:
             loop.close()
             mirror.stop()
-    history = recorder.freeze(at=float(env.now))
+    history = recorder.freeze(at=micros_of(env.now))
     return RunResult(
         scenario=scenario,
         seed=seed,
@@ -522,17 +523,18 @@ def _clock_jumps(world: World) -> Generator[Any, Any, None]:
 def _settle(world: World, broker: Broker) -> None:
     scenario = world.scenario
     stop = scenario.faults_until
+    last = micros_of(stop)
     starts = [
         op.store_time
-        for op in world.recorder.freeze(at=world.now).ops
-        if op.op is OpName.TRY_ACQUIRE_LOCK and op.invoke <= stop and op.store_time is not None
+        for op in world.recorder.freeze(at=world.micros).ops
+        if op.op is OpName.TRY_ACQUIRE_LOCK and op.invoke <= last and op.store_time is not None
     ]
-    base = max(starts, default=world.clock.seconds())
+    base = max(starts, default=world.clock.micros())
     lock = scenario.longest_lock
-    deadline = base + lock + 2 * scenario.sweep_interval
+    deadline = base + micros_of(lock + 2 * scenario.sweep_interval)
     cap = stop + 20 * (lock + scenario.sweep_interval + scenario.redelivery_delay)
     while world.now < cap:
-        if broker.outstanding == 0 and (world.clock.seconds() >= deadline or _all_settled(world)):
+        if broker.outstanding == 0 and (world.clock.micros() >= deadline or _all_settled(world)):
             break
         world.env.run(until=world.now + scenario.sweep_interval)
 
@@ -551,7 +553,7 @@ def _all_settled(world: World) -> bool:
 
 
 def _stats(world: World, broker: Broker) -> dict[str, Scalar]:
-    frozen = world.recorder.freeze(at=world.now)
+    frozen = world.recorder.freeze(at=world.micros)
     history_ops = frozen.ops
     crashes = sum(1 for ev in frozen.events if ev.kind is EventKind.CRASH)
     finals = Counter(

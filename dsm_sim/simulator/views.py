@@ -1,4 +1,4 @@
-"""Records reduced to what the checker compares: store-clock seconds and a data digest.
+"""Records reduced to what the checker compares: store-clock microseconds and a data digest.
 
 The digest is taken over the canonical JSON the engine itself writes, so two
 payloads that read back equal as JSON documents (same keys, same numbers,
@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
-from dsm_sim.history import RecordView, key_of, seconds_since
+from dsm_sim.history import RecordView, key_of
+from dsm_sim.micros import Micros, micros_since
 from reference_engine.record import StateRecord, encode_data
 
 __all__ = ["DATA_WIDTH", "data_text", "digest", "view_of"]
@@ -80,14 +81,14 @@ def _aware_utc(instant: dt.datetime | None) -> bool:
 def view_of(
     record: StateRecord | None,
     epoch: dt.datetime,
-    instants: dict[dt.datetime, float] | None = None,
+    instants: dict[dt.datetime, Micros] | None = None,
 ) -> RecordView | None:
-    """The checker's view of ``record``; instants as seconds since ``epoch``.
+    """The checker's view of ``record``; instants as microseconds since ``epoch``.
 
     The simulator takes two of these around every call, so the view is built
     with its fields in ``RecordView``'s order rather than by keyword, which
-    costs a third less, and ``instants`` (one per epoch) remembers the seconds
-    of its naive and UTC instants (:func:`~dsm_sim.history.seconds_since`): a
+    costs a third less, and ``instants`` (one per epoch) remembers the microseconds
+    of its naive and UTC instants (:func:`~dsm_sim.micros.micros_since`): a
     record is read many times with the same stamps.
     """
     if record is None:
@@ -98,16 +99,16 @@ def view_of(
         record.updated_at,
         record.retain_until,
     )
-    created = seconds_since(created_at, epoch, instants)
-    updated = seconds_since(updated_at, epoch, instants)
+    created = micros_since(created_at, epoch, instants)
+    updated = micros_since(updated_at, epoch, instants)
     return RecordView(
         key_of(record.key),
         record.status.value,
         record.attempt,
-        seconds_since(locked, epoch, instants),
-        0.0 if created is None else created,
-        0.0 if updated is None else updated,
-        seconds_since(retain, epoch, instants),
+        micros_since(locked, epoch, instants),
+        0 if created is None else created,
+        0 if updated is None else updated,
+        micros_since(retain, epoch, instants),
         digest(record.data),
         _aware_utc(locked)
         and _aware_utc(created_at)
@@ -131,8 +132,8 @@ class Viewer:
 
     def __init__(self, epoch: dt.datetime) -> None:
         self.epoch = epoch
-        #: Seconds since the epoch of each stamp converted (see :func:`view_of`).
-        self.instants: dict[dt.datetime, float] = {}
+        #: Microseconds since the epoch of each stamp converted (see :func:`view_of`).
+        self.instants: dict[dt.datetime, Micros] = {}
         #: key -> the last record viewed and its view.
         self._last: dict[str, tuple[StateRecord, RecordView]] = {}
 

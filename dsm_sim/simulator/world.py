@@ -29,6 +29,7 @@ from dsm_sim.history import (
     Scalar,
     key_of,
 )
+from dsm_sim.micros import Micros, micros_of
 from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.bridge import (
     Done,
@@ -134,7 +135,13 @@ class World:
 
     @property
     def now(self) -> float:
+        """Simulated seconds since the run began (SimPy's ``env.now``)."""
         return float(self.env.now)
+
+    @property
+    def micros(self) -> Micros:
+        """:attr:`now` as the history records it: microseconds since the epoch."""
+        return micros_of(self.env.now)
 
     def latency(self, mean: float) -> float:
         jitter = self.scenario.latency.jitter
@@ -212,7 +219,7 @@ class World:
             process,
             call.op,
             key,
-            self.now,
+            self.micros,
             token=ctx.lock_token,
             status=None if call.status is None else call.status.value,
             execution=ctx.entity_execution_id,
@@ -223,17 +230,17 @@ class World:
         refused = self.unsupported(call)
         if refused is not None:
             # Never sent: the library has no such call, so there is no store round trip.
-            rec.complete(index, Outcome.FAIL, self.now, error=type(refused).__name__)
+            rec.complete(index, Outcome.FAIL, self.micros, error=type(refused).__name__)
             return CallOutcome(error=refused)
         yield self.env.timeout(self.latency(self.scenario.latency.store))
         fault = self.faults.store_fault()
         if fault is StoreFault.BEFORE:
             rec.complete(
-                index, Outcome.FAIL, self.now, error="StoreError", store_time=self.clock.seconds()
+                index, Outcome.FAIL, self.micros, error="StoreError", store_time=self.clock.micros()
             )
             return CallOutcome(error=StoreError(f"injected store error before {call.op.value}"))
         if crash_after and not self.faults.apply_during_set():
-            rec.complete(index, Outcome.INFO, self.now, error="Crash")
+            rec.complete(index, Outcome.INFO, self.micros, error="Crash")
             return CallOutcome(crashed=True)
         observe = call.op is not OpName.GET  # a get is itself the read
         mine = self.handler_for(instance or process)
@@ -245,7 +252,7 @@ class World:
         try:
             try:
                 while True:
-                    store_time = self.clock.seconds()
+                    store_time = self.clock.micros()
                     self.clock_mirror.follow()
                     legs += 1
                     leg = self.driver.leg(coro, split=self.split_round_trips)
@@ -261,14 +268,19 @@ class World:
                 outcome = Outcome.INFO if isinstance(exc, StoreError) else Outcome.FAIL
                 error = type(exc).__name__
                 rec.complete(
-                    index, outcome, self.now, error=error, store_time=store_time, observed=seen
+                    index, outcome, self.micros, error=error, store_time=store_time, observed=seen
                 )
                 return CallOutcome(error=exc)
             except Exception as exc:  # a broken third-party handler: outcome unknown
                 seen = self._observe(observe and legs == 1, key, before, written, mine)
                 error = type(exc).__name__
                 rec.complete(
-                    index, Outcome.INFO, self.now, error=error, store_time=store_time, observed=seen
+                    index,
+                    Outcome.INFO,
+                    self.micros,
+                    error=error,
+                    store_time=store_time,
+                    observed=seen,
                 )
                 return CallOutcome(error=exc)
             seen = self._observe(observe and legs == 1, key, before, written, mine)
@@ -276,7 +288,7 @@ class World:
                 rec.complete(
                     index,
                     Outcome.INFO,
-                    self.now,
+                    self.micros,
                     error="Crash",
                     store_time=store_time,
                     observed=seen,
@@ -286,7 +298,7 @@ class World:
                 rec.complete(
                     index,
                     Outcome.INFO,
-                    self.now,
+                    self.micros,
                     error="StoreError",
                     store_time=store_time,
                     observed=seen,
@@ -296,7 +308,7 @@ class World:
             rec.complete(
                 index,
                 Outcome.OK,
-                self.now,
+                self.micros,
                 result=_scalar(value),
                 store_time=store_time,
                 token=token,
@@ -479,7 +491,7 @@ class World:
         return sorted(k for k, r in self.known.items() if r is not None and test(r))
 
     def event(self, kind: EventKind, **fields: Any) -> None:
-        self.recorder.event(kind, self.now, **fields)
+        self.recorder.event(kind, self.micros, **fields)
 
 
 def _scalar(value: Any) -> Scalar:

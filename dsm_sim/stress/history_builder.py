@@ -26,6 +26,7 @@ from dsm_sim.history import (
     Scalar,
     key_of,
 )
+from dsm_sim.micros import Micros
 from dsm_sim.netfaults import FaultWindow, history_events
 from dsm_sim.stress.journal import EventType, Operation
 from dsm_sim.stress.ledger import EffectRow
@@ -77,8 +78,8 @@ def build_history(
     def key(item: str) -> str:
         return history_key(settings, item)
 
-    def at(ns: int) -> float:
-        return (ns - epoch_ns) / 1e9
+    def at(ns: int) -> Micros:
+        return (ns - epoch_ns + 500) // 1000  # to the nearest microsecond
 
     recorder = HistoryRecorder(
         epoch=dt.datetime.fromtimestamp(epoch_ns / 1e9, UTC),

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dsm_sim.history import Event, EventKind, History, Op, OpName, Outcome, RecordView, key_of
+from dsm_sim.micros import Micros, micros_in, micros_since
 from dsm_sim.outputs import write_report
 from dsm_sim.reports.explorer.model import Chapter
 from dsm_sim.reports.explorer.page import explorer_view
@@ -49,9 +50,10 @@ _ITEM_CALLS = {
     "release_lock_as_failed": OpName.RELEASE_LOCK_AS_FAILED,
     "upsert": OpName.UPSERT,
 }
-#: Calls on one clock reading are this far apart on the timeline, each lasting _CALL.
-_APART = 0.001
-_CALL = 0.0006
+#: Calls on one clock reading are this far apart on the timeline (microseconds), each
+#: lasting _CALL.
+_APART = 1000
+_CALL = 600
 CATCHUP_LANE = "catchup"
 
 
@@ -63,12 +65,12 @@ class DemoTape:
         self.lines: list[str] = []
         self.ops: list[Op] = []
         self.events: list[Event] = []
-        self.store_clock: dict[int, float] = {}
+        self.store_clock: dict[int, Micros] = {}
         self.chapter_starts: list[tuple[int, int]] = [(0, 0)]  # (first op, first line)
         self._contexts: dict[str, StateHandlerContext] = {}
         self._clock: Clock | None = None
         #: The clock reading of the last call, and how many calls were made on it.
-        self._reading: tuple[float, int] = (-1.0, 0)
+        self._reading: tuple[Micros, int] = (-1, 0)
 
     # --- listening ------------------------------------------------------------------------
     def write(self, line: str) -> None:
@@ -100,36 +102,36 @@ class DemoTape:
             setattr(handler, name, self._sweep(op, getattr(handler, name), get))
 
     # --- recording ------------------------------------------------------------------------
-    def _t(self, reading: float) -> float:
+    def _t(self, reading: Micros) -> Micros:
         """The instant of the next call, made at clock ``reading``: after the calls before
         it on the same reading."""
         last, calls = self._reading
         calls = calls + 1 if reading == last else 0
         self._reading = (reading, calls)
-        return round(reading + calls * _APART, 6)
+        return reading + calls * _APART
 
-    def _after_last_call(self) -> float:
+    def _after_last_call(self) -> Micros:
         last = self.ops[-1].complete if self.ops else None
-        return 0.0 if last is None else round(last + _CALL / 3, 6)
+        return 0 if last is None else last + _CALL // 3
 
-    def _now(self) -> float:
+    def _now(self) -> Micros:
         assert self._clock is not None, "attach() comes before any call"
-        return (self._clock.now() - DEMO_START).total_seconds()
+        return micros_in(self._clock.now() - DEMO_START)
 
     def _view(self, record: StateRecord | None) -> RecordView | None:
         if record is None:
             return None
 
-        def s(instant: dt.datetime | None) -> float | None:
-            return None if instant is None else (instant - DEMO_START).total_seconds()
+        def s(instant: dt.datetime | None) -> Micros | None:
+            return micros_since(instant, DEMO_START)
 
         return RecordView(
             key=key_of(record.key),
             status=record.status.value,
             attempt=record.attempt,
             locked_until=s(record.locked_until),
-            created_at=s(record.created_at) or 0.0,
-            updated_at=s(record.updated_at) or 0.0,
+            created_at=s(record.created_at) or 0,
+            updated_at=s(record.updated_at) or 0,
             retain_until=s(record.retain_until),
             data=data_text(record.data),
         )
@@ -161,7 +163,7 @@ class DemoTape:
                 op=op,
                 key=key,
                 invoke=invoke,
-                complete=round(invoke + _CALL, 6),
+                complete=invoke + _CALL,
                 outcome=outcome,
                 result=scalar,
                 token=token,

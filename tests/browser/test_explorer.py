@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from dsm_sim import cli
+from dsm_sim.micros import micros_of as us
 from dsm_sim.reports.instants import wall
 
 pytestmark = pytest.mark.browser
@@ -348,8 +349,8 @@ def test_faults_are_marked_listed_and_jump_to_their_instant(
     assert page.execute_script("return window.dsmExplorer.state().t") == pytest.approx(jump["time"])
     shown = page.find_element("id", "ex-time").text
     epoch = dt.datetime.fromisoformat(history["epoch"])
-    assert f": {wall(epoch, jump['time'])}" in shown
-    assert f"(store clock {wall(epoch, jump['time'] + jump['value'])})" in shown
+    assert f": {wall(epoch, us(jump['time']))}" in shown
+    assert f"(store clock {wall(epoch, us(jump['time'] + jump['value']))})" in shown
     # The cursor stands on the axis at that instant, inside the window the lanes show.
     cursor = page.execute_script(
         "var c = document.getElementById('ex-ov-cursor'), b = document.querySelector('#timeline .ex-window');"

@@ -17,6 +17,7 @@ import pytest
 
 from dsm_sim.checker import InvariantResult, check_history, is_wall_clock
 from dsm_sim.history import History, HistoryRecorder, OpName, Outcome
+from dsm_sim.micros import micros_of as us
 from dsm_sim.stress import BUILTIN_HANDLER_SPEC, StressReport, StressSettings, run_stress
 from dsm_sim.stress.cli import configure, main
 from dsm_sim.stress.factories import stress_sql_handler
@@ -228,16 +229,16 @@ def _fencing_history(release_at: tuple[float, float]) -> History:
     """p0 acquires token 1 and releases it; p3 acquires token 2 at [3, 4] and completes."""
     rec = HistoryRecorder(lock_duration=60.0)
     key = "t/4/node//k1"
-    first = rec.invoke("p0", OpName.TRY_ACQUIRE_LOCK, key, 0.0, execution="e0")
-    rec.complete(first, Outcome.OK, 1.0, result=1, token=1)
-    second = rec.invoke("p3", OpName.TRY_ACQUIRE_LOCK, key, 3.0, execution="e3")
-    rec.complete(second, Outcome.OK, 4.0, result=2, token=2)
+    first = rec.invoke("p0", OpName.TRY_ACQUIRE_LOCK, key, us(0.0), execution="e0")
+    rec.complete(first, Outcome.OK, us(1.0), result=1, token=1)
+    second = rec.invoke("p3", OpName.TRY_ACQUIRE_LOCK, key, us(3.0), execution="e3")
+    rec.complete(second, Outcome.OK, us(4.0), result=2, token=2)
     release = rec.invoke(
-        "p0", OpName.RELEASE_LOCK_AS_FAILED, key, release_at[0], token=1, execution="e0"
+        "p0", OpName.RELEASE_LOCK_AS_FAILED, key, us(release_at[0]), token=1, execution="e0"
     )
-    rec.complete(release, Outcome.OK, release_at[1])
-    done = rec.invoke("p3", OpName.SET, key, 6.0, token=2, status="processed", execution="e3")
-    rec.complete(done, Outcome.OK, 7.0)
+    rec.complete(release, Outcome.OK, us(release_at[1]))
+    done = rec.invoke("p3", OpName.SET, key, us(6.0), token=2, status="processed", execution="e3")
+    rec.complete(done, Outcome.OK, us(7.0))
     return rec.freeze()
 
 

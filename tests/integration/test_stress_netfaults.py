@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from dsm_sim.history import EventKind
+from dsm_sim.micros import micros_of as us
 from dsm_sim.netfaults import FaultKind, FaultWindow
 from dsm_sim.reports.html import swim_lanes
 from dsm_sim.stress import StressReport, StressSettings, run_stress
@@ -159,9 +160,9 @@ def test_the_history_marks_each_window_where_the_operations_are_timed(tmp_path: 
     )
     marks = [(e.time, e.detail) for e in history.events if e.kind is EventKind.STORE_FAULT]
     assert marks == [
-        (2.5, "partition (heal=resume) begins"),
-        (4.5, "partition (heal=resume) ends"),
-        (5.0, "reset (3 connection(s))"),
+        (2_500_000, "partition (heal=resume) begins"),
+        (4_500_000, "partition (heal=resume) ends"),
+        (5_000_000, "reset (3 connection(s))"),
     ]
     # The HTML timeline draws each mark across every lane, as it draws a clock jump.
     rules = [s for s in swim_lanes(history, set(), set()).shapes if s.css == "netfault"]
@@ -208,7 +209,7 @@ def _late_fenced_writes(report: StressReport, window: FaultWindow) -> list[int]:
     return [
         op.index
         for op in report.history.ops
-        if op.error == "StaleLockError" and op.invoke <= window.end <= (op.complete or 0.0)
+        if op.error == "StaleLockError" and op.invoke <= us(window.end) <= (op.complete or 0)
     ]
 
 
@@ -228,7 +229,7 @@ def test_a_partition_longer_than_the_lock_is_fenced_on_postgres(postgres_url: st
         history = report.history
         assert history is not None
         fenced = [op for op in history.ops if op.error == "StaleLockError"]
-        assert all((op.complete or 0.0) >= window.start for op in fenced)
+        assert all((op.complete or 0) >= us(window.start) for op in fenced)
         if _late_fenced_writes(report, window):
             evidence.append(report)
             break
@@ -241,7 +242,7 @@ def test_a_partition_longer_than_the_lock_is_fenced_on_postgres(postgres_url: st
     # The history and the JSON report carry the window on the operations' time base.
     assert report.history is not None
     marks = [e for e in report.history.events if e.kind is EventKind.STORE_FAULT]
-    assert [e.time for e in marks] == [window.start, window.end]
+    assert [e.time for e in marks] == [us(window.start), us(window.end)]
     written = json.loads(json.dumps(report.to_json()))
     assert written["fault_free"] is False
     assert written["netfaults"] == [PARTITION]

@@ -6,11 +6,24 @@ import dataclasses
 import datetime as dt
 import random
 from collections.abc import Generator
+from typing import Any
 
 import pytest
 
 from dsm_sim import checker
-from dsm_sim.history import EventKind, History, HistoryRecorder, OpName, Outcome
+from dsm_sim.history import (
+    Event,
+    EventKind,
+    History,
+    HistoryRecorder,
+    KeyInfo,
+    Observed,
+    Op,
+    OpName,
+    Outcome,
+    RecordView,
+)
+from dsm_sim.micros import micros_of as us
 from reference_engine.config import HandlerConfig
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import DsmError
@@ -22,14 +35,53 @@ pytestmark = pytest.mark.scenario
 
 K = "tenant-1/4/node//inv-1"
 LOCK = 60.0
+EPOCH_2026 = dt.datetime(2026, 1, 1, 9, 0, tzinfo=dt.UTC)
+
+
+class Recorder(HistoryRecorder):
+    """A recorder these tests give instants in seconds (histories hold microseconds)."""
+
+    def __init__(self, *, faults_stop: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.faults_stop = None if faults_stop is None else us(faults_stop)
+
+    def invoke(  # type: ignore[override]
+        self, process: str, op: OpName, key: str, at: float, **kwargs: Any
+    ) -> int:
+        return super().invoke(process, op, key, us(at), **kwargs)
+
+    def complete(  # type: ignore[override]
+        self,
+        index: int,
+        outcome: Outcome,
+        at: float,
+        *,
+        store_time: float | None = None,
+        **kwargs: Any,
+    ) -> Op:
+        store = None if store_time is None else us(store_time)
+        return super().complete(index, outcome, us(at), store_time=store, **kwargs)
+
+    def event(self, kind: EventKind, at: float, **kwargs: Any) -> Event:  # type: ignore[override]
+        return super().event(kind, us(at), **kwargs)
+
+    def final_state(  # type: ignore[override]
+        self,
+        key: str,
+        status: str,
+        attempt: int | None,
+        at: float,
+        store_time: float | None = None,
+    ) -> None:
+        store = None if store_time is None else us(store_time)
+        super().final_state(key, status, attempt, us(at), store)
 
 
 class Builder:
     """Terse history building: every op completes at its store instant (simulator style)."""
 
     def __init__(self, *, faults_stop: float | None = None) -> None:
-        self.rec = HistoryRecorder(lock_duration=LOCK, sweep_interval=20.0)
-        self.rec.faults_stop = faults_stop
+        self.rec = Recorder(lock_duration=LOCK, sweep_interval=20.0, faults_stop=faults_stop)
 
     def op(
         self,
@@ -472,9 +524,9 @@ def test_history_round_trips_through_json_byte_for_byte() -> None:
 
 
 def test_pending_operation_freezes_as_info() -> None:
-    rec = HistoryRecorder(lock_duration=LOCK)
+    rec = Recorder(lock_duration=LOCK)
     rec.invoke("w1", OpName.SET, K, 1.0, token=1, status="processed")
-    op = rec.freeze(at=2.0).ops[0]
+    op = rec.freeze(at=us(2.0)).ops[0]
     assert op.outcome is Outcome.INFO
     assert op.maybe
 
@@ -482,10 +534,89 @@ def test_pending_operation_freezes_as_info() -> None:
 def test_wall_clock_recorders_convert_datetimes() -> None:
     epoch = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
     rec = HistoryRecorder(epoch=epoch, lock_duration=LOCK)
-    assert rec.seconds(epoch + dt.timedelta(seconds=1.5)) == 1.5
-    assert rec.freeze().instant(1.5) == epoch + dt.timedelta(seconds=1.5)
+    assert rec.micros(epoch + dt.timedelta(seconds=1.5)) == 1_500_000
+    assert rec.freeze().instant(1_500_000) == epoch + dt.timedelta(seconds=1.5)
     with pytest.raises(ValueError, match="naive"):
-        rec.seconds(dt.datetime(2026, 3, 1, 12, 0))
+        rec.micros(dt.datetime(2026, 3, 1, 12, 0))
+
+
+# --- instants are exact to the microsecond, to the last one a record can hold ---------------
+
+#: The last instant a record can hold, and one far from the epoch but within the range.
+END_OF_TIME = dt.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC)
+YEAR_2200 = dt.datetime(2200, 6, 30, 23, 59, 59, 999_999, tzinfo=dt.UTC)
+
+
+def _one_lock(locked_until: dt.datetime, *, lock: float = LOCK) -> History:
+    """One probed acquire ``lock`` seconds before ``end``, far from the history's epoch (2026).
+
+    The store clock reads ``end - lock``, and the record read after the call
+    is locked until ``locked_until``.
+    """
+    epoch = EPOCH_2026
+    rec = HistoryRecorder(epoch=epoch, lock_duration=lock, store_order=True)
+    rec.key_info(
+        K,
+        KeyInfo(
+            node="node",
+            tenant="tenant-1",
+            scope=4,
+            entity="node",
+            item_entity_key="",
+            item="inv-1",
+            lock_duration=lock,
+            retention=None,
+        ),
+    )
+    index = rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, 0, execution="w1-x1", app="billing")
+    stamp = rec.micros(END_OF_TIME if locked_until > YEAR_2200 else YEAR_2200) - us(lock)
+    after = RecordView(
+        key=K,
+        status="processing",
+        attempt=1,
+        locked_until=rec.micros(locked_until),
+        created_at=stamp,
+        updated_at=stamp,
+        retain_until=None,
+        data=None,
+        audit=(None, "billing", "w1-x1"),
+    )
+    rec.complete(
+        index,
+        Outcome.OK,
+        us(0.5),
+        result=1,
+        store_time=stamp,
+        token=1,
+        observed=Observed(None, after, None),
+    )
+    return rec.freeze()
+
+
+@pytest.mark.parametrize("end", [YEAR_2200, END_OF_TIME], ids=["year-2200", "year-9999"])
+def test_two_instants_a_microsecond_apart_are_told_apart(end: dt.datetime) -> None:
+    """A lock that must end at ``end``, centuries from the epoch, is checked to the microsecond."""
+    right = _one_lock(end)
+    assert [r.name for r in checker.check_history(right) if not r.passed] == []
+    early = _one_lock(end - dt.timedelta(microseconds=1))
+    failed = {r.name: r for r in checker.check_history(early) if not r.passed}
+    assert set(failed) == {"lock_duration_honoured"}, failed
+    (violation,) = failed["lock_duration_honoured"].violations
+    assert "left locked_until" in violation.message
+
+
+def test_the_last_instant_a_record_holds_survives_the_history_file() -> None:
+    history = _one_lock(END_OF_TIME)
+    after = history.ops[0].after
+    assert after is not None and after.locked_until is not None
+    assert history.instant(after.locked_until) == END_OF_TIME
+    text = history.dumps()
+    assert '"locked_until":"251635042799.999999"' in text, "a string: no double holds it"
+    assert '"store_time":"251635042739.999999"' in text
+    again = History.loads(text)
+    assert again == history
+    assert again.dumps() == text
+    assert [r.name for r in checker.check_history(again) if not r.passed] == []
 
 
 @pytest.mark.parametrize(("expired", "lost"), [(0, True), (1, False)])
@@ -623,8 +754,8 @@ class _Race:
             handler_config=HandlerConfig(lock_duration=dt.timedelta(seconds=RACE_LOCK)),
         )
         self.epoch = dt.datetime(2026, 1, 1, 9, 0, tzinfo=dt.UTC)
-        self.wall = HistoryRecorder(epoch=self.epoch, lock_duration=RACE_LOCK)
-        self.timed = HistoryRecorder(epoch=self.epoch, lock_duration=RACE_LOCK)
+        self.wall = Recorder(epoch=self.epoch, lock_duration=RACE_LOCK)
+        self.timed = Recorder(epoch=self.epoch, lock_duration=RACE_LOCK)
         self.ready: dict[str, float] = {}
 
     def call(
@@ -728,7 +859,7 @@ def _tie_at_the_store(*, store_order: bool) -> History:
     The store ran the sweep first (Processed -> Expired), then the upsert
     (Expired -> Processed), then a later sweep expired the new record.
     """
-    rec = HistoryRecorder(lock_duration=LOCK, sweep_interval=20.0, store_order=store_order)
+    rec = Recorder(lock_duration=LOCK, sweep_interval=20.0, store_order=store_order)
     acquire = rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, 1.0, execution="w1-x1")
     rec.complete(acquire, Outcome.OK, 1.0, result=1, store_time=1.0, token=1)
     done = rec.invoke("w1", OpName.SET, K, 2.0, token=1, status="processed", execution="w1-x1")

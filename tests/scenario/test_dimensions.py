@@ -14,6 +14,7 @@ from dsm_sim.broken import CATALOGUE
 from dsm_sim.checker.history_rows import superseded_ledger, superseded_rows_expire
 from dsm_sim.cli import main
 from dsm_sim.history import EventKind, History, Op, OpName, Outcome, RecordView
+from dsm_sim.micros import micros_of as us
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator.dimensions import Dimension, asked
 from dsm_sim.simulator.run import run_scenario
@@ -139,7 +140,7 @@ def test_history_options_only_on_calls_that_differ(month_end: list[History]) -> 
 
 
 def _processed(at: float, retention: float = 10.0) -> RecordView:
-    return RecordView("k", "processed", 1, None, at, at, at + retention, f"d{at}")
+    return RecordView("k", "processed", 1, None, us(at), us(at), us(at + retention), f"d{at}")
 
 
 def _ledger_history(*ops: Op) -> History:
@@ -149,15 +150,15 @@ def _ledger_history(*ops: Op) -> History:
 
 def _upsert(index: int, at: float, before: RecordView | None, after: RecordView | None) -> Op:
     return Op(
-        index, "w1", OpName.UPSERT, "k", at, at, Outcome.OK, store_time=at, seq=index,
+        index, "w1", OpName.UPSERT, "k", us(at), us(at), Outcome.OK, store_time=us(at), seq=index,
         probed=True, before=before, after=after,
     )  # fmt: skip
 
 
 def _sweep(index: int, at: float, count: int) -> Op:
     return Op(
-        index, "catchup", OpName.EXPIRE_PAST_RETENTION, "", at, at, Outcome.OK, result=count,
-        store_time=at, seq=index,
+        index, "catchup", OpName.EXPIRE_PAST_RETENTION, "", us(at), us(at), Outcome.OK,
+        result=count, store_time=us(at), seq=index,
     )  # fmt: skip
 
 

@@ -37,8 +37,8 @@ def test_a_run_that_reaches_the_history_limit_stops_with_a_named_error(
 
 def test_the_recorder_refuses_an_entry_past_its_limit() -> None:
     recorder = HistoryRecorder(lock_duration=60.0, limit=2)
-    recorder.invoke("w1", OpName.EXISTS, "k", 0.0)
-    recorder.invoke("w1", OpName.EXISTS, "k", 1.0)
+    recorder.invoke("w1", OpName.EXISTS, "k", 0)
+    recorder.invoke("w1", OpName.EXISTS, "k", 1_000_000)
     with pytest.raises(HistoryLimitError, match="reached 2 operations and events at 2s"):
-        recorder.invoke("w1", OpName.EXISTS, "k", 2.0)
+        recorder.invoke("w1", OpName.EXISTS, "k", 2_000_000)
     assert len(recorder.freeze().ops) == 2

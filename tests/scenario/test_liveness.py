@@ -19,6 +19,7 @@ from dsm_sim import checker
 from dsm_sim.checker.liveness import REASONS_META
 from dsm_sim.cli import main as dsm
 from dsm_sim.history import EventKind, History, HistoryRecorder, OpName, Outcome
+from dsm_sim.micros import micros_of as us
 from dsm_sim.scenario import ScenarioError, load_scenario, parse_scenario
 from dsm_sim.simulator.run import run_scenario
 from reference_engine.clock import Clock
@@ -108,14 +109,16 @@ def _history(
     meta: dict[str, Any] = {} if allowed is None else {REASONS_META: allowed}
     rec = HistoryRecorder(lock_duration=60.0, sweep_interval=20.0, meta=meta)
     for i in range(deliveries):
-        rec.event(EventKind.DELIVERY, float(i), process="broker", key=K, detail=f"m delivery {i}")
-    index = rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, 1.0)
-    rec.complete(index, Outcome.OK, 1.1, result=1, token=1, store_time=1.1)
+        rec.event(EventKind.DELIVERY, us(i), process="broker", key=K, detail=f"m delivery {i}")
+    index = rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, us(1.0))
+    rec.complete(index, Outcome.OK, us(1.1), result=1, token=1, store_time=us(1.1))
     if crash:
-        rec.event(EventKind.CRASH, 2.0, process="w1", key=K, token=1)
+        rec.event(EventKind.CRASH, us(2.0), process="w1", key=K, token=1)
     if dead is not None:
-        rec.event(EventKind.DEAD_LETTER, 3.0, process="broker", key=K, execution="m", detail=dead)
-    rec.final_state(K, final, 1, 400.0, 400.0)
+        rec.event(
+            EventKind.DEAD_LETTER, us(3.0), process="broker", key=K, execution="m", detail=dead
+        )
+    rec.final_state(K, final, 1, us(400.0), us(400.0))
     return rec.freeze()
 
 
@@ -154,12 +157,12 @@ def test_an_item_abandoned_to_a_crashed_holder_is_explained_when_crashes_are_inj
 def _stranded(release: Outcome, error: str | None, allowed: str) -> list[str]:
     """A holder whose one release met ``release``/``error``; the item ends Failed by the sweep."""
     rec = HistoryRecorder(lock_duration=60.0, sweep_interval=20.0, meta={REASONS_META: allowed})
-    rec.event(EventKind.DELIVERY, 0.0, process="broker", key=K, detail="m delivery 1")
-    index = rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, 1.0)
-    rec.complete(index, Outcome.OK, 1.1, result=1, token=1, store_time=1.1)
-    index = rec.invoke("w1", OpName.RELEASE_LOCK_AS_FAILED, K, 2.0, token=1)
-    rec.complete(index, release, 2.1, error=error, store_time=2.1)
-    rec.final_state(K, "failed", 1, 400.0, 400.0)
+    rec.event(EventKind.DELIVERY, 0, process="broker", key=K, detail="m delivery 1")
+    index = rec.invoke("w1", OpName.TRY_ACQUIRE_LOCK, K, us(1.0))
+    rec.complete(index, Outcome.OK, us(1.1), result=1, token=1, store_time=us(1.1))
+    index = rec.invoke("w1", OpName.RELEASE_LOCK_AS_FAILED, K, us(2.0), token=1)
+    rec.complete(index, release, us(2.1), error=error, store_time=us(2.1))
+    rec.final_state(K, "failed", 1, us(400.0), us(400.0))
     result = checker.every_delivery_settles(rec.freeze())
     return [v.message for v in result.violations if "dropped" in v.message]
 
@@ -187,7 +190,7 @@ def test_a_history_without_deliveries_is_not_judged() -> None:
 
 def test_a_stress_history_that_processed_nothing_fails() -> None:
     rec = HistoryRecorder(lock_duration=60.0, meta={"source": "stress", "deliveries": 600})
-    rec.final_state(K, "none", None, 5.0)
+    rec.final_state(K, "none", None, us(5.0))
     result = checker.every_delivery_settles(rec.freeze())
     assert not result.passed
     assert "600 deliveries" in result.violations[0].message

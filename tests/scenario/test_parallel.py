@@ -101,7 +101,8 @@ def test_a_result_sent_back_without_its_history_keeps_the_verdict_and_refuses_a_
         assert slim.result.stats == whole.result.stats
         assert slim.result.results == whole.result.results  # violations, messages, notes
         assert slim.result.replay == whole.result.replay
-        assert len(pickle.dumps(slim)) * 3 < len(pickle.dumps(whole))
+        # The history is most of it (instants pickle as small ints: about 2/3 of it).
+        assert len(pickle.dumps(slim)) * 5 < len(pickle.dumps(whole)) * 2
     failed = next(o.result for o in sent if o.result is not None and not o.result.passed)
     for write in (write_json, write_html):
         with pytest.raises(HistoryNotKeptError, match="keep_history=True"):

@@ -39,6 +39,7 @@ from dsm_sim.history import (
     Outcome,
     RecordView,
 )
+from dsm_sim.micros import micros_of as us
 from dsm_sim.scenario import load_scenario
 from dsm_sim.simulator import cli
 from dsm_sim.simulator.run import run_scenario
@@ -68,7 +69,7 @@ class Store:
         self.rec = HistoryRecorder(
             epoch=EPOCH, lock_duration=LOCK, sweep_interval=20.0, store_order=True
         )
-        self.rec.faults_stop = faults_stop
+        self.rec.faults_stop = None if faults_stop is None else us(faults_stop)
         self.rec.key_info(
             K,
             KeyInfo(
@@ -90,10 +91,10 @@ class Store:
             key=K,
             status=status,
             attempt=self.grants,
-            locked_until=lock,
-            created_at=UNIX,
-            updated_at=UNIX,
-            retain_until=float(math.floor(at) + RETENTION),
+            locked_until=None if lock is None else us(lock),
+            created_at=us(UNIX),
+            updated_at=us(UNIX),
+            retain_until=us(math.floor(at) + RETENTION),
             data=None,
             audit=(None, "", ""),
         )
@@ -113,16 +114,16 @@ class Store:
     ) -> int:
         before = self.record
         index = self.rec.invoke(
-            process, name, K, at - 0.01, token=token, status=status, execution=f"{process}-x1"
+            process, name, K, us(at - 0.01), token=token, status=status, execution=f"{process}-x1"
         )
         granted = result if name is OpName.TRY_ACQUIRE_LOCK and type(result) is int else None
         self.rec.complete(
             index,
             outcome,
-            at,
+            us(at),
             result=result,
             error=error,
-            store_time=at,
+            store_time=us(at),
             token=granted,
             observed=Observed(before, after, None),
         )
@@ -164,7 +165,7 @@ class Store:
     def effect(self, process: str, at: float, token: int) -> None:
         self.rec.event(
             EventKind.SIDE_EFFECT,
-            at,
+            us(at),
             process=process,
             key=K,
             token=token,
@@ -173,7 +174,8 @@ class Store:
 
     def final(self, at: float) -> History:
         status = "none" if self.record is None else self.record.status
-        self.rec.final_state(K, status, None if self.record is None else self.grants, at, at)
+        attempt = None if self.record is None else self.grants
+        self.rec.final_state(K, status, attempt, us(at), us(at))
         return self.rec.freeze()
 
 

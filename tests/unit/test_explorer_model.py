@@ -10,6 +10,7 @@ import pytest
 
 from dsm_sim import cli
 from dsm_sim.history import History, Op, OpName, Outcome, RecordView
+from dsm_sim.micros import micros_of as us
 from dsm_sim.reports.explorer import explorer_view
 from dsm_sim.reports.explorer.diagram import INITIAL, state_diagram
 from dsm_sim.reports.explorer.model import explorer_data
@@ -47,17 +48,18 @@ def test_changes_are_resolved_on_the_diagram_or_named_as_not_in_it() -> None:
 
 
 def _view(status: str, attempt: int, locked_until: float | None) -> RecordView:
-    return RecordView("k", status, attempt, locked_until, 0.0, 0.0, None, "d")
+    lock = None if locked_until is None else us(locked_until)
+    return RecordView("k", status, attempt, lock, 0, 0, None, "d")
 
 
 def test_a_sweep_fails_the_keys_it_reset_and_the_lapsed_lock_is_its_own_node() -> None:
     acquire = Op(
-        0, "w1", OpName.TRY_ACQUIRE_LOCK, "k", 0.0, 1.0, Outcome.OK, 1, token=1,
-        store_time=1.0, probed=True, before=None, after=_view("processing", 1, 61.0),
+        0, "w1", OpName.TRY_ACQUIRE_LOCK, "k", 0, us(1.0), Outcome.OK, 1, token=1,
+        store_time=us(1.0), probed=True, before=None, after=_view("processing", 1, 61.0),
     )  # fmt: skip
     sweep = Op(
-        1, "catchup", OpName.RESET_EXPIRED_LOCKS, "", 70.0, 70.5, Outcome.OK, 1,
-        store_time=70.5, keys=("k",),
+        1, "catchup", OpName.RESET_EXPIRED_LOCKS, "", us(70.0), us(70.5), Outcome.OK, 1,
+        store_time=us(70.5), keys=("k",),
     )  # fmt: skip
     history = History(epoch=EPOCH, lock_duration=60.0, ops=(acquire, sweep))
     data = explorer_data(history)
@@ -70,7 +72,7 @@ def test_a_sweep_fails_the_keys_it_reset_and_the_lapsed_lock_is_its_own_node() -
 
 def test_no_text_in_a_history_can_close_the_inline_data() -> None:
     key = "</script><script>alert(1)</script>"
-    op = Op(0, "w1", OpName.EXISTS, key, 0.0, 0.5, Outcome.OK, False)
+    op = Op(0, "w1", OpName.EXISTS, key, 0, us(0.5), Outcome.OK, False)
     view = explorer_view(History(epoch=EPOCH, lock_duration=60.0, ops=(op,)))
     assert "<" not in str(view.data_json)
     assert json.loads(str(view.data_json))["keys"] == [key]

@@ -47,10 +47,10 @@ def test_a_view_has_every_field_of_the_record_in_its_place() -> None:
         key="t/3/e/ek/k",
         status="processing",
         attempt=4,
-        locked_until=90.5,
-        created_at=1.25,
-        updated_at=30.0,
-        retain_until=3600.0,
+        locked_until=90_500_000,
+        created_at=1_250_000,
+        updated_at=30_000_000,
+        retain_until=3_600_000_000,
         data=digest({"a": "é", "b": 1}),
         utc=True,
         audit=("why", "billing", "w1-x004"),
@@ -73,7 +73,12 @@ def test_a_view_flags_an_instant_not_in_utc() -> None:
     )
     view = view_of(record, EPOCH)
     assert view is not None
-    assert (view.updated_at, view.utc, view.data, view.locked_until) == (5.0, False, None, None)
+    assert (view.updated_at, view.utc, view.data, view.locked_until) == (
+        5_000_000,
+        False,
+        None,
+        None,
+    )
 
 
 def test_the_digest_is_of_the_canonical_json() -> None:

@@ -17,6 +17,8 @@ import re
 import pytest
 
 from dsm_sim.history import History, Op, OpName, Outcome
+from dsm_sim.micros import micros_of as us
+from dsm_sim.micros import micros_since
 from dsm_sim.reports.explorer import explorer_view
 from dsm_sim.reports.explorer.diagram import INITIAL, Point, state_diagram
 from dsm_sim.reports.explorer.model import explorer_data
@@ -33,12 +35,19 @@ EPOCH = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC)
 
 
 def test_an_instant_is_written_as_the_runs_clock_showed_it() -> None:
-    assert wall(EPOCH, 2160) == "09:36:00.000"
-    assert wall(EPOCH, 2160, digits=0) == "09:36:00"
-    assert wall(EPOCH, 0.0004) == "09:00:00.000"
-    assert wall(EPOCH, 0.0005) == "09:00:00.001", "half a millisecond rounds up, as the page's"
-    assert wall(EPOCH, 86400 + 1.25) == "2026-01-06 09:00:01.250", "another day says its date"
-    assert wall(EPOCH, -1) == "08:59:59.000"
+    assert wall(EPOCH, us(2160)) == "09:36:00.000"
+    assert wall(EPOCH, us(2160), digits=0) == "09:36:00"
+    assert wall(EPOCH, 400) == "09:00:00.000"
+    assert wall(EPOCH, 500) == "09:00:00.001", "half a millisecond rounds up, as the page's"
+    assert wall(EPOCH, us(86400 + 1.25)) == "2026-01-06 09:00:01.250", "another day says its date"
+    assert wall(EPOCH, us(-1)) == "08:59:59.000"
+
+
+def test_the_last_instant_a_record_holds_is_written_without_overflowing() -> None:
+    last = micros_since(dt.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC), EPOCH)
+    assert last is not None
+    assert wall(EPOCH, last) == "9999-12-31 23:59:59.999", "cut, not rounded into year 10000"
+    assert wall(EPOCH, last - 1_000) == "9999-12-31 23:59:59.999"
 
 
 def test_axis_labels_are_evenly_spaced_round_instants() -> None:
@@ -48,7 +57,7 @@ def test_axis_labels_are_evenly_spaced_round_instants() -> None:
         assert 2 <= len(ticks) <= 11, (end, ticks)
         assert [t for t, _ in ticks] == pytest.approx([i * step for i in range(len(ticks))])
         assert ticks[-1][0] <= end < ticks[-1][0] + step
-        assert all(label == wall(EPOCH, t, 0 if step >= 1 else 3) for t, label in ticks)
+        assert all(label == wall(EPOCH, us(t), 0 if step >= 1 else 3) for t, label in ticks)
     assert [label for _, label in axis(EPOCH, 2220.0).ticks][:3] == [
         "09:00:00",
         "09:05:00",
@@ -57,7 +66,9 @@ def test_axis_labels_are_evenly_spaced_round_instants() -> None:
 
 
 def _op(index: int, t: float, store: float) -> Op:
-    return Op(index, "w1", OpName.EXISTS, "k", t, t + 0.5, Outcome.OK, False, store_time=store)
+    return Op(
+        index, "w1", OpName.EXISTS, "k", us(t), us(t + 0.5), Outcome.OK, False, store_time=us(store)
+    )
 
 
 def test_the_run_report_has_one_axis_on_the_runs_clock() -> None:
@@ -71,7 +82,7 @@ def test_the_run_report_has_one_axis_on_the_runs_clock() -> None:
     data = explorer_data(history)
     assert data["epoch"] == EPOCH.isoformat() and data["digits"] == 3
     assert data["axis"] == [list(t) for t in axis(EPOCH, data["end"]).ticks]
-    assert explorer_view(history).at(64.5) == "09:01:04.500"
+    assert explorer_view(history).at(us(64.5)) == "09:01:04.500"
 
 
 def test_the_demo_page_says_the_instants_its_narration_says() -> None:
@@ -87,7 +98,7 @@ def test_the_demo_page_says_the_instants_its_narration_says() -> None:
     data = explorer_data(history, store_clock=tape.store_clock)
     assert data["digits"] == 0, "the demo's clock reads whole seconds"
     narrated = set(re.findall(r"\[clock (\d\d:\d\d:\d\d)\]", "\n".join(tape.lines)))
-    shown = {wall(EPOCH, t, 0) for t in data["instants"][1:]}
+    shown = {wall(EPOCH, us(t), 0) for t in data["instants"][1:]}
     assert narrated <= shown, (narrated, shown)
     page = render_demo_html(tape, outcome)
     assert "store clock 2160" not in page and "09:36:00" in page

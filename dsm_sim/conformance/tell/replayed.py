@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dsm_sim.history import History, Op, OpName, Outcome, RecordView, key_of
+from dsm_sim.micros import Micros, micros_in
 from dsm_sim.model import ItemRef
 from dsm_sim.reports.explorer.model import Chapter, TraceViolation
 from dsm_sim.simulator.views import DATA_WIDTH, data_text, view_of
@@ -48,8 +49,9 @@ _SWEEPS = {
     "reset_expired_locks": OpName.RESET_EXPIRED_LOCKS,
     "expire_past_retention": OpName.EXPIRE_PAST_RETENTION,
 }
-#: Events on the page's axis are this far apart (seconds), so the scrubber steps through each.
-_APART = 0.001
+#: Events on the page's axis are this far apart (microseconds), so the scrubber steps
+#: through each.
+_APART = 1000
 CATCHUP_LANE = "catch-up worker"
 
 
@@ -70,8 +72,8 @@ class Replayed:
 
     history: History
     chapters: tuple[Chapter, ...]
-    #: The kit's clock (seconds since ``history.epoch``) at each call, by call index.
-    store_clock: Mapping[int, float]
+    #: The kit's clock (microseconds since ``history.epoch``) at each call, by call index.
+    store_clock: Mapping[int, Micros]
     violations: tuple[TraceViolation, ...]
     #: Did this replay break the property again (a flaky finding's may not)?
     reproduced: bool
@@ -82,8 +84,8 @@ class _Pending:
     process: str
     op: OpName
     key: str
-    invoke: float
-    reading: float
+    invoke: Micros
+    reading: Micros
     token: int | None = None
     status: str | None = None
     data: str | None = None
@@ -103,9 +105,9 @@ class CallTape:
         self._tapped: list[object] = []  # kept alive, so an id() is never reused
         self._state: _Machine | None = None
         self.epoch: dt.datetime | None = None
-        self._t = 0.0
+        self._t: Micros = 0
         self._pending: list[tuple[int, _Pending]] = []
-        self._done: list[tuple[_Pending, float, Outcome, Any, str | None, int, int]] = []
+        self._done: list[tuple[_Pending, Micros, Outcome, Any, str | None, int, int]] = []
         self._step_of_call: list[int] = []
         self._views: list[dict[str, RecordView | None]] = [{}]
         self._told: list[tuple[str, ...]] = []
@@ -172,7 +174,7 @@ class CallTape:
     def replayed(self, *, property_name: str, message: str, reproduced: bool) -> Replayed:
         epoch = self.epoch or dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
         ops: list[Op] = []
-        clock: dict[int, float] = {}
+        clock: dict[int, Micros] = {}
         firsts: dict[int, int] = {}
         changed: set[tuple[int, str]] = set()
         for pending, complete, outcome, result, error, step, _ in sorted(
@@ -262,12 +264,12 @@ class CallTape:
             if callable(getattr(instance, name, None)):
                 setattr(instance, name, self._sweep(op, getattr(instance, name)))
 
-    def _reading(self) -> float:
+    def _reading(self) -> Micros:
         assert self._state is not None and self.epoch is not None
-        return (self._state.clock.now() - self.epoch).total_seconds()
+        return micros_in(self._state.clock.now() - self.epoch)
 
-    def _next_t(self) -> float:
-        self._t = round(max(self._t + _APART, self._reading() if self.epoch else 0.0), 6)
+    def _next_t(self) -> Micros:
+        self._t = max(self._t + _APART, self._reading() if self.epoch else 0)
         return self._t
 
     def _start(self, pending: _Pending) -> int:

@@ -7,6 +7,8 @@ diagram node and edge each change moved the item along, the store clock at
 every instant.  The browser only binary-searches these arrays.  Columns are
 plain lists of numbers and indices into string tables, because one JSON
 object per operation would make a 10^4-operation page slow to parse.
+Instants are the history's microseconds until they are written: the page
+holds float seconds, which is what its script computes with.
 
 Records come from the reads the recorder took around each call
 (:attr:`~dsm_sim.history.Op.before`/``after``).  A sweep is not read per key,
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsm_sim.history import EventKind, History, Op, OpName, Outcome, RecordView
+from dsm_sim.micros import Micros, micros_of, seconds_of
 from dsm_sim.reports.explorer.diagram import Diagram, state_diagram
 from dsm_sim.reports.explorer.transitions import ChangePath, change_path, node_of
 from dsm_sim.reports.instants import axis
@@ -89,7 +92,7 @@ class Chapter:
 class FaultRow:
     """One disturbance of the run: a fault event, or a call the store answered with an error."""
 
-    time: float
+    time: Micros
     kind: str
     process: str
     key: str
@@ -144,8 +147,9 @@ class _Strings:
         return found
 
 
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
+def _r(value: Micros | None) -> float | None:
+    """An instant as the page reads it: seconds since the epoch."""
+    return None if value is None else seconds_of(value)
 
 
 def _record(view: RecordView | None, s: _Strings) -> list[Any] | None:
@@ -177,14 +181,14 @@ def _css(op: Op, flagged: set[int]) -> str:
     return f"{css} flagged" if op.index in flagged else css
 
 
-def _store_clock(history: History) -> tuple[list[float], list[float]]:
+def _store_clock(history: History) -> tuple[list[Micros], list[Micros]]:
     """Cumulative store-clock offsets after each clock jump, for ``store = t + offset``."""
-    times: list[float] = []
-    offsets: list[float] = []
-    total = 0.0
+    times: list[Micros] = []
+    offsets: list[Micros] = []
+    total = 0
     for ev in sorted(history.events, key=lambda e: (e.time, e.index)):
         if ev.kind is EventKind.CLOCK_JUMP and ev.value is not None:
-            total += ev.value
+            total += micros_of(ev.value)
             times.append(ev.time)
             offsets.append(total)
     return times, offsets
@@ -196,7 +200,7 @@ def explorer_data(
     *,
     title: str = "",
     chapters: Sequence[Chapter] = (),
-    store_clock: Mapping[int, float] | None = None,
+    store_clock: Mapping[int, Micros] | None = None,
     diagram: Diagram | None = None,
 ) -> dict[str, Any]:
     """Everything the page's script reads, as JSON-ready columns (see the module docstring).
@@ -214,23 +218,23 @@ def explorer_data(
     ops = sorted(history.ops, key=lambda o: (o.invoke, o.index))
     jump_t, jump_off = _store_clock(history)
 
-    def store_at(t: float) -> float:
+    def store_at(t: Micros) -> Micros:
         i = bisect.bisect_right(jump_t, t)
-        return t + (jump_off[i - 1] if i else 0.0)
+        return t + (jump_off[i - 1] if i else 0)
 
     # --- instants: every boundary of an operation or event ----------------------------------
     instants = sorted(
-        {0.0}
-        | {round(o.invoke, 6) for o in ops}
-        | {round(o.complete, 6) for o in ops if o.complete is not None}
-        | {round(e.time, 6) for e in history.events}
+        {0}
+        | {o.invoke for o in ops}
+        | {o.complete for o in ops if o.complete is not None}
+        | {e.time for e in history.events}
     )
     step_of = {t: i for i, t in enumerate(instants)}
     step_op = [-1] * len(instants)
     for op in ops:
         for t in (op.invoke, op.complete):
             if t is not None:
-                step_op[step_of[round(t, 6)]] = op.index
+                step_op[step_of[t]] = op.index
     for i in range(1, len(step_op)):
         if step_op[i] < 0:
             step_op[i] = step_op[i - 1]
@@ -238,7 +242,7 @@ def explorer_data(
     if store_clock:
         # The recorder's reading holds from the call's invocation to its completion.
         known = {
-            step_of[round(t, 6)]: store_clock[o.index]
+            step_of[t]: store_clock[o.index]
             for o in ops
             if o.index in store_clock
             for t in (o.invoke, o.complete)
@@ -250,7 +254,7 @@ def explorer_data(
             step_store[i] = last
 
     # --- changes: the record each call or sweep left behind ------------------------------------
-    changes: list[tuple[float, int, int, ChangePath, RecordView | None]] = []
+    changes: list[tuple[Micros, int, int, ChangePath, RecordView | None]] = []
     current: dict[str, RecordView | None] = {}
     for op in sorted(ops, key=lambda o: o.complete if o.complete is not None else o.invoke):
         at = op.complete if op.complete is not None else op.invoke
@@ -284,18 +288,18 @@ def explorer_data(
     # --- events ---------------------------------------------------------------------------------
     events = sorted(history.events, key=lambda e: (e.time, e.index))
     kinds = [k.value for k in EventKind]
-    end = max([instants[-1], 1e-6])
+    end = seconds_of(max(instants[-1], 1))
     return {
         "title": title,
         "end": end,
         # The run's clock: every instant is written as epoch + seconds, to the millisecond
         # unless every store-clock reading of the page is a whole second (the demo's clock).
         "epoch": history.epoch.isoformat(),
-        "digits": 0 if all(float(t).is_integer() for t in step_store) else 3,
+        "digits": 0 if all(t % 1_000_000 == 0 for t in step_store) else 3,
         "axis": [list(tick) for tick in axis(history.epoch, end).ticks],
-        "instants": [round(t, 6) for t in instants],
+        "instants": [seconds_of(t) for t in instants],
         "step_op": step_op,
-        "step_store": [round(t, 6) for t in step_store],
+        "step_store": [seconds_of(t) for t in step_store],
         "lanes": lanes,
         "keys": keys,
         "op_names": [n.value for n in OpName],
@@ -303,19 +307,19 @@ def explorer_data(
         "ops": _op_columns(ops, lane_index, key_index, flagged, s),
         "events": {
             "index": [e.index for e in events],
-            "t": [round(e.time, 6) for e in events],
+            "t": [seconds_of(e.time) for e in events],
             "kind": [kinds.index(e.kind.value) for e in events],
             "lane": [lane_index.get(e.process, -1) for e in events],
             "key": [key_index.get(e.key, -1) for e in events],
             "token": [e.token for e in events],
             "detail": [s(e.detail) for e in events],
-            "value": [_r(e.value) for e in events],
+            "value": [None if e.value is None else round(e.value, 6) for e in events],
         },
         "event_kinds": kinds,
-        "faults": [[round(f.time, 6), f.kind, s(f.detail)] for f in fault_rows(history)],
+        "faults": [[seconds_of(f.time), f.kind, s(f.detail)] for f in fault_rows(history)],
         "fault_kinds": sorted(k.value for k in FAULT_KINDS),
         "changes": {
-            "t": [round(c[0], 6) for c in changes],
+            "t": [seconds_of(c[0]) for c in changes],
             "key": [c[1] for c in changes],
             "op": [c[2] for c in changes],
             "edge": [s(c[3].edge) for c in changes],
@@ -361,8 +365,8 @@ def _op_columns(
         cols["lane"].append(lane_index[op.process])
         cols["key"].append(key_index.get(op.key, -1))
         cols["op"].append(names.index(op.op))
-        cols["t0"].append(round(op.invoke, 6))
-        cols["t1"].append(round(op.complete if op.complete is not None else op.invoke, 6))
+        cols["t0"].append(seconds_of(op.invoke))
+        cols["t1"].append(seconds_of(op.complete if op.complete is not None else op.invoke))
         cols["outcome"].append(-1 if op.outcome is None else outcomes.index(op.outcome))
         cols["css"].append(s(_css(op, flagged)))
         cols["detail"].append(

@@ -17,6 +17,7 @@ from typing import Any
 from markupsafe import Markup
 
 from dsm_sim.history import History
+from dsm_sim.micros import Micros
 from dsm_sim.reports.explorer.diagram import Diagram, state_diagram
 from dsm_sim.reports.explorer.model import (
     Chapter,
@@ -43,9 +44,9 @@ class ExplorerView:
     epoch: dt.datetime
     digits: int
 
-    def at(self, seconds: float) -> str:
-        """``seconds`` since the run's epoch as the run's clock showed it (``09:36:00.250``)."""
-        return wall(self.epoch, seconds, self.digits)
+    def at(self, micros: Micros) -> str:
+        """``micros`` since the run's epoch as the run's clock showed it (``09:36:00.250``)."""
+        return wall(self.epoch, micros, self.digits)
 
 
 def _asset(name: str) -> str:
@@ -58,7 +59,7 @@ def explorer_view(
     *,
     title: str = "",
     chapters: tuple[Chapter, ...] = (),
-    store_clock: dict[int, float] | None = None,
+    store_clock: dict[int, Micros] | None = None,
 ) -> ExplorerView:
     diagram = state_diagram()
     data = explorer_data(
