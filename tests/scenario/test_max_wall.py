@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,6 +46,8 @@ BOUND_S = 90
 #: A limit that a run must finish within is this many times the time the same command
 #: took with that run alone (measured just before), plus a second.
 MARGIN = 1.5
+#: How long the pool's manager thread is held up before it closes, in the test of the stop.
+SLOW_MANAGER_S = 2.0
 FINE = """\
 name = "fine"
 [run]
@@ -166,3 +169,39 @@ def test_a_call_blocked_in_this_thread_is_interrupted_after_the_deadline() -> No
     with pytest.raises(WallClockLimitError, match="blocked its thread"), interrupt_at(started):
         time.sleep(BOUND_S)
     assert wall_now() - started < BOUND_S
+
+
+def test_a_plan_stopped_at_its_deadline_leaves_no_pool_thread_running(
+    scenarios: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop waits for the pool's manager thread to close, however slow the machine.
+
+    A manager thread still closing its wake-up pipe at interpreter exit races the
+    exit hook of ``concurrent.futures`` that writes to it (unlocked on Python 3.11):
+    the exit then prints ``OSError: handle is closed`` or ``BrokenPipeError``.  Here
+    the manager thread is slowed down, as a loaded machine slows it.
+    """
+    import concurrent.futures.process as pool_internals
+
+    from dsm_sim.scenario import load_scenario
+    from dsm_sim.simulator.parallel import run_plan
+    from dsm_sim.wall import WallClockLimitError, wall_now
+
+    manager = pool_internals._ExecutorManagerThread
+    close = manager.join_executor_internals
+
+    def slowly(self: object) -> None:
+        time.sleep(SLOW_MANAGER_S)
+        close(self)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(manager, "join_executor_internals", slowly)
+    plan = [(load_scenario(scenarios / f"{n}.toml"), 1) for n in ("fine", "stuck")]
+    outcomes = run_plan(
+        plan, "stuck_handlers:make_handler", jobs=2, deadline=wall_now() + MAX_WALL_S
+    )
+    try:
+        assert any(isinstance(o.error, WallClockLimitError) for o in outcomes)
+    finally:
+        outcomes.close()  # type: ignore[attr-defined]
+    assert not [t for t in threading.enumerate() if isinstance(t, manager)]
+    assert all(w._closed for w in pool_internals._threads_wakeups.values())
