@@ -564,13 +564,18 @@ def _duplicate_causes(
     operations: Sequence[Operation],
     kills: Sequence[Mapping[str, Any]],
 ) -> dict[str, int]:
-    """For every charge that was followed by another for its key: what ended its lease.
+    """For every charge of a key charged more than once, but the one kept: what ended its lease.
 
     Read from the durable effect rows and the journals, independently of the
     checker: the charging process was SIGKILLed (at this delivery's kill point
     or at another delivery's, with this one in flight), or its
     ``set(Processed)`` was refused as stale (fencing), or neither (then only
     the checker's verdict says whether the repeat was excused).
+
+    The charge kept is the last one whose lease nothing ended, not simply the
+    last one: a holder slower than its lock (a loaded machine) may charge after
+    the worker that took the item over did, and it is then its own charge,
+    fenced off, that the repeat is explained by.
     """
     killed = {int(m["p"]) for m in kills}
     fenced = {
@@ -580,8 +585,16 @@ def _duplicate_causes(
     for row in effects:
         by_key.setdefault(row.item_key, []).append(row)
     causes: Counter[str] = Counter()
+
+    def ended(row: EffectRow) -> bool:
+        return row.execution in fenced or row.process in killed
+
     for rows in by_key.values():
-        for row in sorted(rows, key=lambda r: r.at_ns)[:-1]:
+        ordered = sorted(rows, key=lambda r: r.at_ns)
+        kept = next((r for r in reversed(ordered) if not ended(r)), ordered[-1])
+        for row in ordered:
+            if row is kept:
+                continue
             if row.execution in fenced:
                 causes["fenced"] += 1
             elif row.process in killed:
