@@ -41,6 +41,8 @@ __all__ = ["HEAL_MODES", "FaultProxy", "Heal"]
 Heal = Literal["resume", "reset"]
 HEAL_MODES: tuple[Heal, ...] = ("resume", "reset")
 _CHUNK = 65536
+#: How long :meth:`FaultProxy.wait_queued` waits by default before it gives up.
+WAIT_QUEUED_S = 60.0
 _BOTH = (Direction.TO_SERVER, Direction.TO_CLIENT)
 
 
@@ -333,12 +335,15 @@ class FaultProxy:
         return sum(link.queued(direction) for link in self._links)
 
     async def wait_queued(
-        self, direction: Direction, min_bytes: int = 1, *, give_up_after: float = 5.0
+        self, direction: Direction, min_bytes: int = 1, *, give_up_after: float = WAIT_QUEUED_S
     ) -> int:
         """Wait until at least ``min_bytes`` are held in ``direction`` (a stalled request arrived).
 
         Fault tests call this before moving on, so the fault provably caught the
-        call's bytes instead of racing them.
+        call's bytes instead of racing them.  ``give_up_after`` only stops a
+        test that would otherwise hang; the wait ends as soon as the bytes are
+        there, so it is generous: on a loaded machine a server's reply (a
+        MariaDB statement, say) can take seconds to come.
         """
         self._require("wait_queued")
         changed = self._changed

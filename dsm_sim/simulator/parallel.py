@@ -38,7 +38,6 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import signal
-import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -360,22 +359,18 @@ def blocked_run() -> WallClockLimitError:
     return past_deadline("a handler call blocked its worker process, which was killed")
 
 
-#: How long a stop waits for the pool's manager thread once its workers are dead.
-_MANAGER_JOIN_S = 10.0
-
-
 def _stop(pool: ProcessPoolExecutor) -> None:
-    """End every worker process now: SIGTERM (each ends its handler processes), then SIGKILL."""
-    processes = list((pool._processes or {}).values())
-    # (typeshed types this attribute as the wake-up object; it is the thread)
-    manager: threading.Thread | None = getattr(pool, "_executor_manager_thread", None)
-    pool.shutdown(wait=False, cancel_futures=True)
-    end_processes(processes)
-    # shutdown(wait=False) forgets the pool's manager thread, so no later shutdown joins
-    # it. Joined here, it has closed its wake-up pipe before the interpreter's exit hook
-    # writes to that pipe; left running, the two race and the exit prints EBADF.
-    if manager is not None:
-        manager.join(timeout=_MANAGER_JOIN_S)
+    """End every worker process now (SIGTERM, each ends its handler processes, then SIGKILL),
+    then shut the pool down in order: its manager thread sees its workers gone and exits.
+
+    The workers go first, so the shutdown that waits for the manager thread cannot wait on
+    a blocked run.  It waits however long the thread takes (on a loaded machine, seconds):
+    a manager thread still running at interpreter exit would be closing its wake-up pipe
+    while the exit hook of ``concurrent.futures`` writes to it, unlocked on Python 3.11,
+    and the exit would print ``OSError: handle is closed`` or ``BrokenPipeError``.
+    """
+    end_processes(list((pool._processes or {}).values()))
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _recover(

@@ -3,10 +3,17 @@
 Each process writes one JSON line per event and flushes it at once, so a
 process killed with SIGKILL leaves everything up to its last call on disk; an
 ``invoke`` without its completion is read back as ``info`` ("may have
-happened"), exactly what a checker must assume about it.  Timestamps are wall
-clock nanoseconds anchored once per process and advanced with
-``perf_counter_ns``, so they are monotonic within a process and comparable
-across processes on one machine.
+happened"), exactly what a checker must assume about it.
+
+Timestamps are wall-clock nanoseconds on the run's one time base: the process
+that drives the run reads the wall clock once (:class:`WallClock`) and hands
+that anchor to every process it starts, and each advances it with the
+system-wide monotonic counter (``perf_counter_ns``, the same counter in every
+process on one machine).  A process never anchors a clock of its own: a
+process descheduled between its wall-clock read and its counter read (a
+loaded machine does that), or a wall clock stepped between two processes'
+starts, would put its whole journal a constant off the others', and the
+checker would read the true order of two processes' calls backwards.
 """
 
 from __future__ import annotations
@@ -38,12 +45,38 @@ class EventType(enum.Enum):
     INFO = "info"
 
 
-class WallClock:
-    """Wall-clock nanoseconds, anchored once and advanced by the monotonic counter."""
+#: Wall-clock reads tried for an anchor; the one most tightly bracketed by counter reads wins.
+ANCHOR_READS = 5
 
-    def __init__(self) -> None:
-        self._wall = time.time_ns()
-        self._mono = time.perf_counter_ns()
+
+def _anchor() -> tuple[int, int]:
+    """``(wall_ns, counter_ns)`` read as nearly at one instant as this process can manage."""
+    best: tuple[int, int, int] | None = None
+    for _ in range(ANCHOR_READS):
+        before = time.perf_counter_ns()
+        wall = time.time_ns()
+        after = time.perf_counter_ns()
+        if best is None or after - before < best[0]:
+            best = (after - before, wall, (before + after) // 2)
+    assert best is not None
+    return best[1], best[2]
+
+
+class WallClock:
+    """Wall-clock nanoseconds, anchored once and advanced by the monotonic counter.
+
+    ``WallClock()`` takes a new anchor: only the process that drives a run
+    does.  Every other clock of the run is ``WallClock(driver.anchor)``, so
+    all of them read one time base (see the module's docstring).
+    """
+
+    def __init__(self, anchor: tuple[int, int] | None = None) -> None:
+        self._wall, self._mono = _anchor() if anchor is None else anchor
+
+    @property
+    def anchor(self) -> tuple[int, int]:
+        """``(wall_ns, counter_ns)``: what a clock in another process of the run starts from."""
+        return self._wall, self._mono
 
     def now_ns(self) -> int:
         return self._wall + (time.perf_counter_ns() - self._mono)
@@ -75,10 +108,10 @@ class Operation:
 class Journal:
     """Writes one process's events; not shared between processes."""
 
-    def __init__(self, path: Path, process: int, clock: WallClock | None = None) -> None:
+    def __init__(self, path: Path, process: int, clock: WallClock) -> None:
         self.path = path
         self.process = process
-        self.clock = clock or WallClock()
+        self.clock = clock
         self._file: IO[str] = path.open("a", encoding="utf-8")
         self._next = 0
 

@@ -48,11 +48,13 @@ class Redelivery:
         ledger: EffectLedger,
         journal_path: Path,
         clock: Clock,
+        wall: WallClock,
     ) -> None:
+        """``clock`` is the handler's; ``wall`` the run's time base, which the journal reads."""
         self.settings = settings
         self.handler = handler
         self.clock = clock
-        self.journal = Journal(journal_path, REDELIVERY_PROCESS, WallClock())
+        self.journal = Journal(journal_path, REDELIVERY_PROCESS, wall)
         quiet = dataclasses.replace(settings, fail_rate=0.0)
         self.worker = StressWorker(quiet, handler, ledger, self.journal, REDELIVERY_PROCESS, 0)
         self.period = min(0.25, max(0.02, settings.lock_duration.total_seconds() / 4))

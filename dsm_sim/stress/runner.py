@@ -294,13 +294,15 @@ class StressRun:
         self.limit_s: float | None = None
         self._barrier: object = None
         self.ledger = EffectLedger(settings)
-        self.epoch_ns = time.time_ns()
+        # The run's one time base: every journal, the effect rows and the final
+        # reads are timed on it (the workers get its anchor, see journal.py).
+        self._wall = WallClock()
+        self.epoch_ns = self._wall.now_ns()
         self.started_ns: int | None = None
         self.ended_ns: int | None = None
         self.recovered_ns: int | None = None
         self.recovery_outcomes: Counter[str] = Counter()
         self.recovery_unnamed: Counter[str] = Counter()
-        self._wall = WallClock()
         self.faults: FaultSchedule | None = None
         self.redelivery: Redelivery | None = None
 
@@ -361,11 +363,11 @@ class StressRun:
         workers = self.settings
         if self.faults is not None:
             workers = dataclasses.replace(self.settings, store_url=self.faults.url)
-        self.started_ns = time.time_ns()
+        self.started_ns = self._wall.now_ns()
         for index in range(self.settings.processes):
             process = context.Process(
                 target=process_main,
-                args=(workers, index, str(self.journal_paths[index]), barrier),
+                args=(workers, index, str(self.journal_paths[index]), barrier, self._wall.anchor),
                 name=f"dsm-stress-p{index}",
                 daemon=True,
             )
@@ -374,7 +376,12 @@ class StressRun:
         if self.faults is not None:
             self.faults.play(self._workers_started)
             self.redelivery = Redelivery(
-                self.settings, self.handler, self.ledger, self.journal_paths[-2], self.clock
+                self.settings,
+                self.handler,
+                self.ledger,
+                self.journal_paths[-2],
+                self.clock,
+                self._wall,
             )
             self.redelivery.start()
 
@@ -417,7 +424,7 @@ class StressRun:
         self.timed_out.update(late)
         # All at once: SIGTERM (each ends its handler processes), SIGKILL after a grace.
         await asyncio.to_thread(end_processes, [self.processes[i] for i in late])
-        self.ended_ns = time.time_ns()
+        self.ended_ns = self._wall.now_ns()
         await self.stop_faults()
         return tuple(p.exitcode for p in self.processes)
 
@@ -432,7 +439,7 @@ class StressRun:
     async def recover(self) -> None:
         """Catch-up sweeps and redeliveries until every key is Processed or time is up."""
         settings = dataclasses.replace(self.settings, fail_rate=0.0)
-        journal = Journal(self.journal_paths[-1], RECOVERY_PROCESS, WallClock())
+        journal = Journal(self.journal_paths[-1], RECOVERY_PROCESS, self._wall)
         worker = StressWorker(settings, self.handler, self.ledger, journal, RECOVERY_PROCESS, 0)
         deadline = time.monotonic() + settings.recovery_seconds
         try:
@@ -464,7 +471,7 @@ class StressRun:
         finally:
             self.recovery_unnamed.update(worker.unnamed_errors)
             journal.close()
-            self.recovered_ns = time.time_ns()
+            self.recovered_ns = self._wall.now_ns()
 
     def _next_expiry(self, pending: Mapping[str, StateRecord | None], deadline: float) -> float:
         now = self.clock.now()
@@ -518,7 +525,9 @@ class StressRun:
             duplicate_keys=duplicates,
             unfinished_keys=(),
             operations=0,
-            run_seconds=((self.ended_ns or time.time_ns()) - (self.started_ns or self.epoch_ns))
+            run_seconds=(
+                (self.ended_ns or self._wall.now_ns()) - (self.started_ns or self.epoch_ns)
+            )
             / 1e9,
             recovery_seconds=0.0,
             journal_dir=str(self.workdir),
@@ -546,7 +555,7 @@ class StressRun:
                 record = await self.handler.get(ctx.for_item(key))
             except DsmError:
                 record = None
-            final.append((key, record, time.time_ns()))
+            final.append((key, record, self._wall.now_ns()))
         effects: list[EffectRow] = await self.ledger.rows()
         operations = read_operations(p for p in self.journal_paths if p.exists())
         windows = self.faults.windows if self.faults is not None else ()
@@ -574,7 +583,7 @@ class StressRun:
         # Timed from the barrier's release, so spawning and imports do not count.
         starts = [int(m["t"]) for m in read_marks(self.journal_paths[:-1], "start")]
         start = min(starts, default=self.started_ns or self.epoch_ns)
-        end = self.ended_ns or time.time_ns()
+        end = self.ended_ns or self._wall.now_ns()
         return StressReport(
             settings=self.settings,
             results=results,
@@ -619,7 +628,7 @@ class StressRun:
                 unfinished.append(key)
         effects, duplicates = await self.ledger.tally()
         outcomes, unnamed = journal_outcomes(self.journal_paths[:-1])
-        end = self.ended_ns or time.time_ns()
+        end = self.ended_ns or self._wall.now_ns()
         return StressReport(
             settings=self.settings,
             results=(),

@@ -25,7 +25,7 @@ from typing import Any
 
 from dsm_sim.history import OpName
 from dsm_sim.protocol.groups import stop_on_sigterm
-from dsm_sim.stress.journal import EventType, Journal
+from dsm_sim.stress.journal import EventType, Journal, WallClock
 from dsm_sim.stress.ledger import EffectLedger, EffectRow
 from dsm_sim.stress.settings import StressSettings
 from reference_engine.clock import SystemClock
@@ -374,9 +374,13 @@ class StressWorker:
 
 
 async def _run_process(
-    settings: StressSettings, process: int, journal_path: Path, barrier: Barrier
+    settings: StressSettings,
+    process: int,
+    journal_path: Path,
+    barrier: Barrier,
+    anchor: tuple[int, int],
 ) -> None:
-    journal = Journal(journal_path, process)
+    journal = Journal(journal_path, process, WallClock(anchor))
     handler = settings.build_handler(SystemClock())
     ledger = EffectLedger(settings, pool_size=settings.workers)
     try:
@@ -417,13 +421,20 @@ async def _run_process(
 
 
 def process_main(
-    settings: StressSettings, process: int, journal_path: str, barrier: Barrier
+    settings: StressSettings,
+    process: int,
+    journal_path: str,
+    barrier: Barrier,
+    anchor: tuple[int, int],
 ) -> None:
     """Entry point of a spawned process (must be importable, hence module level).
+
+    ``anchor`` is the run's time base (:attr:`WallClock.anchor` of the parent's
+    clock): the journal's times must be comparable with every other process's.
 
     SIGTERM ends the handler processes it started and exits at once: the
     parent is stopping the run (``dsm stress`` was interrupted, or its time
     ran out) and reads whatever the journal holds.
     """
     stop_on_sigterm()
-    asyncio.run(_run_process(settings, process, Path(journal_path), barrier))
+    asyncio.run(_run_process(settings, process, Path(journal_path), barrier, anchor))

@@ -51,7 +51,7 @@ def small(db_url: str, amqp_url: str, **changes: object) -> BrokerStressSettings
     handler = str(changes.pop("handler_spec", "dsm_sim.stress.factories:stress_sql_handler"))
     seed = changes.pop("seed", 0)
     assert isinstance(seed, int)
-    options: dict[str, object] = {"duplicate_publishes": 15, "kills": 3, "timeout_s": 120.0}
+    options: dict[str, object] = {"duplicate_publishes": 15, "kills": 3, "timeout_s": 300.0}
     options.update(changes)
     return BrokerStressSettings(
         stress=StressSettings(
@@ -411,3 +411,31 @@ def test_a_settle_policy_that_fails_puts_the_message_back() -> None:
     delivery = FakeDelivery()
     asyncio.run(early.handle(delivery))
     assert delivery.calls == ["ack"]
+
+
+def test_a_holder_slower_than_its_lock_is_the_fenced_charge_whatever_the_order() -> None:
+    """A holder whose lock expired mid-delivery (a loaded machine) may charge after the
+    worker that took the item over: the repeat is still explained by its fenced write."""
+    from dsm_sim.history import OpName
+    from dsm_sim.stress.broker.runner import _duplicate_causes
+    from dsm_sim.stress.journal import EventType, Operation
+    from dsm_sim.stress.ledger import EffectRow
+    from reference_engine.errors import StaleLockError
+
+    def charge(process: int, execution: str, at_ns: int, token: int) -> EffectRow:
+        return EffectRow("k1", execution, token, process, 0, at_ns)
+
+    def fenced(process: int, execution: str, at_ns: int) -> Operation:
+        return Operation(
+            process, 0, execution, OpName.SET, "k1", EventType.FAIL, at_ns, at_ns + 1, 1,
+            error=StaleLockError.__name__,
+        )  # fmt: skip
+
+    # p1 took over (token 2) and charged first; the slow p0 charged under its expired token 1.
+    takeover_first = [charge(1, "b", 1_000, 2), charge(0, "a", 2_000, 1)]
+    assert _duplicate_causes(takeover_first, [fenced(0, "a", 3_000)], []) == {"fenced": 1}
+    # The usual order, and a repeat nothing explains, are counted as before.
+    usual = [charge(0, "a", 1_000, 1), charge(1, "b", 2_000, 2)]
+    assert _duplicate_causes(usual, [fenced(0, "a", 3_000)], []) == {"fenced": 1}
+    assert _duplicate_causes(usual, [], []) == {"other": 1}
+    assert _duplicate_causes(usual, [], [{"p": 0}]) == {"holder-killed": 1}

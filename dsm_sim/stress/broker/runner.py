@@ -35,7 +35,7 @@ from dsm_sim.processes import end_processes
 from dsm_sim.stress.broker.settings import BrokerStressSettings, KillPlan
 from dsm_sim.stress.broker.worker import broker_process_main
 from dsm_sim.stress.history_builder import build_history, journal_outcomes
-from dsm_sim.stress.journal import Operation, read_marks, read_operations
+from dsm_sim.stress.journal import Operation, WallClock, read_marks, read_operations
 from dsm_sim.stress.ledger import EffectLedger, EffectRow
 from dsm_sim.stress.settings import StressSettings
 from dsm_sim.stress.worker import base_context
@@ -188,9 +188,11 @@ class BrokerStressReport:
 class _Processes:
     """The worker incarnations: numbered in start order, each with its journal and ack log."""
 
-    def __init__(self, settings: BrokerStressSettings, workdir: Path) -> None:
+    def __init__(self, settings: BrokerStressSettings, workdir: Path, wall: WallClock) -> None:
         self.settings = settings
         self.workdir = workdir
+        #: The run's time base, which every incarnation's journal reads.
+        self.wall = wall
         self.context = multiprocessing.get_context("spawn")
         self.stop = self.context.Event()
         #: Off for the drain rounds: the kills belong to the run, not to its clean-up.
@@ -220,6 +222,7 @@ class _Processes:
                 str(self.acks(index)),
                 self.stop,
                 plan,
+                self.wall.anchor,
             ),
             name=f"dsm-broker-p{index}",
             daemon=True,
@@ -294,7 +297,7 @@ async def _publish(broker: AmqpBroker, settings: BrokerStressSettings) -> int:
 
 
 async def _final_records(
-    handler: StateHandler, settings: BrokerStressSettings
+    handler: StateHandler, settings: BrokerStressSettings, wall: WallClock
 ) -> list[tuple[str, StateRecord | None, int]]:
     ctx = base_context(settings.stress)
     keys = settings.stress.key_list()
@@ -302,7 +305,7 @@ async def _final_records(
     for start in range(0, len(keys), READ_WINDOW):
         batch = keys[start : start + READ_WINDOW]
         records = await asyncio.gather(*(handler.get(ctx.for_item(k)) for k in batch))
-        out.extend((k, r, time.time_ns()) for k, r in zip(batch, records, strict=True))
+        out.extend((k, r, wall.now_ns()) for k, r in zip(batch, records, strict=True))
     return out
 
 
@@ -424,7 +427,8 @@ async def run_broker_stress(
     ledger = EffectLedger(stress)
     broker = AmqpBroker(settings.broker_url, settings.topology)
     workdir = Path(tempfile.mkdtemp(prefix=f"dsm-broker-{stress.run_id}-"))
-    processes = _Processes(settings, workdir)
+    wall = WallClock()
+    processes = _Processes(settings, workdir, wall)
     declared = False
     cleaned = False
     try:
@@ -433,7 +437,7 @@ async def run_broker_stress(
         await broker.connect()
         declared = True
         await broker.declare()
-        epoch_ns = time.time_ns()
+        epoch_ns = wall.now_ns()
         t0 = time.monotonic()
         published_n = await _publish(broker, settings)
         publish_s = time.monotonic() - t0
@@ -445,10 +449,10 @@ async def run_broker_stress(
         await processes.shutdown()
         left, drain_rounds = await _drain(processes, broker, settings, t1)
         run_s = time.monotonic() - t1
-        ended_ns = time.time_ns()
+        ended_ns = wall.now_ns()
         processes.new_acks(acked)
         t2 = time.monotonic()
-        final = await _final_records(handler, settings)
+        final = await _final_records(handler, settings, wall)
         effects = await ledger.rows()
         journals = [processes.journal(i) for i in range(len(processes.all))]
         operations = read_operations(p for p in journals if p.exists())
@@ -560,13 +564,18 @@ def _duplicate_causes(
     operations: Sequence[Operation],
     kills: Sequence[Mapping[str, Any]],
 ) -> dict[str, int]:
-    """For every charge that was followed by another for its key: what ended its lease.
+    """For every charge of a key charged more than once, but the one kept: what ended its lease.
 
     Read from the durable effect rows and the journals, independently of the
     checker: the charging process was SIGKILLed (at this delivery's kill point
     or at another delivery's, with this one in flight), or its
     ``set(Processed)`` was refused as stale (fencing), or neither (then only
     the checker's verdict says whether the repeat was excused).
+
+    The charge kept is the last one whose lease nothing ended, not simply the
+    last one: a holder slower than its lock (a loaded machine) may charge after
+    the worker that took the item over did, and it is then its own charge,
+    fenced off, that the repeat is explained by.
     """
     killed = {int(m["p"]) for m in kills}
     fenced = {
@@ -576,8 +585,16 @@ def _duplicate_causes(
     for row in effects:
         by_key.setdefault(row.item_key, []).append(row)
     causes: Counter[str] = Counter()
+
+    def ended(row: EffectRow) -> bool:
+        return row.execution in fenced or row.process in killed
+
     for rows in by_key.values():
-        for row in sorted(rows, key=lambda r: r.at_ns)[:-1]:
+        ordered = sorted(rows, key=lambda r: r.at_ns)
+        kept = next((r for r in reversed(ordered) if not ended(r)), ordered[-1])
+        for row in ordered:
+            if row is kept:
+                continue
             if row.execution in fenced:
                 causes["fenced"] += 1
             elif row.process in killed:

@@ -26,7 +26,7 @@ from typing import IO, Any
 from dsm_sim.history import OpName
 from dsm_sim.protocol.groups import stop_on_sigterm
 from dsm_sim.stress.broker.settings import BrokerStressSettings, KillPlan, KillPoint
-from dsm_sim.stress.journal import EventType, Journal
+from dsm_sim.stress.journal import EventType, Journal, WallClock
 from dsm_sim.stress.ledger import EffectLedger, EffectRow
 from dsm_sim.stress.worker import ENTITY_ID, base_context
 from reference_engine.broker.amqp import AmqpBroker
@@ -268,9 +268,10 @@ async def _run(
     ack_path: Path,
     stop: Event,
     plan: KillPlan | None,
+    anchor: tuple[int, int],
 ) -> None:
     stress = settings.stress
-    journal = Journal(journal_path, process)
+    journal = Journal(journal_path, process, WallClock(anchor))
     clock: Clock = SystemClock()
     killer = Killer(plan, journal)
     inner = stress.build_handler(clock)
@@ -337,12 +338,16 @@ def broker_process_main(
     ack_path: str,
     stop: Event,
     plan: KillPlan | None,
+    anchor: tuple[int, int],
 ) -> None:
     """Entry point of a spawned worker process (module level, so ``spawn`` can import it).
+
+    ``anchor`` is the run's time base (:attr:`~dsm_sim.stress.journal.WallClock.anchor`
+    of the parent's clock), on which every process's journal is timed.
 
     SIGTERM ends the handler processes it started and exits at once: its
     unacknowledged deliveries go back to the queue, and the parent is
     stopping the run.
     """
     stop_on_sigterm()
-    asyncio.run(_run(settings, process, Path(journal_path), Path(ack_path), stop, plan))
+    asyncio.run(_run(settings, process, Path(journal_path), Path(ack_path), stop, plan, anchor))
