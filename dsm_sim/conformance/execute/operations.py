@@ -379,6 +379,11 @@ class OperationRules(RuleBasedStateMachine):
                         f"get({ref.label}) raised {outcome.describe()}: {outcome.error}",
                     )
                 )
+        for ref, outcome in observed.items():
+            if outcome.error is None and outcome.value is not None and not self.diverged:
+                self._report(J.malformed_finding(ref, outcome.value))
+        if self.diverged:
+            return
         view: dict[ItemRef, StateRecord | None] = {
             **self.view,
             **{r: o.value for r, o in observed.items()},

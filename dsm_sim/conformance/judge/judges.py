@@ -26,6 +26,7 @@ from dsm_sim.model import (
     effective_status,
     joined_alike,
 )
+from reference_engine.context import RecordKey
 from reference_engine.errors import DsmError, ForbiddenTransitionError, LockError, StaleLockError
 from reference_engine.record import StateRecord
 from reference_engine.status import COMPLETED, TRANSITIONS, IdempotencyStatus, is_allowed
@@ -352,6 +353,55 @@ def _naive_or_shifted(record: StateRecord) -> str | None:
     return None
 
 
+#: The type each field of a record must have, and whether it may be None.
+_FIELD_TYPES: tuple[tuple[str, type | tuple[type, ...], bool], ...] = (
+    ("key", RecordKey, False),
+    ("status", IdempotencyStatus, False),
+    ("attempt", int, False),
+    ("locked_until", dt.datetime, True),
+    ("data", Mapping, True),
+    ("error_detail", str, True),
+    ("entity_execution_id", str, False),
+    ("source_app_id", str, False),
+    ("created_at", dt.datetime, False),
+    ("updated_at", dt.datetime, False),
+    ("retain_until", dt.datetime, True),
+)
+
+
+def malformed(record: object) -> str | None:
+    """What is wrong with the shape of a record a handler returned, or None.
+
+    A record whose key is a text, or whose attempt is a text, cannot be
+    compared field by field: it is a finding of its own, never a crash.
+    """
+    for name, kind, optional in _FIELD_TYPES:
+        value = getattr(record, name, _MISSING)
+        if value is _MISSING:
+            return f"{name} is missing"
+        if value is None and optional:
+            continue
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"{name} is {type(value).__name__} {value!r:.80}"
+    return None
+
+
+_MISSING = object()
+
+
+def malformed_finding(ref: ItemRef, record: object) -> Finding | None:
+    """A record ``get`` returned with a field of the wrong type, as a finding (or None)."""
+    wrong = malformed(record)
+    if wrong is None:
+        return None
+    return Finding(
+        "record_agrees_with_model",
+        f"get({ref.label}) returned a record whose {wrong}; each field of a StateRecord "
+        "has the contract's type (a store that keeps the record and its payload in one "
+        "document must not let a payload field stand for a record field)",
+    )
+
+
 def judge_record(
     ref: ItemRef,
     got: StateRecord | None,
@@ -368,6 +418,8 @@ def judge_record(
     """
     if got is None and want is None:
         return None
+    if got is not None and (shape := malformed_finding(ref, got)) is not None:
+        return shape
     if got is not None and want is not None and not semantics.strict:
         got = _at_resolution(got, semantics)
         want = _model_at_resolution(want, semantics)
