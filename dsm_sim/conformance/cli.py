@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from dsm_sim.conformance.cache import CACHE_DIR_ENV
-from dsm_sim.options import positive_seconds
+from dsm_sim.options import bounded_int, positive_seconds
 from dsm_sim.outputs import Output, OutputKind, ReportWriteError, check_distinct, check_output
 from dsm_sim.printable import printable_stream
 from dsm_sim.profiles import PROFILES
@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+#: ``dsm_sim.simulator.parallel.MAX_JOBS``, not imported here: that loads the simulator.
+MAX_JOBS = 64
 #: How long the one ``open`` before the run may take (``--call-timeout`` when given).
 DEFAULT_PREFLIGHT_S = 10.0
 
@@ -140,6 +142,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="judge by a library's declared semantics: 'powertools', or MODULE:ATTRIBUTE "
         "naming a SemanticsProfile (default: the one the factory declares, else dsm's own; "
         "see docs/conformance.md)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=bounded_int(1, MAX_JOBS),
+        default=1,
+        metavar="J",
+        help=f"run the race matrix in J worker processes, J from 1 to {MAX_JOBS} (default 1: "
+        "in this process); output, reports and exit code are the same as with 1",
     )
     parser.add_argument(
         "--stop-on-first",
@@ -482,6 +492,12 @@ def main(args: argparse.Namespace) -> int:
     except DsmError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")
         return EXIT_USAGE
+    jobs = getattr(args, "jobs", 1)
+    if jobs > 1 and out_of_process:
+        sys.stderr.write(
+            "dsm verify: note: --jobs applies to in-process factories; --exec runs with 1\n"
+        )
+        jobs = 1
     tty = sys.stdout.isatty()
     update: Callable[[str, int, int], None] | None = None
     stop: Callable[[], None] = lambda: None  # noqa: E731
@@ -502,6 +518,7 @@ def main(args: argparse.Namespace) -> int:
             call_timeout_s=getattr(args, "call_timeout", None),
             record=getattr(args, "report", None) is not None,
             factory_spec=args.factory,
+            jobs=jobs,
         )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")

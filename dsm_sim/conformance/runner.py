@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from hypothesis import HealthCheck, Phase, settings
 
@@ -62,6 +63,9 @@ from dsm_sim.conformance.verification import (
 from dsm_sim.conformance.volume import run_volume
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
+
+if TYPE_CHECKING:
+    from dsm_sim.conformance.parallel import ChunkPool
 
 __all__ = [
     "CONFIRMATIONS",
@@ -177,6 +181,7 @@ def verify(
     stage: Stage | None = None,
     record: bool = False,
     factory_spec: str | None = None,
+    jobs: int = 1,
 ) -> VerificationReport:
     """Run the conformance kit against ``factory``; never raises on a violation.
 
@@ -212,6 +217,12 @@ def verify(
     ``factory_spec`` is the ``MODULE:FACTORY`` the factory was loaded from, which
     the replay command and the reproduction import it by: its own ``module:qualname``
     does not import when it was made by a closure (``make_factory.<locals>.make``).
+    ``jobs`` runs the race matrix's chunks in that many worker processes
+    (:mod:`dsm_sim.conformance.parallel`); the report is the same as with one.
+    The workers load the factory by ``factory_spec``, else pickled: a factory
+    that cannot be pickled raises
+    :class:`~dsm_sim.simulator.parallel.UnpicklableFactoryError` before any
+    work.  A handler in another process (``--exec``) runs with one job.
     """
     semantics_of = resolve_semantics(semantics, factory)
     if seed is None:
@@ -253,19 +264,38 @@ def verify(
         stage=stage,
         record=record,
     )
+    workers = _chunk_pool(plan, factory_spec, jobs)
     verification = Verification(plan)
-    if probes:
-        verification.run_probes()
-    if volume and not verification.done:
-        run_volume(verification, budget=volume if isinstance(volume, str) else profile)
-    if matrix and not verification.done:
-        run_matrix(verification, budget=matrix if isinstance(matrix, str) else profile)
+    try:
+        if probes:
+            verification.run_probes()
+        if volume and not verification.done:
+            run_volume(verification, budget=volume if isinstance(volume, str) else profile)
+        if matrix and not verification.done:
+            budget = matrix if isinstance(matrix, str) else profile
+            run_matrix(verification, budget=budget, runner=workers)
+    finally:
+        if workers is not None:
+            workers.close()
     if not verification.done:
         verification.run_search()
     zone_gap = _zone_gap(factory)
     if zone_gap is not None:
         verification.gaps.setdefault(zone_gap.name, zone_gap)
     return verification.report(call_timeout_s)
+
+
+def _chunk_pool(plan: Plan, factory_spec: str | None, jobs: int) -> ChunkPool | None:
+    """Worker processes for the race matrix's chunks, or None: they run in this process."""
+    if jobs == 1:
+        return None
+    from dsm_sim.conformance.parallel import ChunkPool, check_jobs, sendable
+    from dsm_sim.protocol.client import ExecFactory
+
+    check_jobs(jobs)
+    if isinstance(plan.factory, ExecFactory):
+        return None  # its transcripts and failures are read from this process's factory
+    return ChunkPool(plan, sendable(plan.factory, factory_spec), jobs)
 
 
 def _zone_gap(factory: HandlerFactory) -> Gap | None:

@@ -1,0 +1,124 @@
+"""``dsm verify --jobs N``: the race matrix in worker processes, the same report (issue 37, item 1).
+
+The matrix's cells are cut into fixed chunks; N workers run them side by
+side and the parent books what each found in chunk order, so the text, the
+JSON and the exit code are those of ``--jobs 1`` (elapsed seconds aside).
+A worker that dies is reported for the cells it held, and a factory that
+cannot reach a worker process is refused before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import dying_matrix_handler
+import pytest
+
+from dsm_sim.conformance import cli
+from dsm_sim.conformance.racing import CHUNK_CELLS, chunked
+from dsm_sim.conformance.runner import verify
+from dsm_sim.simulator.parallel import MAX_JOBS, UnpicklableFactoryError
+from reference_engine.handlers.memory import in_memory_handler
+
+pytestmark = pytest.mark.property
+
+FAILING = "dsm_sim.broken.handlers:CheckThenInsertAcquire"
+CORRECT = "reference_engine.handlers.memory:in_memory_handler"
+DYING = "dying_matrix_handler:make_handler"
+#: Elapsed seconds in the text (``, 12.3s``) and their fields in the JSON.
+SECONDS = re.compile(r"\b\d+(\.\d+)?s\b")
+TIMING_FIELDS = frozenset({"seconds", "seconds_to_failure"})
+
+
+def _run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    code = cli.main(parser.parse_args(list(argv)))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _untimed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: None if k in TIMING_FIELDS else _untimed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def _verify(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, spec: str, jobs: int, *extra: str
+) -> tuple[int, str, str, Any]:
+    written = tmp_path / f"jobs{jobs}.json"
+    code, out, err = _run_cli(
+        capsys, spec, "--seed", "0", "--jobs", str(jobs), "--json", str(written), *extra
+    )
+    report = json.loads(written.read_text(encoding="utf-8"))
+    return code, SECONDS.sub("<s>", out), err.replace(str(written), "<json>"), _untimed(report)
+
+
+@pytest.mark.parametrize(
+    ("spec", "profile", "code"),
+    [(FAILING, "ci", 1), (CORRECT, "ci", 0)],
+    ids=["failing", "correct"],
+)
+def test_jobs_2_prints_and_writes_what_jobs_1_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, spec: str, profile: str, code: int
+) -> None:
+    one = _verify(capsys, tmp_path, spec, 1, "--profile", profile)
+    two = _verify(capsys, tmp_path, spec, 2, "--profile", profile)
+    assert one[0] == two[0] == code, one[1]
+    assert one[1] == two[1], "the text output differs"
+    assert one[2] == two[2], "the standard error differs"
+    assert one[3] == two[3], "the JSON report differs"
+    # The matrix ran in several chunks, every cell of them.
+    coverage = re.search(r"race matrix: (\d+) of (\d+) cells", one[1])
+    assert coverage is not None, one[1]
+    assert coverage.group(1) == coverage.group(2), one[1]
+    assert len(chunked(range(int(coverage.group(2))))) > 2  # type: ignore[arg-type]
+
+
+def test_a_worker_that_dies_is_reported_for_the_cells_it_held(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _, report = _verify(capsys, tmp_path, DYING, 2, "--profile", "ci")
+    assert code == 1, out
+    gap = next(g for g in report["gaps"] if g["name"] == "matrix")
+    assert "died (killed by SIGKILL)" in gap["reason"], gap
+    # Each dead chunk names its cells (an upsert over a Skipped record kills its worker).
+    named = re.findall(r"(\d+)-(\d+) \(from '[^']*'\)", gap["reason"])
+    assert named, gap
+    lost = sum(int(last) - int(first) + 1 for first, last in named)
+    assert all(int(last) - int(first) < CHUNK_CELLS for first, last in named)
+    assert gap["reason"].count("died") == 1, "one sentence for every chunk that died so"
+    assert gap["what"] == f"{lost} race-matrix cell(s)"
+    coverage = re.search(r"race matrix: (\d+) of (\d+) cells", out)
+    assert coverage is not None, out
+    assert int(coverage.group(1)) == int(coverage.group(2)) - lost, (out, lost)
+    assert "NOT EXERCISED matrix" in out
+    # The rest of the verification ran in this process, where the handler is correct.
+    assert "violated" not in out
+    assert not out.rstrip().endswith("PASSED") or "NOT PASSED" in out
+
+
+def test_a_factory_that_cannot_be_pickled_is_refused_before_any_work() -> None:
+    def local_factory(clock: Any) -> Any:
+        return in_memory_handler(clock)
+
+    with pytest.raises(UnpicklableFactoryError, match="cannot be sent to a worker process"):
+        verify(local_factory, "dev", 0, jobs=2)
+    # Named by a spec it travels as the spec, and the workers import it.
+    report = verify(local_factory, "dev", 0, jobs=2, factory_spec=CORRECT, probes=False)
+    assert report.coverage.exercised == 144, report.coverage  # dev: each ordered pair once
+    assert report.passed and not report.gaps, report
+
+
+def test_jobs_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _run_cli(capsys, CORRECT, "--jobs", "0")
+    assert cli.MAX_JOBS == MAX_JOBS
+    assert dying_matrix_handler.DiesInWorkers.begin is not None
