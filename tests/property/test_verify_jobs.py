@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import dying_matrix_handler
 import pytest
 
-from dsm_sim.conformance import cli
+from dsm_sim.conformance import cli, suite
 from dsm_sim.conformance.racing import CHUNK_CELLS, chunked
 from dsm_sim.conformance.runner import verify
 from dsm_sim.simulator.parallel import MAX_JOBS, UnpicklableFactoryError
@@ -29,6 +32,7 @@ pytestmark = pytest.mark.property
 FAILING = "dsm_sim.broken.handlers:CheckThenInsertAcquire"
 CORRECT = "reference_engine.handlers.memory:in_memory_handler"
 DYING = "dying_matrix_handler:make_handler"
+ROOT = Path(__file__).resolve().parents[2]
 #: Elapsed seconds in the text (``, 12.3s``) and their fields in the JSON.
 SECONDS = re.compile(r"\b\d+(\.\d+)?s\b")
 TIMING_FIELDS = frozenset({"seconds", "seconds_to_failure"})
@@ -122,3 +126,53 @@ def test_jobs_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
         _run_cli(capsys, CORRECT, "--jobs", "0")
     assert cli.MAX_JOBS == MAX_JOBS
     assert dying_matrix_handler.DiesInWorkers.begin is not None
+
+
+def test_the_pytest_plugin_passes_jobs_through(tmp_path: Path) -> None:
+    """``--dsm-jobs 2``: the suite's tests pass, the workers import the team's module too."""
+    folder = tmp_path / "team"
+    folder.mkdir()
+    (folder / "mymod.py").write_text(
+        "from reference_engine.handlers.memory import in_memory_handler\n\n\n"
+        "def factory(clock):\n    return in_memory_handler(clock)\n",
+        encoding="utf-8",
+    )
+    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DSM_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("HYPOTHESIS_PROFILE", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "pytest",
+            "-c",
+            "pytest.ini",
+            "-p",
+            "no:cacheprovider",
+            "--pyargs",
+            "dsm_sim.conformance",
+            "--dsm-handler=mymod:factory",
+            "--dsm-profile=dev",
+            "--dsm-seed=1",
+            "--dsm-jobs=2",
+            "-q",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"\b\d+ passed\b", done.stdout), done.stdout
+
+
+def test_the_plugin_runs_a_closure_factory_with_one_job_and_says_so() -> None:
+    def closure(clock: Any) -> Any:
+        return in_memory_handler(clock)
+
+    with pytest.warns(UserWarning, match=r"--dsm-jobs 2 ignored.*cannot be sent"):
+        assert suite._jobs_for(closure, None, 2) == 1
+    assert suite._jobs_for(closure, CORRECT, 2) == 2
