@@ -264,7 +264,12 @@ class _Explorer:
             self.failures.append(f"{cell}: {type(exc).__name__}: {exc}")
             self._fresh()
             return None
-        return state.last_interleaving
+        happened = state.last_interleaving
+        if state.diverged:
+            # It stopped quietly at a property already found, and a diverged machine
+            # runs no more steps: every later cell on it would be a no-op counted as run.
+            self._fresh()
+        return happened
 
     def _found(self, violation: PropertyViolation, cell: Cell, schedule: Schedule) -> None:
         self.findings.append(RawFinding(cell, schedule, violation))

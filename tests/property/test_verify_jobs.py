@@ -176,3 +176,29 @@ def test_the_plugin_runs_a_closure_factory_with_one_job_and_says_so() -> None:
     with pytest.warns(UserWarning, match=r"--dsm-jobs 2 ignored.*cannot be sent"):
         assert suite._jobs_for(closure, None, 2) == 1
     assert suite._jobs_for(closure, CORRECT, 2) == 2
+
+
+def test_the_matrix_goes_on_after_a_cell_stops_at_a_property_already_found() -> None:
+    """A cell that stops quietly at a known property leaves its machine diverged.
+
+    A diverged machine runs no more steps, so every later cell on it was a
+    no-op counted as run: in one chunk, the probes' at_most_one_live_lock hid
+    allowed_transitions_only (an acquire inserting over a record another
+    call set between its check and its insert).
+    """
+    from dsm_sim.broken.handlers import CheckThenInsertAcquire
+    from dsm_sim.conformance.execute.bookkeeping import RunStats
+    from dsm_sim.conformance.execute.machine import build_machine
+    from dsm_sim.conformance.generate.steps import MATRIX_OPS, RaceOp
+    from dsm_sim.conformance.properties import PROPERTIES
+    from dsm_sim.conformance.racing import BUDGETS, ChunkWork, cells, run_chunk
+
+    known = frozenset({"at_most_one_live_lock"})
+    machine = build_machine(CheckThenInsertAcquire, stats=RunStats(known))
+    ops = tuple(op for op in MATRIX_OPS if op is not RaceOp.BEGIN)  # it has no begin of its own
+    listed = tuple(cell for cell in cells(ops) if cell.applies())
+    work = ChunkWork(0, 0, listed, BUDGETS["ci"], True, known, known, len(PROPERTIES), False)
+    result = run_chunk(machine, work)
+    found = [raw.violation.property for raw in result.findings]
+    assert "allowed_transitions_only" in found, found
+    assert result.exercised == len(listed)
