@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from hypothesis import HealthCheck, Phase, settings
 
@@ -41,6 +40,10 @@ from dsm_sim import profiles
 from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.execute.loop import default_call_timeout, validate_call_timeout
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
+
+# Imported whatever ``jobs`` is: Hypothesis draws from the literals of the modules this
+# process has loaded, so a search run beside worker processes must have loaded the same.
+from dsm_sim.conformance.parallel import ChunkPool, check_jobs, sendable
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.racing import run_matrix
 from dsm_sim.conformance.report import (
@@ -63,9 +66,6 @@ from dsm_sim.conformance.verification import (
 from dsm_sim.conformance.volume import run_volume
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
-
-if TYPE_CHECKING:
-    from dsm_sim.conformance.parallel import ChunkPool
 
 __all__ = [
     "CONFIRMATIONS",
@@ -289,7 +289,6 @@ def _chunk_pool(plan: Plan, factory_spec: str | None, jobs: int) -> ChunkPool | 
     """Worker processes for the race matrix's chunks, or None: they run in this process."""
     if jobs == 1:
         return None
-    from dsm_sim.conformance.parallel import ChunkPool, check_jobs, sendable
     from dsm_sim.protocol.client import ExecFactory
 
     check_jobs(jobs)

@@ -54,15 +54,31 @@ def _untimed(value: Any) -> Any:
     return value
 
 
-def _verify(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, spec: str, jobs: int, *extra: str
-) -> tuple[int, str, str, Any]:
-    written = tmp_path / f"jobs{jobs}.json"
-    code, out, err = _run_cli(
-        capsys, spec, "--seed", "0", "--jobs", str(jobs), "--json", str(written), *extra
+def _verify(tmp_path: Path, spec: str, jobs: int, *extra: str) -> tuple[int, str, str, Any]:
+    """``dsm verify`` as a command of its own, as a user runs it (each its own process).
+
+    Not in this process: the search draws from the literals of the modules a
+    process has loaded, so only a fresh process shows what a user would see.
+    """
+    folder = tmp_path / f"jobs{jobs}"
+    folder.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)]),
+        "DSM_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    command = [sys.executable, "-m", "dsm_sim.cli", "verify", spec, "--seed", "0"]
+    done = subprocess.run(
+        [*command, "--jobs", str(jobs), "--json", "report.json", *extra],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
-    report = json.loads(written.read_text(encoding="utf-8"))
-    return code, SECONDS.sub("<s>", out), err.replace(str(written), "<json>"), _untimed(report)
+    report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    return done.returncode, SECONDS.sub("<s>", done.stdout), done.stderr, _untimed(report)
 
 
 @pytest.mark.parametrize(
@@ -71,10 +87,10 @@ def _verify(
     ids=["failing", "correct"],
 )
 def test_jobs_2_prints_and_writes_what_jobs_1_does(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, spec: str, profile: str, code: int
+    tmp_path: Path, spec: str, profile: str, code: int
 ) -> None:
-    one = _verify(capsys, tmp_path, spec, 1, "--profile", profile)
-    two = _verify(capsys, tmp_path, spec, 2, "--profile", profile)
+    one = _verify(tmp_path, spec, 1, "--profile", profile)
+    two = _verify(tmp_path, spec, 2, "--profile", profile)
     assert one[0] == two[0] == code, one[1]
     assert one[1] == two[1], "the text output differs"
     assert one[2] == two[2], "the standard error differs"
@@ -86,10 +102,8 @@ def test_jobs_2_prints_and_writes_what_jobs_1_does(
     assert len(chunked(range(int(coverage.group(2))))) > 2  # type: ignore[arg-type]
 
 
-def test_a_worker_that_dies_is_reported_for_the_cells_it_held(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    code, out, _, report = _verify(capsys, tmp_path, DYING, 2, "--profile", "ci")
+def test_a_worker_that_dies_is_reported_for_the_cells_it_held(tmp_path: Path) -> None:
+    code, out, _, report = _verify(tmp_path, DYING, 2, "--profile", "ci")
     assert code == 1, out
     gap = next(g for g in report["gaps"] if g["name"] == "matrix")
     assert "died (killed by SIGKILL)" in gap["reason"], gap
