@@ -30,6 +30,7 @@ BENCHMARKS = {
     "sweep": "bench_sweep",
     "catalogue": "bench_catalogue",
     "exploration": "bench_exploration",
+    "verify-jobs": "bench_verify_jobs",
     "protocol": "bench_protocol",
     "peers": "bench_peers",
 }

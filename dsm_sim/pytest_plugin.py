@@ -29,6 +29,7 @@ __all__ = [
     "dsm_clock_mode",
     "dsm_handler_factory",
     "dsm_handler_spec",
+    "dsm_jobs",
     "dsm_profile",
     "dsm_seed",
     "dsm_time_zone",
@@ -106,6 +107,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where Hypothesis keeps its files during a conformance run (default: "
         "$DSM_CACHE_DIR, else $XDG_CACHE_HOME/dsm or ~/.cache/dsm); never the folder "
         "pytest runs in",
+    )
+    group.addoption(
+        "--dsm-jobs",
+        action="store",
+        type=int,
+        default=1,
+        metavar="J",
+        help="run the kit's race matrix in J worker processes (default 1: in the test's "
+        "process); the verdicts are the same. A factory a worker cannot load (a closure, "
+        "a local class) runs with 1, with a warning",
     )
     group.addoption(
         "--dsm-call-timeout",
@@ -318,6 +329,14 @@ def dsm_profile(request: pytest.FixtureRequest) -> str:
 def dsm_seed(request: pytest.FixtureRequest) -> int | None:
     seed = request.config.getoption("--dsm-seed")
     return None if seed is None else int(seed)
+
+
+@pytest.fixture
+def dsm_jobs(request: pytest.FixtureRequest) -> int:
+    jobs = int(request.config.getoption("--dsm-jobs", default=1) or 1)
+    if jobs < 1:
+        raise pytest.UsageError(f"--dsm-jobs={jobs}: give 1 or more worker processes")
+    return jobs
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from dsm_sim.conformance.cache import CACHE_DIR_ENV
-from dsm_sim.options import positive_seconds
+from dsm_sim.options import bounded_int, positive_seconds
 from dsm_sim.outputs import Output, OutputKind, ReportWriteError, check_distinct, check_output
 from dsm_sim.printable import printable_stream
 from dsm_sim.profiles import PROFILES
@@ -56,6 +56,8 @@ EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 #: Real seconds a whole ``dsm verify`` may take by default (as ``dsm run``'s), and at most.
 DEFAULT_MAX_WALL_S = 6 * 3600.0
 MAX_WALL_S = 7 * 86400.0
+#: ``dsm_sim.simulator.parallel.MAX_JOBS``, not imported here: that loads the simulator.
+MAX_JOBS = 64
 #: How long the one ``open`` before the run may take (``--call-timeout`` when given).
 DEFAULT_PREFLIGHT_S = 10.0
 
@@ -162,6 +164,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="how the handler's fencing tokens are judged: 'attempts' (the default: a token is "
         "the record's attempt, 1, 2, 3...) or 'ordered' (any value that grows with every grant "
         "of an item, a sequence, a rowversion, a timestamp: judged by order, not by value)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=bounded_int(1, MAX_JOBS),
+        default=1,
+        metavar="J",
+        help=f"run the race matrix in J worker processes, J from 1 to {MAX_JOBS} (default 1: "
+        "in this process); output, reports and exit code are the same as with 1",
     )
     parser.add_argument(
         "--stop-on-first",
@@ -537,6 +547,12 @@ def main(args: argparse.Namespace) -> int:
     except DsmError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")
         return EXIT_USAGE
+    jobs = getattr(args, "jobs", 1)
+    if jobs > 1 and out_of_process:
+        sys.stderr.write(
+            "dsm verify: note: --jobs applies to in-process factories; --exec runs with 1\n"
+        )
+        jobs = 1
     tty = sys.stdout.isatty()
     update: Callable[[str, int, int], None] | None = None
     stop: Callable[[], None] = lambda: None  # noqa: E731
@@ -560,6 +576,7 @@ def main(args: argparse.Namespace) -> int:
             max_wall_s=max_wall,
             started_at=started,
             tokens=getattr(args, "tokens", "attempts"),
+            jobs=jobs,
         )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")

@@ -19,9 +19,9 @@ same store.  Each cell runs on a fresh item:
   Bounded preemption over every await finds a race whose window lies deep
   inside a call (between a transaction's ``UPDATE`` and its ``COMMIT``) on
   every seed, where a random schedule finds it by luck;
-* every cell first at its sequential run and first preemption point, then
-  every cell again at its deeper points (iterative deepening): what the first
-  await shows is found before the time deep windows take is spent;
+* every cell first in sequence and at its first preemption point, then every
+  cell again at all its points (iterative deepening): what the first await
+  shows is found before the time deep windows take is spent;
 * a cell whose calls hand work to an executor thread is run as scheduled but
   reported *uncontrolled*: what the thread does is timing, not a choice;
 * for a handler in another process, whose await points the kit cannot
@@ -38,8 +38,10 @@ the preemption points seen and explored.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.instances import out_of_process
@@ -49,15 +51,30 @@ from dsm_sim.conformance.execute.scheduler import ChoicePoint, Interleaving, Sch
 from dsm_sim.conformance.generate.steps import MATRIX_OPS, RaceOp, StartState
 from dsm_sim.conformance.generate.worlds import ROLES, Role, World
 from dsm_sim.conformance.program import Call, Program
-from dsm_sim.conformance.properties import PropertyViolation
+from dsm_sim.conformance.properties import Finding, PropertyViolation
 from dsm_sim.conformance.report import Coverage, Gap
 from dsm_sim.conformance.tell.trim import replay
 from dsm_sim.conformance.verification import Verification
+from dsm_sim.hangs import hang_since, hangs_seen
 from dsm_sim.model import WORLD_CONFIGS, ItemRef
 from reference_engine.errors import ConfigurationError
 from reference_engine.scope import Scope
 
-__all__ = ["Cell", "MatrixBudget", "cells", "matrix_world", "one_state_per_pair", "run_matrix"]
+__all__ = [
+    "CHUNK_CELLS",
+    "Cell",
+    "ChunkResult",
+    "ChunkRunner",
+    "ChunkWork",
+    "MatrixBudget",
+    "RawFinding",
+    "cells",
+    "chunked",
+    "matrix_world",
+    "one_state_per_pair",
+    "run_chunk",
+    "run_matrix",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +185,8 @@ class _Explorer:
     """Runs cells on one machine at a time, a fresh item per run, eight items per world."""
 
     machine: type[ConformanceMachine]
-    verification: Verification
+    #: Properties that stop a run quietly from the start (found before, or waived).
+    disabled: frozenset[str]
     budget: MatrixBudget
     controlled: bool = True
     state: ConformanceMachine | None = None
@@ -184,11 +202,17 @@ class _Explorer:
     threaded: list[str] = field(default_factory=list)
     threaded_runs: int = 0
     failures: list[str] = field(default_factory=list)
+    #: What broke a property, in the order found; booked by the caller (:func:`book_finding`).
+    findings: list[RawFinding] = field(default_factory=list)
+
+    def known(self) -> frozenset[str]:
+        """The properties a run stops at quietly: disabled from the start, or found here."""
+        return self.disabled | {found.violation.property for found in self.findings}
 
     def _fresh(self) -> ConformanceMachine:
         if self.state is not None:
             self.close()
-        self.machine.stats.disabled = self.verification.known()
+        self.machine.stats.disabled = self.known()
         state = self.machine()
         self.state = state
         self.world = None
@@ -246,86 +270,52 @@ class _Explorer:
             self.failures.append(f"{cell}: {type(exc).__name__}: {exc}")
             self._fresh()
             return None
-        return state.last_interleaving
+        happened = state.last_interleaving
+        if state.diverged:
+            # It stopped quietly at a property already found, and a diverged machine
+            # runs no more steps: every later cell on it would be a no-op counted as run.
+            self._fresh()
+        return happened
 
     def _found(self, violation: PropertyViolation, cell: Cell, schedule: Schedule) -> None:
-        """Book a cell's violation: alone on a fresh store when it fails so, else as it ran.
+        self.findings.append(RawFinding(cell, schedule, violation))
 
-        A race with a sweep may need a record in another state than its own
-        item's (the other cells' records are what the sweep met): the same
-        race is then tried alone from every start state, and the first that
-        breaks the same property is the reproduction.
-        """
-        states = [cell.state]
-        if cell.first.sweeps or cell.second.sweeps:
-            states += [state for state in StartState if state is not cell.state]
-        for state in states:
-            alone = Cell(state, cell.first, cell.second)
-            if not alone.applies():
-                continue
-            again = replay(self.machine, _alone(alone, schedule))
-            if again is not None and again.property == violation.property:
-                violation = again
-                break
-        self.verification.book(violation, self.machine, found_by="race matrix", examples=0)
-
-    def explore(self, cell: Cell, work: _CellWork, limit: int) -> None:
-        """The interleavings of ``cell`` still due, up to ``limit`` runs of it in all.
-
-        The calls run in sequence first; each run adds the schedules that
-        branch from it.  ``work`` keeps what is due between passes.
-        """
+    def explore(self, cell: Cell, limit: int | None = None) -> None:
+        """Every interleaving of ``cell`` within the budget (and ``limit`` runs), in sequence first."""
         if not self.controlled:
-            if work.runs == 0:
-                for _ in range(self.budget.repeats):
-                    work.runs += 1
-                    if self.run(cell, ()) is None:
-                        break
-                self.exercised += 1
+            for _ in range(self.budget.repeats):
+                if self.run(cell, ()) is None:
+                    break
+            self.exercised += 1
             return
-        while work.pending and work.runs < min(limit, self.budget.per_cell) and not work.broke:
-            schedule = work.pending.pop(0)
-            if schedule in work.tried:
+        pending: list[Schedule] = [()]
+        tried: set[Schedule] = set()
+        points: set[Schedule] = set()
+        explored: set[Schedule] = set()
+        runs = threaded = 0
+        most = self.budget.per_cell if limit is None else min(limit, self.budget.per_cell)
+        while pending and runs < most:
+            schedule = pending.pop(0)
+            if schedule in tried:
                 continue
-            work.tried.add(schedule)
-            work.runs += 1
+            tried.add(schedule)
+            runs += 1
             happened = self.run(cell, schedule)
             if happened is None:
-                work.broke = True
                 break
-            work.threaded += happened.threaded > 0
+            threaded += happened.threaded > 0
             chosen = tuple(point.chosen for point in happened.choices)
-            work.points.update(chosen[:index] for index, _ in _points(happened, self.budget))
-            work.explored.update(
+            points.update(chosen[:index] for index, _ in _points(happened, self.budget))
+            explored.update(
                 chosen[:index] for index, point in enumerate(happened.choices) if point.preempts
             )
-            work.pending.extend(
-                s for s in _schedules(happened, schedule, self.budget) if s not in work.tried
-            )
-
-    def tally(self, cell: Cell, work: _CellWork) -> None:
-        """Count a cell that ran: its preemption points, and whether threads took it over."""
-        if work.runs == 0:
-            return
-        self.exercised += self.controlled
-        self.points_seen += len(work.points)
-        self.points_explored += len(work.explored & work.points)
-        if work.threaded:
+            pending.extend(s for s in _schedules(happened, schedule, self.budget) if s not in tried)
+        self.exercised += 1
+        self.points_seen += len(points)
+        self.points_explored += len(explored & points)
+        if threaded:
             self.threaded.append(str(cell))
-            self.threaded_runs += work.runs
-
-
-@dataclass(slots=True)
-class _CellWork:
-    """One cell's exploration so far: the schedules due, tried, and the points met."""
-
-    pending: list[Schedule] = field(default_factory=lambda: [()])
-    tried: set[Schedule] = field(default_factory=set)
-    points: set[Schedule] = field(default_factory=set)
-    explored: set[Schedule] = field(default_factory=set)
-    runs: int = 0
-    threaded: int = 0
-    broke: bool = False
+            self.threaded_runs += runs
 
 
 def _alone(cell: Cell, schedule: Schedule) -> Program:
@@ -342,22 +332,190 @@ def _alone(cell: Cell, schedule: Schedule) -> Program:
     )
 
 
+def book_finding(
+    verification: Verification, machine: type[ConformanceMachine], found: RawFinding
+) -> None:
+    """Book a cell's violation: alone on a fresh store when it fails so, else as it ran.
+
+    A race with a sweep may need a record in another state than its own
+    item's (the other cells' records are what the sweep met): the same
+    race is then tried alone from every start state, and the first that
+    breaks the same property is the reproduction.
+    """
+    cell, schedule, violation = found.cell, found.schedule, found.violation
+    states = [cell.state]
+    if cell.first.sweeps or cell.second.sweeps:
+        states += [state for state in StartState if state is not cell.state]
+    for state in states:
+        alone = Cell(state, cell.first, cell.second)
+        if not alone.applies():
+            continue
+        again = replay(machine, _alone(alone, schedule))
+        if again is not None and again.property == violation.property:
+            violation = again
+            break
+    verification.book(violation, machine, found_by="race matrix", examples=0)
+
+
 def _alphabet(machine: type[ConformanceMachine]) -> tuple[RaceOp, ...]:
     """The operations the machine can race: ``begin`` only where the handler answers it."""
     return tuple(op for op in MATRIX_OPS if op is not RaceOp.BEGIN or hasattr(machine, "begin"))
 
 
-def run_matrix(verification: Verification, budget: str | None = None) -> None:
+#: Cells per chunk of the matrix, at most.  The chunks are fixed by the cells alone,
+#: never by ``--jobs``: one process runs them one after the other, N processes side
+#: by side, and the parent books what each found in chunk order, so the report is the
+#: same either way.  Each chunk opens a machine of its own and finds a property again
+#: even when an earlier chunk found it, which costs a few cells per chunk.
+CHUNK_CELLS = 96
+
+
+@dataclass(frozen=True, slots=True)
+class RawFinding:
+    """A cell's violation as it ran, before it is replayed alone and booked."""
+
+    cell: Cell
+    schedule: Schedule
+    violation: PropertyViolation
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A PropertyViolation does not rebuild from its args; it travels as its parts.
+        v = self.violation
+        parts = (v.finding, v.story, getattr(v, "time_zone", "UTC0"), v.program)
+        return (_raw_finding, (self.cell, self.schedule, *parts))
+
+
+def _raw_finding(
+    cell: Cell, schedule: Schedule, finding: Finding, story: str, zone: str, program: Any
+) -> RawFinding:
+    violation = PropertyViolation(finding, story, zone)
+    violation.program = program
+    return RawFinding(cell, schedule, violation)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkWork:
+    """One chunk of the matrix: contiguous cells, and what the run knows before it starts."""
+
+    #: The chunk's place: its number, and its first cell's index among the listed cells.
+    index: int
+    start: int
+    cells: tuple[Cell, ...]
+    budget: MatrixBudget
+    #: Whether the kit controls the interleaving (a handler in this process).
+    controlled: bool
+    #: Properties that stop a run quietly (found by an earlier stage, or waived).
+    disabled: frozenset[str]
+    #: Properties found by an earlier stage, and how many can be found in all.
+    found: frozenset[str]
+    judged: int
+    stop_on_first: bool
+    #: Runs of each cell in this pass (None: the budget's); the first pass of an
+    #: iteratively deepened matrix runs each cell in sequence and at its first point.
+    limit: int | None = None
+    #: The deeper pass revisits cells the first pass counted as exercised; the first
+    #: pass leaves the preemption points to it.
+    deeper: bool = False
+    counts_points: bool = True
+
+
+@dataclass(slots=True)
+class ChunkResult:
+    """What a chunk ran and found; merged by the parent in chunk order."""
+
+    stats: RunStats
+    findings: list[RawFinding] = field(default_factory=list)
+    #: Cells explored (the chunk stops early once nothing is left to find).
+    exercised: int = 0
+    schedules: int = 0
+    points_seen: int = 0
+    points_explored: int = 0
+    threaded: list[str] = field(default_factory=list)
+    threaded_runs: int = 0
+    failures: list[str] = field(default_factory=list)
+    #: Why the chunk stopped before its last cell without finishing it, if it did:
+    #: an error outside any cell, or the death of the process running it.
+    error: str | None = None
+    crashed: bool = False
+
+
+#: Runs chunks and yields their results in the chunks' order (closed when no more are wanted).
+ChunkRunner = Callable[[Sequence[ChunkWork]], Generator[ChunkResult, None, None]]
+
+
+def chunked(listed: Sequence[Cell]) -> list[tuple[int, tuple[Cell, ...]]]:
+    """The listed cells in contiguous chunks of at most :data:`CHUNK_CELLS`, sized evenly."""
+    count = max(1, -(-len(listed) // CHUNK_CELLS))
+    bounds = [len(listed) * index // count for index in range(count + 1)]
+    return [(bounds[i], tuple(listed[bounds[i] : bounds[i + 1]])) for i in range(count)]
+
+
+def run_chunk(machine: type[ConformanceMachine], work: ChunkWork) -> ChunkResult:
+    """Explore a chunk's cells in order on fresh items of ``machine`` (whose stats it returns).
+
+    The chunk stops after its first finding under ``stop_on_first``, and once
+    every property is found (those found before it, and its own).
+    """
+    explorer = _Explorer(machine, work.disabled, work.budget, controlled=work.controlled)
+    error: str | None = None
+    hangs = hangs_seen()
+    try:
+        for cell in work.cells:
+            found = work.found | {raw.violation.property for raw in explorer.findings}
+            if (work.stop_on_first and explorer.findings) or len(found) >= work.judged:
+                break
+            if hangs_seen() > hangs:
+                # One hung call ends the matrix: every later cell would wait it out again.
+                error = f"a handler call hung ({hang_since(hangs)})"
+                break
+            explorer.explore(cell, work.limit)
+    except Exception as exc:  # the handler could not even be built again: no evidence
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        explorer.close()
+    points = work.counts_points
+    return ChunkResult(
+        stats=machine.stats,
+        findings=explorer.findings,
+        exercised=explorer.exercised,
+        schedules=explorer.schedules,
+        points_seen=explorer.points_seen if points else 0,
+        points_explored=explorer.points_explored if points else 0,
+        threaded=explorer.threaded if points else [],
+        threaded_runs=explorer.threaded_runs if points else 0,
+        failures=explorer.failures,
+        error=error,
+    )
+
+
+def in_process(
+    machine: Callable[[RunStats], type[ConformanceMachine]],
+) -> ChunkRunner:
+    """Run the chunks one after the other in this process, each on a machine of its own."""
+
+    def run(works: Sequence[ChunkWork]) -> Generator[ChunkResult, None, None]:
+        for work in works:
+            yield run_chunk(machine(RunStats(work.disabled)), work)
+
+    return run
+
+
+def run_matrix(
+    verification: Verification, budget: str | None = None, runner: ChunkRunner | None = None
+) -> None:
     """Run every applicable cell under a profile's budget (the plan's), booking what breaks.
 
     Every call, ``open`` and ``close`` included, is bounded by the plan's call
-    limit, as in the probes and the search.
+    limit, as in the probes and the search.  ``runner`` runs the chunks
+    (:func:`chunked`): in this process by default, or in worker processes
+    (:mod:`dsm_sim.conformance.parallel`); either way the findings are booked
+    here, in chunk order.
     """
     with call_timeout(verification.plan.limit):
-        _run_matrix(verification, budget)
+        _run_matrix(verification, budget, runner)
 
 
-def _run_matrix(verification: Verification, budget: str | None) -> None:
+def _run_matrix(verification: Verification, budget: str | None, runner: ChunkRunner | None) -> None:
     plan = verification.plan
     chosen = budget or plan.profile
     if chosen not in BUDGETS:
@@ -370,69 +528,133 @@ def _run_matrix(verification: Verification, budget: str | None) -> None:
     ops = _alphabet(machine)
     every = [cell for cell in cells(ops) if cell.applies()]
     listed = every if budget_.every_state else one_state_per_pair(ops)
-    explorer = _Explorer(machine, verification, budget_)
+    explorer = _Explorer(machine, verification.known(), budget_)
     try:
         probe = explorer._fresh()
     except Exception:
         return  # a handler that cannot be built or opened: the search reports how
-    explorer.controlled = not out_of_process(probe.handler)
-    work = {cell: _CellWork() for cell in listed}
-
-    def stop() -> bool:
-        return (
-            bool(plan.stop_on_first and verification.found)
-            or verification.all_found()
-            or verification.halted()
+    controlled = not out_of_process(probe.handler)
+    explorer.close()
+    # Iterative deepening: every cell in sequence and at its first preemption point,
+    # then every cell again at every point (its first runs again, to branch from), so
+    # a race the first await shows is found before the deep windows take their time.
+    deepens = controlled and budget_.per_cell > FIRST_PASS
+    chunks = chunked(listed)
+    passes = [(FIRST_PASS, False), (None, True)] if deepens else [(None, False)]
+    works = [
+        ChunkWork(
+            index=index + number * len(chunks),
+            start=start,
+            cells=chunk,
+            budget=budget_,
+            controlled=controlled,
+            disabled=verification.known(),
+            found=frozenset(verification.found),
+            judged=plan.judged,
+            stop_on_first=plan.stop_on_first,
+            limit=limit,
+            deeper=deeper,
+            counts_points=deeper or not deepens,
         )
-
+        for number, (limit, deeper) in enumerate(passes)
+        for index, (start, chunk) in enumerate(chunks)
+    ]
+    # Findings are replayed alone and booked on a machine of their own, as they come.
+    replayed = RunStats()
+    replayer = plan.machine(replayed)
+    checks: Counter[str] = Counter(stats.checks)
+    merged = ChunkResult(stats=stats)
+    missing: dict[str, list[str]] = {}
+    #: Chunks (by their first cell) whose first pass did not finish: their deeper pass is no news.
+    died: set[int] = set()
+    missed = done = 0
+    results = (runner or in_process(plan.machine))(works)
     try:
-        # Iterative deepening: every cell in sequence and at its first preemption
-        # point, then every cell again at its deeper points, so that what the
-        # first await shows is found before minutes go to deep windows.
-        for done, cell in enumerate(listed, start=1):
-            if stop():
-                break
-            explorer.explore(cell, work[cell], FIRST_PASS)
-            plan.tell("race matrix (cells)", done, len(listed))
-        if explorer.controlled and budget_.per_cell > FIRST_PASS:
-            for done, cell in enumerate(listed, start=1):
-                if stop():
+        for work, result in zip(works, results, strict=False):
+            checks.update(result.stats.checks)
+            verification.note_gaps(result.stats)
+            _add(merged, result, work)
+            if result.error is not None and not (work.deeper and work.start in died):
+                left = work.cells[result.exercised :] if not result.crashed else work.cells
+                missed += 0 if work.deeper else len(left)
+                why = f"{result.error} (at their deeper points)" if work.deeper else result.error
+                missing.setdefault(why, []).append(_unrun(work, left))
+                died.add(work.start)
+            for found in result.findings:
+                if found.violation.property in verification.known():
+                    continue  # an earlier chunk found it first
+                replayed.disabled = verification.known()
+                book_finding(verification, replayer, found)
+                if plan.stop_on_first:
                     break
-                explorer.explore(cell, work[cell], budget_.per_cell)
-                plan.tell("race matrix (deeper points)", done, len(listed))
+            done += len(work.cells)
+            if work.deeper:
+                plan.tell("race matrix (deeper points)", done - len(listed), len(listed))
+            else:
+                plan.tell("race matrix (cells)", done, len(listed))
+            if (
+                (plan.stop_on_first and verification.found)
+                or verification.all_found()
+                or verification.halted()
+            ):
+                break
     finally:
-        explorer.close()
-        for cell in listed:
-            explorer.tally(cell, work[cell])
-    verification.checks.update(stats.checks)
-    verification.note_gaps(stats)
+        results.close()
+    checks.update(replayed.checks)
+    verification.checks.update(checks)
+    verification.note_gaps(replayed)
     verification.coverage = Coverage(
         operations=len(ops),
         states=len(StartState),
         applicable=len(every),
-        exercised=explorer.exercised,
-        schedules=explorer.schedules,
-        uncontrolled=0 if explorer.controlled else explorer.exercised,
-        preemption_points=explorer.points_seen,
-        preemptions_explored=explorer.points_explored,
-        threaded=tuple(explorer.threaded),
-        threaded_runs=explorer.threaded_runs,
+        exercised=merged.exercised,
+        schedules=merged.schedules,
+        uncontrolled=0 if controlled else merged.exercised,
+        preemption_points=merged.points_seen,
+        preemptions_explored=merged.points_explored,
+        threaded=tuple(merged.threaded),
+        threaded_runs=merged.threaded_runs,
     )
-    if explorer.failures:
+    reasons = []
+    if merged.failures:
+        reasons.append(
+            "stopped by an error that was no answer to judge: "
+            + "; ".join(merged.failures[:3])
+            + (" …" if len(merged.failures) > 3 else "")
+        )
+    reasons += [
+        f"cells {', '.join(ranges)} of {len(listed)} did not run: {why}"
+        for why, ranges in missing.items()
+    ]
+    if reasons:
         verification.gaps.setdefault(
             "matrix",
             Gap(
                 "matrix",
-                f"{len(explorer.failures)} race-matrix cell(s)",
-                "stopped by an error that was no answer to judge: "
-                + "; ".join(explorer.failures[:3])
-                + (" …" if len(explorer.failures) > 3 else ""),
+                f"{len(merged.failures) + missed} race-matrix cell(s)",
+                "; ".join(reasons),
             ),
         )
     if plan.stop_on_first and verification.found:
         verification.done = True
     elif verification.all_found():
         verification.done, verification.settled = True, True
+
+
+def _add(merged: ChunkResult, result: ChunkResult, work: ChunkWork) -> None:
+    merged.exercised += 0 if work.deeper else result.exercised
+    merged.schedules += result.schedules
+    merged.points_seen += result.points_seen
+    merged.points_explored += result.points_explored
+    merged.threaded += result.threaded
+    merged.threaded_runs += result.threaded_runs
+    merged.failures += result.failures
+
+
+def _unrun(work: ChunkWork, left: Sequence[Cell]) -> str:
+    """The cells of a chunk that did not run, by their numbers in the matrix's order."""
+    first = work.start + len(work.cells) - len(left) + 1
+    return f"{first}-{work.start + len(work.cells)} (from '{left[0]}')"
 
 
 def count_cells() -> int:

@@ -46,6 +46,10 @@ from dsm_sim.conformance.execute.loop import (
 )
 from dsm_sim.conformance.execute.tokens import tokens_factory
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
+
+# Imported whatever ``jobs`` is: Hypothesis draws from the literals of the modules this
+# process has loaded, so a search run beside worker processes must have loaded the same.
+from dsm_sim.conformance.parallel import ChunkPool, check_jobs, sendable
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.racing import run_matrix
 from dsm_sim.conformance.report import (
@@ -201,6 +205,7 @@ def verify(
     max_wall_s: float | None = None,
     started_at: float | None = None,
     tokens: str = "attempts",
+    jobs: int = 1,
 ) -> VerificationReport:
     """Run the conformance kit against ``factory``; never raises on a violation.
 
@@ -245,6 +250,12 @@ def verify(
     (a token is the record's attempt number) or ``"ordered"`` (any value that
     grows with every grant of an item, judged by order;
     :mod:`dsm_sim.conformance.execute.tokens`).
+    ``jobs`` runs the race matrix's chunks in that many worker processes
+    (:mod:`dsm_sim.conformance.parallel`); the report is the same as with one.
+    The workers load the factory by ``factory_spec``, else pickled: a factory
+    that cannot be pickled raises
+    :class:`~dsm_sim.simulator.parallel.UnpicklableFactoryError` before any
+    work.  A handler in another process (``--exec``) runs with one job.
     """
     max_wall = None if max_wall_s is None else _wall_limit(max_wall_s)
     semantics_of = resolve_semantics(semantics, factory)
@@ -291,19 +302,25 @@ def verify(
         max_wall=max_wall,
         tokens=tokens,
     )
+    workers = _chunk_pool(plan, factory_spec, jobs)
     verification = Verification(plan)
     # Every real call waits no longer than the deadline, and one that blocks its thread
     # is interrupted just after it, as under ``dsm run --max-wall``.
     with wall_deadline(plan.deadline), interrupt_at(plan.deadline):
         try:
-            if probes:
-                verification.run_probes()
-            verification.stage = "the volume stage"
-            if volume and not verification.done and not verification.halted():
-                run_volume(verification, budget=volume if isinstance(volume, str) else profile)
-            verification.stage = "the race matrix"
-            if matrix and not verification.done and not verification.halted():
-                run_matrix(verification, budget=matrix if isinstance(matrix, str) else profile)
+            try:
+                if probes:
+                    verification.run_probes()
+                verification.stage = "the volume stage"
+                if volume and not verification.done and not verification.halted():
+                    run_volume(verification, budget=volume if isinstance(volume, str) else profile)
+                verification.stage = "the race matrix"
+                if matrix and not verification.done and not verification.halted():
+                    budget = matrix if isinstance(matrix, str) else profile
+                    run_matrix(verification, budget=budget, runner=workers)
+            finally:
+                if workers is not None:
+                    workers.close()
             verification.stage = "the search"
             if not verification.done and not verification.halted():
                 verification.run_search()
@@ -316,6 +333,18 @@ def verify(
     if zone_gap is not None:
         verification.gaps.setdefault(zone_gap.name, zone_gap)
     return verification.report(call_timeout_s)
+
+
+def _chunk_pool(plan: Plan, factory_spec: str | None, jobs: int) -> ChunkPool | None:
+    """Worker processes for the race matrix's chunks, or None: they run in this process."""
+    if jobs == 1:
+        return None
+    from dsm_sim.protocol.client import ExecFactory
+
+    check_jobs(jobs)
+    if isinstance(plan.factory, ExecFactory):
+        return None  # its transcripts and failures are read from this process's factory
+    return ChunkPool(plan, sendable(plan.factory, factory_spec), jobs)
 
 
 def _zone_gap(factory: HandlerFactory) -> Gap | None:

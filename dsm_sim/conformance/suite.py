@@ -10,6 +10,7 @@ the seed and ``dsm verify`` command that replay the run.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -32,11 +33,15 @@ def cached_report(
     clock_mode: ClockMode,
     time_zone: str | None = None,
     factory_spec: str | None = None,
+    jobs: int = 1,
 ) -> VerificationReport:
     """Verify once per (factory, profile, seed, clock mode, time zone) per process.
 
     ``factory_spec`` is the ``MODULE:FACTORY`` the factory was loaded from, for the
-    replay lines (see :func:`~dsm_sim.conformance.runner.verify`).
+    replay lines (see :func:`~dsm_sim.conformance.runner.verify`).  ``jobs`` runs
+    the race matrix in worker processes (``--dsm-jobs``); the report is the same,
+    so it is not part of the key.  A factory a worker cannot receive runs with one
+    job, and a warning says so.
     """
     key = (factory, profile, seed, clock_mode, time_zone, factory_spec)
     if key not in _REPORTS:
@@ -47,8 +52,25 @@ def cached_report(
             clock_mode=clock_mode,
             time_zone=time_zone,
             factory_spec=factory_spec,
+            jobs=_jobs_for(factory, factory_spec, jobs),
         )
     return _REPORTS[key]
+
+
+def _jobs_for(factory: HandlerFactory, factory_spec: str | None, jobs: int) -> int:
+    """``jobs``, or 1 (with a warning) when the factory cannot be sent to a worker process."""
+    if jobs == 1:
+        return 1
+    from dsm_sim.conformance.parallel import UnpicklableFactoryError, sendable
+
+    try:
+        sendable(factory, factory_spec)
+    except UnpicklableFactoryError as exc:
+        warnings.warn(
+            f"--dsm-jobs {jobs} ignored, the kit runs in this process: {exc}", stacklevel=2
+        )
+        return 1
+    return jobs
 
 
 def replay_lines(report: VerificationReport) -> str:
@@ -113,6 +135,7 @@ class ConformanceSuite:
         dsm_clock_mode: ClockMode,
         dsm_time_zone: str | None,
         dsm_handler_spec: str | None,
+        dsm_jobs: int,
     ) -> VerificationReport:
         return cached_report(
             dsm_handler_factory,
@@ -121,6 +144,7 @@ class ConformanceSuite:
             dsm_clock_mode,
             dsm_time_zone,
             dsm_handler_spec,
+            dsm_jobs,
         )
 
 

@@ -1,0 +1,218 @@
+"""``dsm verify --jobs N``: the race matrix in worker processes, the same report (issue 37, item 1).
+
+The matrix's cells are cut into fixed chunks; N workers run them side by
+side and the parent books what each found in chunk order, so the text, the
+JSON and the exit code are those of ``--jobs 1`` (elapsed seconds aside).
+A worker that dies is reported for the cells it held, and a factory that
+cannot reach a worker process is refused before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import dying_matrix_handler
+import pytest
+
+from dsm_sim.conformance import cli, suite
+from dsm_sim.conformance.racing import CHUNK_CELLS, chunked
+from dsm_sim.conformance.runner import verify
+from dsm_sim.simulator.parallel import MAX_JOBS, UnpicklableFactoryError
+from reference_engine.handlers.memory import in_memory_handler
+
+pytestmark = pytest.mark.property
+
+FAILING = "dsm_sim.broken.handlers:CheckThenInsertAcquire"
+CORRECT = "reference_engine.handlers.memory:in_memory_handler"
+DYING = "dying_matrix_handler:make_handler"
+ROOT = Path(__file__).resolve().parents[2]
+#: Elapsed seconds in the text (``, 12.3s``) and their fields in the JSON.
+SECONDS = re.compile(r"\b\d+(\.\d+)?s\b")
+TIMING_FIELDS = frozenset({"seconds", "seconds_to_failure"})
+
+
+def _run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    code = cli.main(parser.parse_args(list(argv)))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _untimed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: None if k in TIMING_FIELDS else _untimed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def _verify(tmp_path: Path, spec: str, jobs: int, *extra: str) -> tuple[int, str, str, Any]:
+    """``dsm verify`` as a command of its own, as a user runs it (each its own process).
+
+    Not in this process: the search draws from the literals of the modules a
+    process has loaded, so only a fresh process shows what a user would see.
+    """
+    folder = tmp_path / f"jobs{jobs}"
+    folder.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)]),
+        "DSM_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    command = [sys.executable, "-m", "dsm_sim.cli", "verify", spec, "--seed", "0"]
+    done = subprocess.run(
+        [*command, "--jobs", str(jobs), "--json", "report.json", *extra],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    return done.returncode, SECONDS.sub("<s>", done.stdout), done.stderr, _untimed(report)
+
+
+@pytest.mark.parametrize(
+    ("spec", "profile", "code"),
+    [(FAILING, "ci", 1), (CORRECT, "ci", 0)],
+    ids=["failing", "correct"],
+)
+def test_jobs_2_prints_and_writes_what_jobs_1_does(
+    tmp_path: Path, spec: str, profile: str, code: int
+) -> None:
+    one = _verify(tmp_path, spec, 1, "--profile", profile)
+    two = _verify(tmp_path, spec, 2, "--profile", profile)
+    assert one[0] == two[0] == code, one[1]
+    assert one[1] == two[1], "the text output differs"
+    assert one[2] == two[2], "the standard error differs"
+    assert one[3] == two[3], "the JSON report differs"
+    # The matrix ran in several chunks, every cell of them.
+    coverage = re.search(r"race matrix: (\d+) of (\d+) cells", one[1])
+    assert coverage is not None, one[1]
+    assert coverage.group(1) == coverage.group(2), one[1]
+    assert len(chunked(range(int(coverage.group(2))))) > 2  # type: ignore[arg-type]
+
+
+def test_a_worker_that_dies_is_reported_for_the_cells_it_held(tmp_path: Path) -> None:
+    code, out, _, report = _verify(tmp_path, DYING, 2, "--profile", "ci")
+    assert code == 1, out
+    gap = next(g for g in report["gaps"] if g["name"] == "matrix")
+    assert "died (killed by SIGKILL)" in gap["reason"], gap
+    # Each dead chunk names its cells (an upsert over a Skipped record kills its worker).
+    named = re.findall(r"(\d+)-(\d+) \(from '[^']*'\)", gap["reason"])
+    assert named, gap
+    lost = sum(int(last) - int(first) + 1 for first, last in named)
+    assert all(int(last) - int(first) < CHUNK_CELLS for first, last in named)
+    assert gap["reason"].count("died") == 1, "one sentence for every chunk that died so"
+    assert gap["what"] == f"{lost} race-matrix cell(s)"
+    coverage = re.search(r"race matrix: (\d+) of (\d+) cells", out)
+    assert coverage is not None, out
+    assert int(coverage.group(1)) == int(coverage.group(2)) - lost, (out, lost)
+    assert "NOT EXERCISED matrix" in out
+    # The rest of the verification ran in this process, where the handler is correct.
+    assert "violated" not in out
+    assert not out.rstrip().endswith("PASSED") or "NOT PASSED" in out
+
+
+def test_a_factory_that_cannot_be_pickled_is_refused_before_any_work() -> None:
+    def local_factory(clock: Any) -> Any:
+        return in_memory_handler(clock)
+
+    with pytest.raises(UnpicklableFactoryError, match="cannot be sent to a worker process"):
+        verify(local_factory, "dev", 0, jobs=2)
+    # Named by a spec it travels as the spec, and the workers import it.
+    report = verify(local_factory, "dev", 0, jobs=2, factory_spec=CORRECT, probes=False)
+    assert report.coverage.exercised == 144, report.coverage  # dev: each ordered pair once
+    assert report.passed and not report.gaps, report
+
+
+def test_jobs_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _run_cli(capsys, CORRECT, "--jobs", "0")
+    assert cli.MAX_JOBS == MAX_JOBS
+    assert dying_matrix_handler.DiesInWorkers.begin is not None
+
+
+def test_the_pytest_plugin_passes_jobs_through(tmp_path: Path) -> None:
+    """``--dsm-jobs 2``: the suite's tests pass, the workers import the team's module too."""
+    folder = tmp_path / "team"
+    folder.mkdir()
+    (folder / "mymod.py").write_text(
+        "from reference_engine.handlers.memory import in_memory_handler\n\n\n"
+        "def factory(clock):\n    return in_memory_handler(clock)\n",
+        encoding="utf-8",
+    )
+    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DSM_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("HYPOTHESIS_PROFILE", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "pytest",
+            "-c",
+            "pytest.ini",
+            "-p",
+            "no:cacheprovider",
+            "--pyargs",
+            "dsm_sim.conformance",
+            "--dsm-handler=mymod:factory",
+            "--dsm-profile=dev",
+            "--dsm-seed=1",
+            "--dsm-jobs=2",
+            "-q",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"\b\d+ passed\b", done.stdout), done.stdout
+
+
+def test_the_plugin_runs_a_closure_factory_with_one_job_and_says_so() -> None:
+    def closure(clock: Any) -> Any:
+        return in_memory_handler(clock)
+
+    with pytest.warns(UserWarning, match=r"--dsm-jobs 2 ignored.*cannot be sent"):
+        assert suite._jobs_for(closure, None, 2) == 1
+    assert suite._jobs_for(closure, CORRECT, 2) == 2
+
+
+def test_the_matrix_goes_on_after_a_cell_stops_at_a_property_already_found() -> None:
+    """A cell that stops quietly at a known property leaves its machine diverged.
+
+    A diverged machine runs no more steps, so every later cell on it was a
+    no-op counted as run: in one chunk, the probes' at_most_one_live_lock hid
+    allowed_transitions_only (an acquire inserting over a record another
+    call set between its check and its insert).
+    """
+    from dsm_sim.broken.handlers import CheckThenInsertAcquire
+    from dsm_sim.conformance.execute.bookkeeping import RunStats
+    from dsm_sim.conformance.execute.machine import build_machine
+    from dsm_sim.conformance.generate.steps import MATRIX_OPS, RaceOp
+    from dsm_sim.conformance.properties import PROPERTIES
+    from dsm_sim.conformance.racing import BUDGETS, ChunkWork, cells, run_chunk
+
+    known = frozenset({"at_most_one_live_lock"})
+    machine = build_machine(CheckThenInsertAcquire, stats=RunStats(known))
+    ops = tuple(op for op in MATRIX_OPS if op is not RaceOp.BEGIN)  # it has no begin of its own
+    listed = tuple(cell for cell in cells(ops) if cell.applies())
+    work = ChunkWork(0, 0, listed, BUDGETS["ci"], True, known, known, len(PROPERTIES), False)
+    result = run_chunk(machine, work)
+    found = [raw.violation.property for raw in result.findings]
+    assert "allowed_transitions_only" in found, found
+    assert result.exercised == len(listed)
