@@ -42,7 +42,6 @@ from dsm_sim.conformance.execute.machine import ConformanceMachine, build_machin
 from dsm_sim.conformance.judge.semantics import SemanticsProfile
 from dsm_sim.conformance.racing import ChunkResult, ChunkWork, run_chunk
 from dsm_sim.conformance.verification import Plan
-from dsm_sim.processes import end_processes
 from dsm_sim.protocol.groups import stop_on_sigterm
 from dsm_sim.simulator.parallel import (
     MAX_JOBS,
@@ -50,6 +49,7 @@ from dsm_sim.simulator.parallel import (
     _factory,
     _how,
     _stop,
+    await_isolated,
     prepare_handler,
 )
 from reference_engine.errors import ConfigurationError
@@ -65,9 +65,6 @@ __all__ = [
     "run_task",
     "sendable",
 ]
-
-#: How often (seconds) the parent looks whether an isolated chunk's process is still alive.
-_POLL = 0.2
 
 
 def check_jobs(jobs: int) -> int:
@@ -239,25 +236,9 @@ def _isolated(ctx: BaseContext, task: ChunkTask) -> ChunkResult | _Refused:
     process = ctx.Process(target=_isolated_main, args=(send, task), daemon=True)  # type: ignore[attr-defined]
     process.start()
     send.close()
-    try:
-        while True:
-            if receive.poll(_POLL):
-                try:
-                    outcome: ChunkResult | _Refused = receive.recv()
-                except EOFError:  # died after opening the pipe, before a whole message
-                    break
-                process.join()
-                return outcome
-            if not process.is_alive():
-                if receive.poll():
-                    continue
-                break
-        process.join()
-    except BaseException:
-        end_processes([process])
-        raise
-    finally:
-        receive.close()
+    outcome = await_isolated(process, receive)
+    if isinstance(outcome, ChunkResult | _Refused):
+        return outcome
     return ChunkResult(
         RunStats(),
         error=f"the worker process running them died ({_how(process.exitcode)}); "

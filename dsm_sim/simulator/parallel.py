@@ -46,6 +46,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from typing import Final
 
 from dsm_sim.conformance.judge.semantics import SemanticsProfile
 from dsm_sim.processes import end_processes
@@ -65,11 +67,13 @@ from reference_engine.handler import HandlerFactory
 
 __all__ = [
     "MAX_JOBS",
+    "PAST_DEADLINE",
     "RunCrash",
     "RunOutcome",
     "Task",
     "UnpicklableFactoryError",
     "WorkerRunError",
+    "await_isolated",
     "blocked_run",
     "prepare_handler",
     "run_one",
@@ -401,15 +405,39 @@ def _isolated(ctx: BaseContext, task: Task) -> RunOutcome:
     process = ctx.Process(target=_isolated_main, args=(send, task), daemon=True)  # type: ignore[attr-defined]
     process.start()
     send.close()
+    outcome = await_isolated(process, receive, task.deadline)
+    if outcome is PAST_DEADLINE:
+        return RunOutcome(task.scenario, task.seed, error=blocked_run())
+    if isinstance(outcome, RunOutcome):
+        return outcome
+    return RunOutcome(
+        task.scenario, task.seed, crash=RunCrash(task.scenario, task.seed, _how(process.exitcode))
+    )
+
+
+#: What :func:`await_isolated` answers for a process it ended at the deadline.
+PAST_DEADLINE: Final = object()
+
+
+def await_isolated(
+    process: BaseProcess, receive: Connection, deadline: float | None = None
+) -> object | None:
+    """The one message a process started for a single task sends back on ``receive``.
+
+    None when the process died first (a crash is then known to be that
+    task's); :data:`PAST_DEADLINE` when ``deadline`` and its grace passed, after
+    ending the process.  The pipe is closed either way, and the process is
+    ended if the wait itself is interrupted.
+    """
     try:
         while True:
-            left = patience(task.deadline)
+            left = patience(deadline)
             if left is not None and left <= 0:
                 end_processes([process])
-                return RunOutcome(task.scenario, task.seed, error=blocked_run())
+                return PAST_DEADLINE
             if receive.poll(_POLL):
                 try:
-                    outcome: RunOutcome = receive.recv()
+                    outcome: object = receive.recv()
                 except EOFError:  # died after opening the pipe, before a whole message
                     break
                 process.join()
@@ -424,9 +452,7 @@ def _isolated(ctx: BaseContext, task: Task) -> RunOutcome:
         raise
     finally:
         receive.close()
-    return RunOutcome(
-        task.scenario, task.seed, crash=RunCrash(task.scenario, task.seed, _how(process.exitcode))
-    )
+    return None
 
 
 def _isolated_main(send: Connection, task: Task) -> None:
