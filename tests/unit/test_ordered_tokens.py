@@ -9,53 +9,31 @@ not grow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from dsm_sim.broken.handlers import KeyRoutingHandler
 from dsm_sim.conformance.execute.tokens import TokenOrderError, TokenTable, tokens_factory
 from dsm_sim.conformance.runner import verify
 from reference_engine.clock import Clock
 from reference_engine.context import StateHandlerContext
 from reference_engine.errors import ConfigurationError
-from reference_engine.handlers.memory import InMemoryStateHandler
-from reference_engine.record import StateRecord
-from reference_engine.status import IdempotencyStatus
 
 
-class SequenceTokens(InMemoryStateHandler):
+class SequenceTokens(KeyRoutingHandler):
     """The reference handler, fencing with ``1000 * attempt + 7`` (a store sequence, say)."""
 
     step = 1000
 
-    def _mine(self, ctx: StateHandlerContext) -> StateHandlerContext:
+    def _route(self, ctx: StateHandlerContext) -> StateHandlerContext:
+        """Every per-item call reaches the store with the attempt its token stands for."""
         token = ctx.lock_token
         return ctx if token is None else ctx.with_lock_token(token // self.step)
 
     async def try_acquire_lock(self, ctx: StateHandlerContext) -> int | None:
-        attempt = await super().try_acquire_lock(self._mine(ctx))
+        attempt = await super().try_acquire_lock(ctx)
         return None if attempt is None else self.step * attempt + 7
-
-    async def set(
-        self,
-        ctx: StateHandlerContext,
-        status: IdempotencyStatus,
-        data: Mapping[str, Any] | None = None,
-    ) -> None:
-        await super().set(self._mine(ctx), status, data)
-
-    async def release_lock_as_failed(self, ctx: StateHandlerContext, error_detail: str) -> None:
-        await super().release_lock_as_failed(self._mine(ctx), error_detail)
-
-    async def upsert(self, ctx: StateHandlerContext, data: Mapping[str, Any] | None) -> None:
-        await super().upsert(self._mine(ctx), data)
-
-    async def get(self, ctx: StateHandlerContext) -> StateRecord | None:
-        return await super().get(self._mine(ctx))
-
-    async def exists(self, ctx: StateHandlerContext) -> bool:
-        return await super().exists(self._mine(ctx))
 
 
 class RepeatedTokens(SequenceTokens):
@@ -72,7 +50,7 @@ class RepeatedTokens(SequenceTokens):
         self.latest[ctx.record_key] = granted // self.step
         return self.step + 7
 
-    def _mine(self, ctx: StateHandlerContext) -> StateHandlerContext:
+    def _route(self, ctx: StateHandlerContext) -> StateHandlerContext:
         if ctx.lock_token is None:
             return ctx
         # The store cannot tell its grants apart: any token it gave is the latest holder's.
