@@ -31,6 +31,7 @@ from dsm_sim.history import OpName
 __all__ = [
     "EventType",
     "Journal",
+    "RESOLVED",
     "Operation",
     "WallClock",
     "read_marks",
@@ -44,6 +45,9 @@ class EventType(enum.Enum):
     FAIL = "fail"
     INFO = "info"
 
+
+#: The journal event that turns an earlier ``info`` completion into ``ok`` (:meth:`Journal.resolve`).
+RESOLVED = "resolved"
 
 #: Wall-clock reads tried for an anchor; the one most tightly bracketed by counter reads wins.
 ANCHOR_READS = 5
@@ -147,6 +151,17 @@ class Journal:
     ) -> None:
         self._write({"id": op_id, "type": outcome.value, "value": value, "error": error})
 
+    def resolve(self, op_id: int, value: Any) -> None:
+        """An ``info`` call found later to have landed (a lost reply, read back): ``value`` is its result.
+
+        Read back, the call is ``ok`` and completes at this event's time: it
+        landed somewhere between its invocation and the read that proved it,
+        so the checker places it anywhere in that window.  Without this, an
+        acquisition a worker reclaimed after a lost reply would hold a token
+        the history never granted.
+        """
+        self._write({"id": op_id, "type": RESOLVED, "value": value})
+
     def mark(self, name: str, **fields: Any) -> None:
         """A non-operation marker (e.g. "stalled"), for tests that act on a run mid-way."""
         self._write({"type": "mark", "name": name, **fields})
@@ -183,15 +198,21 @@ def read_operations(paths: Iterable[Path]) -> list[Operation]:
     operations: list[Operation] = []
     for path in paths:
         pending: dict[int, dict[str, Any]] = {}
-        done: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+        completions: dict[int, dict[str, Any]] = {}
+        done: list[dict[str, Any]] = []
         for event in _events(path):
             kind = event["type"]
             if kind == EventType.INVOKE.value:
                 pending[event["id"]] = event
+            elif kind == RESOLVED:
+                completions[event["id"]] = {**event, "type": EventType.OK.value, "error": None}
             elif kind != "mark":
-                done.append((pending.pop(event["id"]), event))
-        done.extend((invoke, None) for invoke in pending.values())
-        for invoke, completion in done:
+                invoke = pending.pop(event["id"])
+                completions[event["id"]] = event
+                done.append(invoke)
+        done.extend(pending.values())
+        for invoke in done:
+            completion = completions.get(invoke["id"])
             operations.append(
                 Operation(
                     process=invoke["p"],

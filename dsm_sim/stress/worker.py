@@ -185,11 +185,14 @@ class StressWorker:
             return DeliveryOutcome.ERROR
         if done:
             return DeliveryOutcome.ALREADY_DONE
-        outcome, token = await self._call(
+        acquire_id, outcome, token = await self._journalled(
             OpName.TRY_ACQUIRE_LOCK, ctx, lambda: self.handler.try_acquire_lock(ctx)
         )
         if outcome is EventType.INFO:
             token = await self._reclaim(ctx)
+            if token is not None:
+                # The reply was lost but the lock is ours: the history must grant this token.
+                self.journal.resolve(acquire_id, token)
         elif outcome is EventType.FAIL:
             return DeliveryOutcome.ERROR
         if not isinstance(token, int):
@@ -353,6 +356,18 @@ class StressWorker:
         status: str | None = None,
     ) -> tuple[EventType, Any]:
         """Journal one handler call: ok, fail (a named refusal) or info (outcome unknown)."""
+        _, outcome, value = await self._journalled(op, ctx, call, status=status)
+        return outcome, value
+
+    async def _journalled(
+        self,
+        op: OpName,
+        ctx: StateHandlerContext,
+        call: Callable[[], Awaitable[Any]],
+        *,
+        status: str | None = None,
+    ) -> tuple[int, EventType, Any]:
+        """:meth:`_call`, also giving the call's journal id (to :meth:`Journal.resolve` it later)."""
         op_id = self.journal.invoke(
             self.worker, ctx.entity_execution_id, op, ctx.item_key, ctx.lock_token, status
         )
@@ -360,17 +375,17 @@ class StressWorker:
             value = await call()
         except StoreError as exc:
             self.journal.complete(op_id, EventType.INFO, error=type(exc).__name__)
-            return EventType.INFO, None
+            return op_id, EventType.INFO, None
         except DsmError as exc:
             self.journal.complete(op_id, EventType.FAIL, error=type(exc).__name__)
-            return EventType.FAIL, None
+            return op_id, EventType.FAIL, None
         except Exception as exc:
             # Not a named error: the handler let a driver exception escape.
             self.unnamed_errors[type(exc).__name__] += 1
             self.journal.complete(op_id, EventType.INFO, error=type(exc).__name__)
-            return EventType.INFO, None
+            return op_id, EventType.INFO, None
         self.journal.complete(op_id, EventType.OK, value=_scalar(value))
-        return EventType.OK, value
+        return op_id, EventType.OK, value
 
 
 async def _run_process(
