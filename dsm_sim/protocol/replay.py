@@ -70,6 +70,9 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
+#: No run broke the reference model, but some run's judgement ran out of reference calls:
+#: its answers were neither explained nor refuted, so the replay cannot say "agree".
+EXIT_UNDECIDED = 4
 #: Runs of a file whose requests raced, by default: a race breaks in some runs only.
 RACE_RUNS = 20
 #: The most runs ``--times`` takes.
@@ -382,13 +385,32 @@ class _Undecided(Exception):
     """The judgement ran out of reference calls."""
 
 
+@dataclass(frozen=True, slots=True)
+class Undecided:
+    """A run the judgement gave up on: no order found yet, none ruled out, budget spent."""
+
+    #: Reference calls spent (:data:`MAX_JUDGE_CALLS`).
+    calls: int
+
+    def render(self) -> str:
+        return (
+            f"undecided: the judgement spent its {self.calls:,} reference calls before it "
+            "found an order that explains the answers or ruled every order out; this run's "
+            "answers were not judged"
+        )
+
+
+#: How one run was judged: ``None`` (an order explains every answer), a breach, or undecided.
+Judgement = Breach | Undecided | None
+
+
 def _agrees(expected: dict[str, Any], got: dict[str, Any]) -> bool:
     if "error" in expected:
         return "error" in got and got["error"].get("kind") == expected["error"]["kind"]
     return "error" not in got and got.get("result") == expected.get("result")
 
 
-async def _judge(run: _Run) -> Breach | None:
+async def _judge(run: _Run) -> Judgement:
     """Whether some order of the run's calls, each after those answered before it was sent,
     gives every answer on the reference model (``docs/semantics.md``); the breach if none does.
 
@@ -476,7 +498,7 @@ async def _judge(run: _Run) -> Breach | None:
         if await search(frozenset(calls)):
             return None
     except _Undecided:
-        return None
+        return Undecided(MAX_JUDGE_CALLS)
     return deepest[0] if deepest else None
 
 
@@ -578,11 +600,21 @@ class Replays:
     """Every run of a file: the runs, and for each its breach of the reference model, if any."""
 
     runs: tuple[_Run, ...]
-    breaches: tuple[Breach | None, ...]
+    judgements: tuple[Judgement, ...]
+
+    @property
+    def breaches(self) -> tuple[Breach | None, ...]:
+        """Each run's breach of the reference model, or None (explained, or undecided)."""
+        return tuple(j if isinstance(j, Breach) else None for j in self.judgements)
 
     @property
     def broke(self) -> int:
-        return sum(1 for b in self.breaches if b is not None)
+        return sum(1 for j in self.judgements if isinstance(j, Breach))
+
+    @property
+    def undecided(self) -> int:
+        """Runs whose judgement ran out of reference calls: neither agreeing nor broken."""
+        return sum(1 for j in self.judgements if isinstance(j, Undecided))
 
     @property
     def broken(self) -> DsmError | None:
@@ -599,7 +631,7 @@ def replay_times(
 
     async def runs() -> Replays:
         done: list[_Run] = []
-        breaches: list[Breach | None] = []
+        breaches: list[Judgement] = []
         for _ in range(times):
             run = await _drive(entries, factory, pipelined)
             done.append(run)
@@ -646,20 +678,35 @@ def main(args: argparse.Namespace) -> int:
     if several:
         out.write(f"  each process: {factory.command}\n")
     # The first run that broke is shown (or the first run), each request beside its answer.
-    shown = next((i for i, b in enumerate(done.breaches) if b is not None), 0)
+    shown = next(
+        (i for i, b in enumerate(done.breaches) if b is not None),
+        next((i for i, j in enumerate(done.judgements) if j is not None), 0),
+    )
     run = done.runs[shown]
     if len(done.runs) > 1:
         out.write(f"run {shown + 1}:\n")
     tags = [entry.process for entry in entries] if several else None
     render(run.pairs, run.broken, out, tags)
-    breach = done.breaches[shown]
-    if breach is not None:
-        out.write(f"run {shown + 1}: {breach.render()}\n")
-    out.write(
-        f"broke {done.broke} of {len(done.runs)} run(s): the answers of {done.broke} "
-        "broke the reference model (no order of the requests explains them)\n"
-        if done.broke
-        else f"broke 0 of {len(done.runs)} run(s): every run's answers agree with the "
-        "reference model\n"
-    )
-    return EXIT_BROKEN if done.broken is not None or done.broke else EXIT_OK
+    judgement = done.judgements[shown]
+    if judgement is not None:
+        out.write(f"run {shown + 1}: {judgement.render()}\n")
+    judged = len(done.runs) - done.undecided
+    if done.broke:
+        out.write(
+            f"broke {done.broke} of {len(done.runs)} run(s): the answers of {done.broke} "
+            "broke the reference model (no order of the requests explains them)\n"
+        )
+    elif done.undecided:
+        out.write(
+            f"broke 0 of {len(done.runs)} run(s), {done.undecided} undecided: the answers of "
+            f"{judged} agree with the reference model; the others were not judged (replay "
+            "fewer requests, or the requests of one race)\n"
+        )
+    else:
+        out.write(
+            f"broke 0 of {len(done.runs)} run(s): every run's answers agree with the "
+            "reference model\n"
+        )
+    if done.broken is not None or done.broke:
+        return EXIT_BROKEN
+    return EXIT_UNDECIDED if done.undecided else EXIT_OK

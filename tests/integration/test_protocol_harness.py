@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 from handler_servers import dsm_serve_command, serving
 
+import dsm_sim.protocol.replay as replay_module
 from dsm_sim.cli import main
 from dsm_sim.conformance.runner import verify
 from dsm_sim.protocol.client import exec_factory, parse_address, tcp_factory
@@ -405,10 +406,8 @@ def test_a_violation_leaves_a_replay_file_that_reproduces_it(
     assert f"{len(requests)} request(s) answered" in shown
 
 
-def test_plain_stdin_replay_works_too(tmp_path: Path) -> None:
-    # A replay file is line-delimited requests: "CMD < file.jsonl" needs no harness.
-    node = _node()
-    path = tmp_path / "two.jsonl"
+def _two_acquires(path: Path) -> Path:
+    """A replay file by hand: open, two acquires of one item, close."""
     now = "2026-03-02T09:00:00.000000Z"
     context = {
         "tenant_id": "t1",
@@ -430,6 +429,13 @@ def test_plain_stdin_replay_works_too(tmp_path: Path) -> None:
         {"id": 4, "op": "close", "now": now},
     ]
     path.write_text("".join(json.dumps(m) + "\n" for m in messages), encoding="utf-8")
+    return path
+
+
+def test_plain_stdin_replay_works_too(tmp_path: Path) -> None:
+    # A replay file is line-delimited requests: "CMD < file.jsonl" needs no harness.
+    node = _node()
+    path = _two_acquires(tmp_path / "two.jsonl")
     with path.open("rb") as stdin:
         done = subprocess.run(
             [node, str(NODE_HANDLER)], stdin=stdin, capture_output=True, timeout=30, check=True
@@ -437,6 +443,23 @@ def test_plain_stdin_replay_works_too(tmp_path: Path) -> None:
     answers = {a["id"]: a for a in map(json.loads, done.stdout.decode().splitlines())}
     assert sorted(answers) == [1, 2, 3, 4]
     assert sorted([answers[2]["result"], answers[3]["result"]], key=str) == [1, None]
+
+
+def test_a_run_the_judgement_gives_up_on_is_undecided_not_agreeing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _two_acquires(tmp_path / "two.jsonl")
+    command = f"{_node()} {NODE_HANDLER}"
+    assert main(["replay", str(path), "--exec", command]) == 0
+    assert "broke 0 of 1 run(s): every run's answers agree" in capsys.readouterr().out
+    # One reference call is not enough to explain two acquires: the run is not judged,
+    # and the replay says so instead of calling it agreeing.
+    monkeypatch.setattr(replay_module, "MAX_JUDGE_CALLS", 1)
+    assert main(["replay", str(path), "--exec", command]) == replay_module.EXIT_UNDECIDED
+    out = capsys.readouterr().out
+    assert "broke 0 of 1 run(s), 1 undecided" in out
+    assert "run 1: undecided: the judgement spent its 1 reference calls" in out
+    assert "every run's answers agree" not in out
 
 
 def test_a_replay_file_that_is_not_requests_is_a_usage_error(
