@@ -38,7 +38,7 @@ STEPS = 30
 
 
 def test_catalogue_is_large_and_well_formed() -> None:
-    assert len(CATALOGUE) >= 30  # the README promises these bugs, one entry each
+    assert len(CATALOGUE) >= 30  # docs/conformance.md promises these bugs, one entry each
     for name, spec in CATALOGUE.items():
         assert spec.name == name
         assert spec.bug.endswith(".") and spec.bug.count(". ") == 0, spec.bug

@@ -21,7 +21,7 @@ def test_the_doc_names_the_sqlite_package_version_of_the_csproj() -> None:
 
 def test_the_doc_gives_the_apt_get_line_and_the_rules_a_handler_must_keep() -> None:
     packages = (
-        "mono-devel libmono-sqlite4.0-cil libnewtonsoft-json-cil-dev nunit-console libnunit-cil-dev"
+        "mono-devel libmono-sqlite4.0-cil libnewtonsoft-json-cil-dev libnunit-cil-dev nunit-console"
     )
     assert f"apt-get install {packages}" in DOC
     assert "each `open` must start from an empty store" in DOC
