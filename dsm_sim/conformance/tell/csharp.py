@@ -10,6 +10,12 @@ an NUnit test: each request becomes a call through the contract
 line, records compared as the protocol's JSON.  The first assertion that
 fails is the breaking step.
 
+The test is the program's own steps.  The reads the kit makes after each
+step to compare the store with its model (``get`` as the observer, execution
+``run-0``) are left out, but for the one that showed the failure: given the
+handler's answers, the first read whose answer is not the reference's;
+without them, the reads after the last step, where the run stopped.
+
 The test sends the lines one after the other: a violation that needs two
 requests to overlap (a race) may pass there, as a sequential ``dsm replay``
 may.  Requests sent to peer processes are not in the file.
@@ -23,9 +29,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from dsm_sim.conformance.generate.draws import OBSERVER
+from dsm_sim.model import execution_id
 from reference_engine.handlers.memory import in_memory_handler
 
-__all__ = ["expected_answers", "is_csharp", "nunit_test"]
+__all__ = ["expected_answers", "failing_read_backs", "is_csharp", "is_read_back", "nunit_test"]
 
 _WORDS = re.compile(r"[A-Za-z0-9]+")
 
@@ -124,6 +132,50 @@ def _expected(answer: dict[str, Any] | None) -> str | None:
     return json.dumps(answer["result"], separators=(",", ":"), ensure_ascii=True)
 
 
+def _observed(answer: dict[str, Any] | None) -> object:
+    """What an answer says, key order aside: the result, or the error's kind."""
+    if answer is None:
+        return None
+    if "error" in answer:
+        error = answer["error"]
+        return ("error", error.get("kind") if isinstance(error, dict) else error)
+    return ("result", answer.get("result"))
+
+
+def is_read_back(request: dict[str, Any]) -> bool:
+    """A ``get`` the kit made to compare the store with its model, not a step of the program."""
+    ctx = request.get("context") or {}
+    return request.get("op") == "get" and ctx.get("entity_execution_id") == execution_id(OBSERVER)
+
+
+def failing_read_backs(
+    requests: Sequence[dict[str, Any]],
+    expected: dict[int, Any],
+    answers: dict[int, dict[str, Any]] | None,
+) -> set[int]:
+    """The ids of the kit's reads the printed test keeps: those that show the failure.
+
+    With the handler's ``answers``, the first call whose answer is not the
+    reference's is the breaking step; it is kept if it is a read (a step of the
+    program is kept anyway).  Without them, the reads after the program's last
+    step: the run stops at its first finding, so one of them showed it, unless
+    the step's own answer did.
+    """
+    calls = [r for r in requests if _call(r) is not None]
+    if answers is not None:
+        for request in calls:
+            got = answers.get(request["id"])
+            if got is not None and _observed(got) != _observed(expected.get(request["id"])):
+                return {request["id"]} if is_read_back(request) else set()
+        return set()
+    kept: dict[str, int] = {}
+    for request in reversed(calls):
+        if not is_read_back(request):
+            break
+        kept[json.dumps(request.get("context"), sort_keys=True)] = request["id"]
+    return set(kept.values())
+
+
 def _describe(request: dict[str, Any]) -> str:
     ctx = request.get("context") or {}
     item = f" {ctx['item_key']!r}" if ctx else ""
@@ -131,17 +183,28 @@ def _describe(request: dict[str, Any]) -> str:
     return f"request {request['id']}: {request['op']}{item}{token} at {request['now']}"
 
 
-def nunit_test(property_name: str, seed: int, lines: Sequence[bytes], message: str = "") -> str:
-    """An NUnit test (C# 7.2) that replays ``lines`` through the contract and fails where they part."""
+def nunit_test(
+    property_name: str,
+    seed: int,
+    lines: Sequence[bytes],
+    message: str = "",
+    answers: dict[int, dict[str, Any]] | None = None,
+) -> str:
+    """An NUnit test (C# 7.2) that replays ``lines`` through the contract and fails where they part.
+
+    ``answers`` are the handler's own answers by request id, when known: they
+    say which of the kit's reads showed the failure (:func:`failing_read_backs`).
+    """
     requests = [json.loads(line) for line in lines]
-    answers = expected_answers(lines)
+    expected = expected_answers(lines)
+    kept = failing_read_backs(requests, expected, answers)
     name = "".join(w.capitalize() for w in _WORDS.findall(property_name)) or "Counterexample"
     body: list[str] = []
     for request in requests:
         call = _call(request)
-        if call is None:
+        if call is None or (is_read_back(request) and request["id"] not in kept):
             continue
-        want = _expected(answers.get(request["id"]))
+        want = _expected(expected.get(request["id"]))
         body.append(f"                steps.At({_cs(request['now'])});")
         if want is None:
             body.append(f"                {call};")
@@ -158,6 +221,8 @@ def nunit_test(property_name: str, seed: int, lines: Sequence[bytes], message: s
             "// build your handler in CreateHandler, and run it: the first assertion that fails is",
             "// the breaking step. Each answer is compared as the protocol's JSON (a record as `get`",
             "// answers it, an error as its kind) with what the reference handler answers.",
+            "// These are the program's own steps; of the reads the verifier made after each step",
+            "// to compare the store with its model, only the one that showed the failure is kept.",
             "// The calls run one after the other: a race may need the kit to show it again.",
             "using Dsm.DataStateMachine;",
             "using Dsm.DataStateMachine.Testing;",
