@@ -354,6 +354,8 @@ class Replay:
     lines: list[bytes]
     #: The handler's answers by request id (the process the factory built).
     answers: dict[int, dict[str, Any]]
+    #: ``--tokens``: the rule the counterexample was found under.
+    tokens: str = "attempts"
 
 
 def _write_replays(replays: list[Replay], factory: object, directory: Path) -> None:
@@ -391,7 +393,12 @@ def _write_nunit_test(replay: Replay, path: Path) -> None:
     result = replay.result
     try:
         test = nunit_test(
-            result.name, result.found_seed or 0, replay.lines, result.message, replay.answers
+            result.name,
+            result.found_seed or 0,
+            replay.lines,
+            result.message,
+            replay.answers,
+            replay.tokens,
         )
     except Exception as exc:  # the reference's answers could not be had: say so, keep the rest
         print(f"no NUnit test for {result.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -541,7 +548,8 @@ def main(args: argparse.Namespace) -> int:
             # the property: a flaky finding's last replay is one that broke it, if any did.
             if not result.flaky or (result.confirmed is not None and result.confirmed[0] > 0):
                 lines = exec_handlers.last_recording.lines()
-                replays.append(Replay(result, lines, dict(exec_handlers.last_answers)))
+                answers = dict(exec_handlers.last_answers)
+                replays.append(Replay(result, lines, answers, getattr(args, "tokens", "attempts")))
 
     from dsm_sim.conformance.tell.outputs import report_files
 

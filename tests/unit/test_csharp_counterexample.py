@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dsm_sim.conformance.tell.csharp import expected_answers, is_csharp, is_read_back, nunit_test
 from dsm_sim.conformance.tell.outputs import breaking_step
+from reference_engine.errors import ConfigurationError
 
 
 def test_a_csharp_handler_is_known_by_what_its_host_says_or_by_its_command() -> None:
@@ -121,3 +124,40 @@ def test_without_the_handlers_answers_the_reads_after_the_last_step_are_kept() -
     test = nunit_test("record_agrees_with_model", 0, lines)
     kept = [line for line in _asserted(test) if '"run-0"' in line]
     assert len(kept) == 2 and "request 10:" in kept[0] and "request 11:" in kept[1], kept
+
+
+def test_under_ordered_tokens_the_test_keeps_the_handlers_tokens_and_asserts_their_order() -> None:
+    """A store sequence shared by two items: INV-1 gets 500 and 502, INV-2 gets 501."""
+    other = {**_CTX, "item_key": "INV-2"}
+    lines = [
+        _line(1, "open", protocol=1),
+        _line(2, "try_acquire_lock", context=_CTX),
+        _line(3, "try_acquire_lock", context=other),
+        _line(4, "release_lock_as_failed", context={**_CTX, "lock_token": 500}, error_detail="x"),
+        _line(5, "try_acquire_lock", context=_CTX),
+        _line(6, "set", context={**_CTX, "lock_token": 500}, status="processed", data_json="{}"),
+        _line(7, "close"),
+    ]
+    handler = {
+        2: {"id": 2, "result": 500},
+        3: {"id": 3, "result": 501},
+        4: {"id": 4, "result": None},
+        5: {"id": 5, "result": 502},
+        6: {"id": 6, "result": None},  # the stale holder's write landed: the failure
+    }
+    test = nunit_test("stale_write_rejected", 0, lines, answers=handler, tokens="ordered")
+    assert "var token2 = steps.TryAcquireLock(" in test
+    assert "var token5 = steps.TryAcquireLock(" in test
+    assert "Assert.Greater(long.Parse(token5), long.Parse(token2)" in test
+    assert "long.Parse(token3)" not in test.split("var token3", 1)[1]  # INV-2's first grant
+    release, stale = (line for line in test.splitlines() if "long.Parse(token2))" in line)
+    assert 'Assert.AreEqual("null", steps.ReleaseLockAsFailed(' in release
+    assert '"{\\"error\\":\\"stale_lock\\"}", steps.Set(' in stale
+    # Judged as attempt numbers, the reference refuses the holder's own release.
+    by_value = nunit_test("stale_write_rejected", 0, lines, answers=handler)
+    assert '"{\\"error\\":\\"stale_lock\\"}", steps.ReleaseLockAsFailed(' in by_value
+
+
+def test_ordered_tokens_without_the_handlers_answers_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="--tokens ordered"):
+        nunit_test("stale_write_rejected", 0, _program_with_reads(), tokens="ordered")

@@ -16,6 +16,10 @@ step to compare the store with its model (``get`` as the observer, execution
 handler's answers, the first read whose answer is not the reference's;
 without them, the reads after the last step, where the run stopped.
 
+A counterexample found under ``--tokens ordered`` carries the handler's own
+tokens: the test keeps each grant's token in a variable and asserts its
+order, not its value (:mod:`dsm_sim.conformance.tell.csharp_tokens`).
+
 The test sends the lines one after the other: a violation that needs two
 requests to overlap (a race) may pass there, as a sequential ``dsm replay``
 may.  Requests sent to peer processes are not in the file.
@@ -30,7 +34,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from dsm_sim.conformance.generate.draws import OBSERVER
+from dsm_sim.conformance.tell.csharp_tokens import Grant, OrderedGrants
 from dsm_sim.model import execution_id
+from reference_engine.errors import ConfigurationError
 from reference_engine.handlers.memory import in_memory_handler
 
 __all__ = ["expected_answers", "failing_read_backs", "is_csharp", "is_read_back", "nunit_test"]
@@ -48,8 +54,12 @@ def is_csharp(command: str, language: str | None) -> bool:
     )
 
 
-def expected_answers(lines: Sequence[bytes]) -> dict[int, Any]:
-    """What the reference in-memory handler answers to each request line, by request id."""
+def expected_answers(lines: Sequence[bytes], grants: OrderedGrants | None = None) -> dict[int, Any]:
+    """What the reference in-memory handler answers to each request line, by request id.
+
+    With ``grants`` (``--tokens ordered``) each line goes with the reference's
+    own token in place of the handler's, and each grant is paired as it comes.
+    """
     from dsm_sim.protocol.server import Server
 
     answers: dict[int, Any] = {}
@@ -58,12 +68,21 @@ def expected_answers(lines: Sequence[bytes]) -> dict[int, Any]:
         message = json.loads(line)
         answers[message["id"]] = message
 
+    async def settled(server: Server) -> None:
+        while server.tasks:
+            await asyncio.gather(*list(server.tasks))
+
     async def run() -> None:
         server = Server(in_memory_handler, send)
         for line in lines:
-            server.receive(line)
-            while server.tasks:
-                await asyncio.gather(*list(server.tasks))
+            if grants is None:
+                server.receive(line)
+                await settled(server)
+                continue
+            request = json.loads(line)
+            server.receive(json.dumps(grants.for_reference(request)).encode() + b"\n")
+            await settled(server)
+            grants.answered(request, answers.get(request.get("id")))
 
     asyncio.run(run())
     return answers
@@ -92,34 +111,42 @@ def _long(value: int | None) -> str:
     return "null" if value is None else f"{value}L"
 
 
-def _context(ctx: dict[str, Any]) -> str:
+def _context(ctx: dict[str, Any], token: str | None = None) -> str:
+    """``Ctx(...)`` for ``ctx``; ``token`` is a C# expression for its token, if not the literal."""
     return (
         f"Ctx({_cs(ctx['tenant_id'])}, {_cs(ctx['source_app_id'])}, {ctx['scope_id']}, "
         f"{_cs(ctx['scope_code'])}, {_cs(ctx['entity_id'])}, {_cs(ctx['entity_execution_id'])}, "
         f"{_cs(ctx['item_entity_key'])}, {_cs(ctx['item_key'])}, {_long(ctx['lock_duration_us'])}, "
-        f"{_long(ctx['retention_us'])}, {_long(ctx['lock_token'])})"
+        f"{_long(ctx['retention_us'])}, {token or _long(ctx['lock_token'])})"
     )
 
 
-def _call(request: dict[str, Any]) -> str | None:
+def _call(request: dict[str, Any], grants: OrderedGrants | None = None) -> str | None:
     op = request["op"]
     ctx: dict[str, Any] = request.get("context") or {}
-    if op == "exists":
-        return f"steps.Exists({_context(ctx)})"
-    if op == "get":
-        return f"steps.Get({_context(ctx)})"
-    if op == "try_acquire_lock":
-        return f"steps.TryAcquireLock({_context(ctx)})"
-    if op == "set":
-        return f"steps.Set({_context(ctx)}, {_cs(request['status'])}, {_cs(request['data_json'])})"
-    if op == "release_lock_as_failed":
-        return f"steps.ReleaseLockAsFailed({_context(ctx)}, {_cs(request['error_detail'])})"
-    if op == "upsert":
-        return f"steps.Upsert({_context(ctx)}, {_cs(request['data_json'])})"
+    if ctx:
+        ctx_text = _context(ctx, None if grants is None else grants.token_expression(request))
+        return _item_call(request, op, ctx_text)
     if op == "reset_expired_locks":
         return "steps.ResetExpiredLocks()"
     if op == "expire_past_retention":
         return "steps.ExpirePastRetention()"
+    return None
+
+
+def _item_call(request: dict[str, Any], op: str, ctx: str) -> str | None:
+    if op == "exists":
+        return f"steps.Exists({ctx})"
+    if op == "get":
+        return f"steps.Get({ctx})"
+    if op == "try_acquire_lock":
+        return f"steps.TryAcquireLock({ctx})"
+    if op == "set":
+        return f"steps.Set({ctx}, {_cs(request['status'])}, {_cs(request['data_json'])})"
+    if op == "release_lock_as_failed":
+        return f"steps.ReleaseLockAsFailed({ctx}, {_cs(request['error_detail'])})"
+    if op == "upsert":
+        return f"steps.Upsert({ctx}, {_cs(request['data_json'])})"
     return None
 
 
@@ -132,14 +159,21 @@ def _expected(answer: dict[str, Any] | None) -> str | None:
     return json.dumps(answer["result"], separators=(",", ":"), ensure_ascii=True)
 
 
-def _observed(answer: dict[str, Any] | None) -> object:
-    """What an answer says, key order aside: the result, or the error's kind."""
+def _observed(answer: dict[str, Any] | None, ordered: bool = False) -> object:
+    """What an answer says, key order aside: the result, or the error's kind.
+
+    ``ordered``: a grant's token says only that it is a grant (its order is
+    the test's to assert; its value is the store's own).
+    """
     if answer is None:
         return None
     if "error" in answer:
         error = answer["error"]
         return ("error", error.get("kind") if isinstance(error, dict) else error)
-    return ("result", answer.get("result"))
+    result = answer.get("result")
+    if ordered and isinstance(result, int) and not isinstance(result, bool):
+        return ("grant",)
+    return ("result", result)
 
 
 def is_read_back(request: dict[str, Any]) -> bool:
@@ -152,6 +186,8 @@ def failing_read_backs(
     requests: Sequence[dict[str, Any]],
     expected: dict[int, Any],
     answers: dict[int, dict[str, Any]] | None,
+    *,
+    ordered: bool = False,
 ) -> set[int]:
     """The ids of the kit's reads the printed test keeps: those that show the failure.
 
@@ -165,7 +201,9 @@ def failing_read_backs(
     if answers is not None:
         for request in calls:
             got = answers.get(request["id"])
-            if got is not None and _observed(got) != _observed(expected.get(request["id"])):
+            want = expected.get(request["id"])
+            grant = ordered and request["op"] == "try_acquire_lock"
+            if got is not None and _observed(got, grant) != _observed(want, grant):
                 return {request["id"]} if is_read_back(request) else set()
         return set()
     kept: dict[str, int] = {}
@@ -183,29 +221,60 @@ def _describe(request: dict[str, Any]) -> str:
     return f"request {request['id']}: {request['op']}{item}{token} at {request['now']}"
 
 
+def _ordered_grant(grant: Grant, call: str, described: str) -> list[str]:
+    """A grant under ordered tokens: its token kept, asserted a number above the item's last."""
+    pad = " " * 16
+    lines = [
+        f"{pad}var {grant.variable} = {call};",
+        f'{pad}StringAssert.IsMatch("^[0-9]+$", {grant.variable}, {_cs(described + ": a grant")});',
+    ]
+    if grant.previous is not None:
+        above = described + f": a token above the item's earlier ones ({grant.previous})"
+        lines.append(
+            f"{pad}Assert.Greater(long.Parse({grant.variable}), long.Parse({grant.previous}), "
+            f"{_cs(above)});"
+        )
+    return lines
+
+
 def nunit_test(
     property_name: str,
     seed: int,
     lines: Sequence[bytes],
     message: str = "",
     answers: dict[int, dict[str, Any]] | None = None,
+    tokens: str = "attempts",
 ) -> str:
     """An NUnit test (C# 7.2) that replays ``lines`` through the contract and fails where they part.
 
     ``answers`` are the handler's own answers by request id, when known: they
     say which of the kit's reads showed the failure (:func:`failing_read_backs`).
+    ``tokens`` is the rule the counterexample was found under; ``ordered``
+    needs ``answers``, which hold the handler's tokens.
     """
+    grants: OrderedGrants | None = None
+    if tokens != "attempts":
+        if answers is None:
+            raise ConfigurationError(
+                "a counterexample found under --tokens ordered is printed as an NUnit test "
+                "from the handler's own answers (its tokens), and none were kept"
+            )
+        grants = OrderedGrants(answers)
     requests = [json.loads(line) for line in lines]
-    expected = expected_answers(lines)
-    kept = failing_read_backs(requests, expected, answers)
+    expected = expected_answers(lines, grants)
+    kept = failing_read_backs(requests, expected, answers, ordered=grants is not None)
     name = "".join(w.capitalize() for w in _WORDS.findall(property_name)) or "Counterexample"
     body: list[str] = []
     for request in requests:
-        call = _call(request)
+        call = _call(request, grants)
         if call is None or (is_read_back(request) and request["id"] not in kept):
             continue
         want = _expected(expected.get(request["id"]))
         body.append(f"                steps.At({_cs(request['now'])});")
+        grant = None if grants is None else grants.grants.get(request["id"])
+        if grant is not None:
+            body += _ordered_grant(grant, call, _describe(request))
+            continue
         if want is None:
             body.append(f"                {call};")
             continue
