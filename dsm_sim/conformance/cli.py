@@ -29,7 +29,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from dsm_sim.conformance.cache import CACHE_DIR_ENV
 from dsm_sim.options import bounded_int, positive_seconds
@@ -163,7 +163,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="attempts",
         help="how the handler's fencing tokens are judged: 'attempts' (the default: a token is "
         "the record's attempt, 1, 2, 3...) or 'ordered' (any value that grows with every grant "
-        "of an item, a sequence, a rowversion, a timestamp: judged by order, not by value)",
+        "of an item, a sequence, a rowversion, a timestamp: judged by order, not by value; "
+        "the record's attempt still counts the item's acquisitions)",
     )
     parser.add_argument(
         "--jobs",
@@ -345,16 +346,27 @@ def _write_protocol_failures(factory: object, out: TextIO) -> None:
     out.write(f"  {type(first).__name__}: {first}\n")
 
 
-def _write_replays(
-    replays: list[tuple[PropertyResult, list[bytes]]], factory: object, directory: Path
-) -> None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Replay:
+    """A counterexample of a handler in another process: its request lines and its answers."""
+
+    result: PropertyResult
+    lines: list[bytes]
+    #: The handler's answers by request id (the process the factory built).
+    answers: dict[int, dict[str, Any]]
+    #: ``--tokens``: the rule the counterexample was found under.
+    tokens: str = "attempts"
+
+
+def _write_replays(replays: list[Replay], factory: object, directory: Path) -> None:
     """One replay file per violation, each named next to the command that sends it."""
     from dsm_sim.conformance.tell.csharp import is_csharp
     from dsm_sim.protocol.client import ExecFactory
     from dsm_sim.protocol.replay import replay_command, replay_name, write_replay
 
     assert isinstance(factory, ExecFactory)
-    for result, lines in replays:
+    for replay in replays:
+        result, lines = replay.result, replay.lines
         name = replay_name(result.name, result.found_seed or 0)
         try:
             path = write_replay(lines, directory, name)
@@ -371,15 +383,23 @@ def _write_replays(
             file=sys.stderr,
         )
         if is_csharp(factory.command, factory.language):
-            _write_nunit_test(result, lines, path.with_suffix(".cs"))
+            _write_nunit_test(replay, path.with_suffix(".cs"))
 
 
-def _write_nunit_test(result: PropertyResult, lines: list[bytes], path: Path) -> None:
+def _write_nunit_test(replay: Replay, path: Path) -> None:
     """The counterexample of a C# handler, also as an NUnit test: printed, and kept beside its replay."""
     from dsm_sim.conformance.tell.csharp import nunit_test
 
+    result = replay.result
     try:
-        test = nunit_test(result.name, result.found_seed or 0, lines, result.message)
+        test = nunit_test(
+            result.name,
+            result.found_seed or 0,
+            replay.lines,
+            result.message,
+            replay.answers,
+            replay.tokens,
+        )
     except Exception as exc:  # the reference's answers could not be had: say so, keep the rest
         print(f"no NUnit test for {result.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return
@@ -509,7 +529,7 @@ def main(args: argparse.Namespace) -> int:
         if unreachable is not None:
             sys.stderr.write(f"dsm verify: {unreachable}\n")
             return EXIT_USAGE
-    replays: list[tuple[PropertyResult, list[bytes]]] = []
+    replays: list[Replay] = []
     on_violation: Callable[[PropertyResult], None] | None = None
     if out_of_process:
         from dsm_sim.protocol.client import ExecFactory, preflight
@@ -527,7 +547,9 @@ def main(args: argparse.Namespace) -> int:
             # The handler built last (with its peers) ran the reported program and broke
             # the property: a flaky finding's last replay is one that broke it, if any did.
             if not result.flaky or (result.confirmed is not None and result.confirmed[0] > 0):
-                replays.append((result, exec_handlers.last_recording.lines()))
+                lines = exec_handlers.last_recording.lines()
+                answers = dict(exec_handlers.last_answers)
+                replays.append(Replay(result, lines, answers, getattr(args, "tokens", "attempts")))
 
     from dsm_sim.conformance.tell.outputs import report_files
 

@@ -93,10 +93,13 @@ class MachineSpec:
     semantics: SemanticsProfile
     time_zone: str | None
     limit: float | None
+    tokens: str = "attempts"
 
     @classmethod
     def of(cls, plan: Plan, handler: str | bytes) -> MachineSpec:
-        return cls(handler, plan.mode, plan.name, plan.semantics, plan.time_zone, plan.limit)
+        return cls(
+            handler, plan.mode, plan.name, plan.semantics, plan.time_zone, plan.limit, plan.tokens
+        )
 
     def machine(self, stats: RunStats) -> type[ConformanceMachine]:
         kwargs: dict[str, Any] = {"clock_mode": self.mode, "stats": stats, "name": self.name}
@@ -104,6 +107,8 @@ class MachineSpec:
             kwargs["semantics"] = self.semantics
         if self.time_zone is not None:
             kwargs["time_zone"] = self.time_zone
+        if self.tokens != "attempts":
+            kwargs["tokens"] = self.tokens
         return build_machine(_factory(self.handler), **kwargs)
 
 

@@ -259,7 +259,7 @@ def verify(
     """
     max_wall = None if max_wall_s is None else _wall_limit(max_wall_s)
     semantics_of = resolve_semantics(semantics, factory)
-    judged = tokens_factory(factory, tokens)
+    tokens_factory(factory, tokens)  # an unknown rule is a usage error before any work
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
     chosen = profile_settings(profile)
@@ -275,7 +275,7 @@ def verify(
     if seed_count < 1:
         raise ConfigurationError(f"seeds must be at least 1, got {seed_count}")
     plan = Plan(
-        factory=judged,
+        factory=factory,
         path=factory_spec or factory_path(factory),
         profile=profile,
         seed=seed,

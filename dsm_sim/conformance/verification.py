@@ -193,10 +193,16 @@ class Plan:
                     "state machine cannot pin one; leave the time zone unset"
                 )
             kwargs["time_zone"] = self.time_zone
+        if self.tokens != "attempts":
+            kwargs["tokens"] = self.tokens
         return build_machine(self.factory, **kwargs)
 
     def render(self, program: Program) -> str:
-        return program.render(self.path, machine_name=self.name, semantics=self.spec)
+        # The reproduction runs under the verification's token rule, or it fails for another reason.
+        options = {"tokens": self.tokens} if self.tokens != "attempts" else None
+        return program.render(
+            self.path, machine_name=self.name, semantics=self.spec, options=options
+        )
 
     @property
     def judged(self) -> int:

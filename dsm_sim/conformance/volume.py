@@ -30,6 +30,7 @@ from typing import Any
 
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.loop import call_timeout
+from dsm_sim.conformance.execute.tokens import tokens_factory
 from dsm_sim.conformance.generate.probes import Probe
 from dsm_sim.conformance.generate.worlds import DEFAULT_WORLD, ROLES, Role, World
 from dsm_sim.conformance.probing import UnbuildableMachine, probe_findings
@@ -207,7 +208,7 @@ def run_volume(verification: Verification, budget: str, count: int | None = None
         return
     plan = verification.plan
     found = check_volume(
-        plan.factory,
+        tokens_factory(plan.factory, plan.tokens),
         plan.seed,
         count,
         limit=plan.limit,

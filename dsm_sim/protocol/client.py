@@ -472,6 +472,9 @@ class ExecHandler:
         self.name = ""
         #: Every request line written, in order: the raw material of a replay file.
         self.transcript: list[bytes] = []
+        #: Each answer the handler gave, by request id: a counterexample printed as a test
+        #: keeps the one read that showed the failure (:mod:`dsm_sim.conformance.tell.csharp`).
+        self.answers: dict[int, dict[str, Any]] = {}
         #: The requests of this process and its peers, shared with them (a peer joins it).
         self.recording = Recording() if recording is None else recording
         self.process = 1 if recording is None else recording.join()
@@ -802,6 +805,7 @@ class ExecHandler:
             self._kill()
             return
         self._answered.add(response_id)
+        self.answers[response_id] = message
         try:
             value = (
                 self._check_raw(pending, message) if pending.raw else self._decode(pending, message)
@@ -1086,8 +1090,9 @@ class ExecFactory:
         weakref.finalize(self, self._spares.discard)
         #: Protocol failures of every handler built here, first ones first.
         self.failures: list[DsmError] = []
-        #: The request lines of the latest handler built, as sent.
+        #: The request lines of the latest handler built, as sent, and its answers by id.
         self.last_transcript: list[bytes] = []
+        self.last_answers: dict[int, dict[str, Any]] = {}
         #: The requests of the latest handler built and of its peers, as sent.
         self.last_recording = Recording()
         #: What the handler said on its first ``open`` (:func:`preflight`): its interface
@@ -1120,6 +1125,7 @@ class ExecFactory:
             store=fresh_store_name() if self.named_stores else None,
         )
         self.last_transcript = handler.transcript
+        self.last_answers = handler.answers
         self.last_recording = handler.recording
         return handler
 

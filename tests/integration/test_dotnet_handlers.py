@@ -560,25 +560,35 @@ def test_the_nunit_contract_fixture_builds_with_mcs_and_passes_under_nunit_conso
     assert re.search(r"Tests run: [1-9]\d*, Errors: 0, Failures: 0", output), output
 
 
+@pytest.mark.parametrize("tokens", ["attempts", "ordered"])
 def test_a_counterexample_is_printed_as_an_nunit_test_that_fails_at_the_breaking_step(
-    nunit: Path, tmp_path: Path
+    nunit: Path, tmp_path: Path, tokens: str
 ) -> None:
-    from dsm_sim.conformance.tell.csharp import is_csharp, nunit_test
+    """Under either token rule; under ``ordered`` the test keeps each grant's token in a
+    variable and asserts its order (the handler's tokens are attempts, which grow)."""
+    from dsm_sim.conformance.tell.csharp import is_csharp, is_read_back, nunit_test
 
     factory = exec_factory(_mono(nunit, "BrokenHandler.exe", "no_fencing"))
     assert preflight(factory) is None and factory.language == "csharp"
     assert is_csharp(factory.command, factory.language)
     kept: list[bytes] = []
+    answers: dict[int, dict[str, Any]] = {}
+
+    def keep(result: object) -> None:
+        kept.extend(factory.last_transcript)
+        answers.update(factory.last_answers)
+
     report = verify(
-        factory,
-        profile="dev",
-        seed=0,
-        stop_on_first=True,
-        on_violation=lambda result: kept.extend(factory.last_transcript),
+        factory, profile="dev", seed=0, stop_on_first=True, on_violation=keep, tokens=tokens
     )
     assert report.violations[0].name == "stale_write_rejected"
-    test = nunit_test("stale_write_rejected", 0, kept, report.violations[0].message)
+    message = report.violations[0].message
+    test = nunit_test("stale_write_rejected", 0, kept, message, answers, tokens)
+    assert ("var token" in test) is (tokens == "ordered"), test
     assert "new YourHandler(clock)" in test and "ManualClock" in test
+    # The program's own steps only: the kit's reads (as run-0) showed nothing the set did not.
+    reads = sum(is_read_back(json.loads(line)) for line in kept)
+    assert reads > 0 and '"run-0"' not in test, test
     broken = "new Dsm.DataStateMachine.Handlers.InMemoryDataStateMachineHandler(clock, new Dsm.Handlers.Broken.NoFencing())"
     source = tmp_path / "Broken.cs"
     source.write_text(test.replace("new YourHandler(clock)", broken), encoding="utf-8")

@@ -31,6 +31,7 @@ from dsm_sim.conformance.execute.pairs import PairSteps
 from dsm_sim.conformance.execute.recording import step
 from dsm_sim.conformance.execute.replies import ReplyRules
 from dsm_sim.conformance.execute.spellings import SpellingRules
+from dsm_sim.conformance.execute.tokens import tokens_factory
 from dsm_sim.conformance.generate import draws as W
 from dsm_sim.conformance.generate.worlds import Role
 from dsm_sim.conformance.judge import judges as J
@@ -94,11 +95,15 @@ class ConformanceMachine(
         actor = winners[0] if len(winners) == 1 else W.WORKERS[0]
         want = outcome_of(lambda: self.model.try_acquire_lock(contexts[actor], now))
         self._acquired(ref, actor, want)
-        shown = ", ".join(f"worker {w}: {o.describe_grant()}" for w, o in outcomes.items())
+        shown = ", ".join(f"worker {w}: {self._grant_shown(ref, o)}" for w, o in outcomes.items())
         how = "exists then try_acquire_lock" if guarded else "try_acquire_lock"
         self._step("workers 1-3", f"race: {how}({ref.label})", shown)
         self._checked("at_most_one_live_lock", "acquire_agrees_with_model")
-        self._report(self._diagnose(ref, J.judge_race(ref, outcomes, want, record, holder, now)))
+        self._report(
+            self._diagnose(
+                ref, J.judge_race(ref, outcomes, want, record, holder, now, tokens=self.tokens)
+            )
+        )
         self._after_step("acquire")
 
     @rule(worker=W.WORKER)
@@ -228,6 +233,7 @@ def build_machine(
     name: str = "HandlerConformance",
     time_zone: str | None = None,
     semantics: SemanticsProfile | str | None = None,
+    tokens: str = "attempts",
 ) -> type[ConformanceMachine]:
     """A state-machine class verifying handlers built by ``factory``.
 
@@ -238,10 +244,17 @@ def build_machine(
     the one each draws.  ``semantics`` is the profile the handler is judged
     by (a name, a profile, or None for the one the factory declares, else
     :data:`~dsm_sim.conformance.judge.semantics.DSM`).
+    ``tokens`` is how the handler's fencing tokens are judged (``dsm verify
+    --tokens``): ``attempts`` or ``ordered``
+    (:mod:`dsm_sim.conformance.execute.tokens`).  The machine applies it, not
+    its caller, so a printed reproduction that names it runs under the same
+    rule as the verification that found it.
     """
     profile = resolve_semantics(semantics, factory)
+    judged = tokens_factory(factory, tokens)
     namespace = {
-        "factory": staticmethod(factory),
+        "factory": staticmethod(judged),
+        "tokens": tokens,
         "clock_mode": clock_mode,
         "time_zone": time_zone,
         "semantics": profile,
@@ -250,7 +263,7 @@ def build_machine(
         "__qualname__": name,
     }
     # begin is judged only where the handler answers it itself (dsm_sim.conformance.execute.begin).
-    bases = (BeginRules, ConformanceMachine) if begins_natively(factory) else (ConformanceMachine,)
+    bases = (BeginRules, ConformanceMachine) if begins_natively(judged) else (ConformanceMachine,)
     # A sweep the library does not have is no rule; the rules that land on a
     # boundary and then sweep still read the world back there.
     if not profile.lock_sweep:

@@ -35,6 +35,7 @@ from dsm_sim.conformance.execute.clocks import ClockMode, ConformanceClock
 from dsm_sim.conformance.execute.instances import HandlerInstances
 from dsm_sim.conformance.execute.loop import LoopDriver
 from dsm_sim.conformance.execute.recording import step
+from dsm_sim.conformance.execute.tokens import TokenTable
 from dsm_sim.conformance.generate import draws as W
 from dsm_sim.conformance.generate.worlds import (
     DEFAULT_WORLD,
@@ -95,6 +96,8 @@ class OperationRules(RuleBasedStateMachine):
     time_zone: ClassVar[str | None] = None
     #: The semantics the handler is judged by (``dsm_sim.conformance.judge.semantics``).
     semantics: ClassVar[SemanticsProfile] = DSM
+    #: How fencing tokens are judged (``dsm verify --tokens``): ``attempts`` or ``ordered``.
+    tokens: ClassVar[str] = "attempts"
 
     def __init__(self) -> None:
         super().__init__()
@@ -421,6 +424,7 @@ class OperationRules(RuleBasedStateMachine):
                     now,
                     has_history=ref.record_key in history,
                     semantics=self.semantics,
+                    tokens=self.tokens,
                 )
             )
             if self.diverged:
@@ -541,16 +545,31 @@ class OperationRules(RuleBasedStateMachine):
         want = outcome_of(lambda: self.model.try_acquire_lock(ctx, now))
         got = self.driver.outcome(lambda: self.handler.try_acquire_lock(ctx))
         self._acquired(ref, worker, want, learns=not reply_lost)
-        shown = got.describe_grant()
+        shown = self._grant_shown(ref, got)
         if reply_lost:
             shown += ", but the reply is lost: the worker does not learn the token"
         self._step(f"worker {worker}", f"try_acquire_lock({ref.label})", shown)
         self._checked("acquire_agrees_with_model")
         if K.is_live(record, now):
             self._checked("at_most_one_live_lock")
-        finding = J.judge_acquire(ref, worker, got, want, record, holder, now)
+        finding = J.judge_acquire(ref, worker, got, want, record, holder, now, tokens=self.tokens)
         self._report(self._diagnose(ref, finding))
         self._after_step("acquire", item=ref)
+
+    def _grant_shown(self, ref: ItemRef, got: Outcome) -> str:
+        """An acquisition's outcome for the story; under ordered tokens with the handler's own.
+
+        The story counts in attempt numbers, as the model does; a finding about
+        token order names the handler's tokens, so the story shows both.
+        """
+        shown = got.describe_grant()
+        table = getattr(self.handler, "table", None)
+        if self.tokens == "attempts" or not isinstance(table, TokenTable):
+            return shown
+        if got.error is not None or not isinstance(got.value, int):
+            return shown
+        own = table.wire.get((ref.record_key, got.value))
+        return shown if own is None or own == got.value else f"{shown} (the handler's {own})"
 
     def _acquired(self, ref: ItemRef, worker: int, want: Outcome, *, learns: bool = True) -> None:
         """Book a granted acquisition.  An older hold of the same execution stays: it is

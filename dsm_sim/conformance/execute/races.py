@@ -911,6 +911,7 @@ class RaceRules(OperationRules):
                 nows[index],
                 has_history=any(r.key == ref.record_key for r in landed.superseded),
                 semantics=self.semantics,
+                tokens=self.tokens,
             )
             if finding is None:
                 continue
@@ -930,7 +931,10 @@ class RaceRules(OperationRules):
         want = replay.outcomes[index]
         record, now = replay.before[index]
         if call.op is RaceOp.ACQUIRE:
-            return J.judge_acquire(ref, call.worker, got, want, record, self.holder.get(ref), now)
+            holder = self.holder.get(ref)
+            return J.judge_acquire(
+                ref, call.worker, got, want, record, holder, now, tokens=self.tokens
+            )
         if call.op is RaceOp.EXISTS:
             return J.judge_exists(ref, call.worker, got, want, record, now)
         if call.op is RaceOp.GET:

@@ -15,9 +15,14 @@ judged by what fencing needs, which is order:
   the model's tokens and the story stay attempts;
 * a write carries the handler's own token of the grant the caller holds.
 
-The record's ``attempt`` field is judged as before: it stays the attempt
-number.  The wrapper sits between the kit and the handler and adds no call of
-its own, so the protocol lines of a replay file are the handler's tokens.
+The record's ``attempt`` field is judged as before: it counts the item's
+acquisitions (the token is a value the store keeps beside it), and the kit's
+side of each grant counts from it, so the two stay one count.  A store that
+writes its token into ``attempt`` is told so by ``record_agrees_with_model``.
+The wrapper sits between the kit and the handler and adds no call of its
+own, so the protocol lines of a replay file are the handler's tokens.  The
+state machine applies it (``build_machine(..., tokens=...)``), so a printed
+reproduction names the rule and runs under it.
 """
 
 from __future__ import annotations

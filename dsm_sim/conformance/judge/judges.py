@@ -104,16 +104,27 @@ def judge_acquire(
     record: ModelRecord | None,
     holder: int | None,
     now: dt.datetime,
+    *,
+    tokens: str = "attempts",
 ) -> Finding | None:
-    """``record`` is the model's record before the call; ``holder`` its lock holder."""
+    """``record`` is the model's record before the call; ``holder`` its lock holder.
+
+    ``tokens`` is the rule the tokens are judged by (``dsm verify --tokens``): a
+    grant larger than the attempt number it should be is, under ``attempts``,
+    what a store that fences with its own sequence answers, and the finding
+    says which option verifies such a store.
+    """
     if got.agrees_with(want):
         return None
     source = effective_status(record, now)
     if got.error is not None:
+        expected = want.describe_grant()
+        if tokens != "attempts" and isinstance(want.value, int):
+            expected = f"a token above the item's earlier ones (its attempt {want.value})"
         return Finding(
             "errors_agree_with_model",
             f"worker {worker}'s try_acquire_lock({ref.label}) raised {got.describe()}: "
-            f"{got.error}; it must return {want.describe_grant()} (item is {source.label})",
+            f"{got.error}; it must return {expected} (item is {source.label})",
         )
     if got.value is not None and want.value is None:
         if _live(record, now):
@@ -141,7 +152,20 @@ def judge_acquire(
         "acquire_agrees_with_model",
         f"worker {worker}'s try_acquire_lock({ref.label}) returned {got.describe_grant()} at "
         f"{at(now)}; expected {want.describe_grant()} (a new record gets token 1, a retry the "
-        "previous attempt + 1)",
+        f"previous attempt + 1){_sequence_hint(got, want, tokens)}",
+    )
+
+
+def _sequence_hint(got: Outcome, want: Outcome, tokens: str) -> str:
+    """For a grant above the attempt number: the option that judges a store's own sequence."""
+    if tokens != "attempts" or not isinstance(got.value, int) or not isinstance(want.value, int):
+        return ""
+    if isinstance(got.value, bool) or got.value <= want.value:
+        return ""
+    return (
+        ". A store that fences with a value of its own that grows with every grant of an "
+        "item (a sequence, a rowversion, a timestamp) is verified with --tokens ordered, "
+        "which judges the tokens by their order per item"
     )
 
 
@@ -161,6 +185,8 @@ def judge_race(
     record: ModelRecord | None,
     holder: int | None,
     now: dt.datetime,
+    *,
+    tokens: str = "attempts",
 ) -> Finding | None:
     """Several workers acquired concurrently: at most one may win, and one must if it can."""
     granted = {w: o.value for w, o in winners.items() if o.error is None and o.value is not None}
@@ -172,10 +198,10 @@ def judge_race(
         )
     for worker, outcome in sorted(winners.items()):
         if outcome.error is not None:
-            return judge_acquire(ref, worker, outcome, want, record, holder, now)
+            return judge_acquire(ref, worker, outcome, want, record, holder, now, tokens=tokens)
     if granted:
         worker, token = next(iter(granted.items()))
-        return judge_acquire(ref, worker, Outcome(token), want, record, holder, now)
+        return judge_acquire(ref, worker, Outcome(token), want, record, holder, now, tokens=tokens)
     if want.value is not None:
         return Finding(
             "acquire_agrees_with_model",
@@ -410,11 +436,14 @@ def judge_record(
     *,
     has_history: bool,
     semantics: SemanticsProfile = DSM,
+    tokens: str = "attempts",
 ) -> Finding | None:
     """Compare ``get`` with the model's current record, field by field, most telling first.
 
     Instants are compared at the resolutions ``semantics`` stores them in, and
-    the audit fields only when it stores them.
+    the audit fields only when it stores them.  The record's ``attempt``
+    counts the item's acquisitions under either ``tokens`` rule; under
+    ``ordered`` it is not the fencing token, and a finding on it says so.
     """
     if got is None and want is None:
         return None
@@ -484,6 +513,15 @@ def judge_record(
             f"({describe_config(ref.config)}), until {at(want.locked_until)}",
         )
     if got.attempt != want.attempt:
+        if tokens != "attempts":
+            return Finding(
+                "record_agrees_with_model",
+                f"{ref.label} carries attempt {got.attempt}; expected {want.attempt}: under "
+                "--tokens ordered the record's attempt still counts the item's acquisitions "
+                "(1 for a new record, the previous attempt + 1 for each acquisition after it, "
+                "0 for a skip, kept by an upsert), and the fencing token the store grants is "
+                "kept apart from it, not written into attempt",
+            )
         return Finding(
             "record_agrees_with_model",
             f"{ref.label} carries attempt (fencing token) {got.attempt}; expected {want.attempt}",
