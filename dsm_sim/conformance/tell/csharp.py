@@ -42,6 +42,7 @@ def is_csharp(command: str, language: str | None) -> bool:
 
 def expected_answers(lines: Sequence[bytes]) -> dict[int, Any]:
     """What the reference in-memory handler answers to each request line, by request id."""
+    from dsm_sim.protocol import versions
     from dsm_sim.protocol.server import Server
 
     answers: dict[int, Any] = {}
@@ -53,6 +54,9 @@ def expected_answers(lines: Sequence[bytes]) -> dict[int, Any]:
     async def run() -> None:
         server = Server(in_memory_handler, send)
         for line in lines:
+            message = json.loads(line)
+            if isinstance(message, dict) and message.get("op") == "open":
+                line = json.dumps(versions.with_offer(message)).encode()
             server.receive(line)
             while server.tasks:
                 await asyncio.gather(*list(server.tasks))
