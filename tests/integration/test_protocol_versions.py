@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from dsm_sim.model import Outcome
-from dsm_sim.protocol import versions
+from dsm_sim.protocol import versions, wire
 from dsm_sim.protocol.client import ExecHandler, exec_factory, preflight
 from dsm_sim.protocol.errors import HandlerInternalError, VersionMismatchError
+from dsm_sim.protocol.replay import ReplayEntry, Replays, replay_times
 from dsm_sim.protocol.server import Server
 from reference_engine.clock import ManualClock
 from reference_engine.config import HandlerConfig
@@ -203,3 +204,27 @@ def test_agreement_by_version_is_the_table_of_changes() -> None:
     assert versions.agrees(2, "instant_out_of_range", "instant_out_of_range")
     assert not versions.agrees(1, "lock_held", "internal")
     assert versions.OFFER == tuple(v.number for v in versions.VERSIONS) == (1, 2)
+
+
+def _replayed(version: int) -> Replays:
+    """A file recorded by a harness that offered only version 1, replayed and judged."""
+    now = wire.encode_instant(NEAR_THE_END)
+    lines = [
+        {"id": 1, "op": "open", "now": now, "protocol": 1},
+        {"id": 2, "op": "try_acquire_lock", "now": now, "context": wire.encode_context(KEPT)},
+        {"id": 3, "op": "close", "now": now},
+    ]
+    entries = [ReplayEntry(line) for line in lines]
+    return replay_times(entries, exec_factory(_frozen(version, "internal")), 1)
+
+
+def test_a_replay_offers_todays_versions_and_is_judged_by_the_version_answered() -> None:
+    under_1 = _replayed(1)
+    assert under_1.broken is None and under_1.breaches == (None,)
+    assert under_1.runs[0].pairs[0].answer == {
+        "id": 1,
+        "result": {"protocol": 1, "concurrent": False, "name": "frozen at 1"},
+    }
+    under_2 = _replayed(2)
+    assert under_2.broken is None and under_2.broke == 1
+    assert under_2.runs[0].pairs[0].answer["result"]["protocol"] == 2  # type: ignore[index]
