@@ -1115,10 +1115,11 @@ class ExecFactory:
         self.last_transcript: list[bytes] = []
         #: The requests of the latest handler built and of its peers, as sent.
         self.last_recording = Recording()
-        #: What the handler said on its first ``open`` (:func:`preflight`): its interface
-        #: and its language.
+        #: What the handler said on its first ``open`` (:func:`preflight`): its interface,
+        #: its language and the protocol version it is judged by.
         self.shape = "contract"
         self.language: str | None = None
+        self.protocol = versions.NEWEST
 
     @property
     def dsm_semantics(self) -> Any:
@@ -1202,6 +1203,7 @@ def preflight(factory: ExecFactory) -> str | None:
         try:
             await handler.open()
             factory.shape, factory.language = handler.shape, handler.language
+            factory.protocol = handler.protocol
         finally:
             await handler.close()
 

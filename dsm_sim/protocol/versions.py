@@ -44,6 +44,7 @@ __all__ = [
     "agrees",
     "describe",
     "earlier_reading",
+    "judged_by",
     "note",
     "offered",
     "past_the_last_instant",
@@ -219,6 +220,18 @@ def note(
                     f"{number - 1} if it was written to version {number - 1}"
                 )
     return ""
+
+
+def judged_by(version: int) -> str:
+    """What a verdict says of a handler judged by an earlier version; empty for the newest."""
+    later = [change.kind for change in _later(version)]
+    if not later:
+        return ""
+    return (
+        f"the handler answered open with protocol version {version}, so it is judged by that "
+        f"version's text: where a later version answers {', '.join(later)}, the answer "
+        f"version {version} gave agrees (docs/protocol.md, Versions)"
+    )
 
 
 def agrees(version: int, expected_kind: str, got_kind: str) -> bool:

@@ -40,8 +40,12 @@ def _open(request: dict[str, Any], version: int) -> dict[str, Any]:
 
 async def _call(handler: InMemoryStateHandler, request: dict[str, Any]) -> Any:
     op = request["op"]
-    if op in ("close", "reset_expired_locks", "expire_past_retention"):
-        return None if op == "close" else 0
+    if op == "close":
+        return None
+    if op == "reset_expired_locks":
+        return await handler.reset_expired_locks()
+    if op == "expire_past_retention":
+        return await handler.expire_past_retention()
     ctx = wire.decode_context(request["context"])
     data = wire.decode_data(request.get("data_json"))
     if op == "exists":

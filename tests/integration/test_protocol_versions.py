@@ -175,6 +175,15 @@ def test_a_version_the_harness_does_not_speak_is_named_with_the_versions_it_spea
     assert reason is not None and "speaks versions 1, 2" in reason
 
 
+def test_the_version_a_handler_is_judged_by_is_known_before_the_run() -> None:
+    factories = {version: exec_factory(_frozen(version, "internal")) for version in (1, 2)}
+    assert [preflight(f) for f in factories.values()] == [None, None]
+    assert factories[1].protocol == 1 and factories[2].protocol == 2
+    said = versions.judged_by(factories[1].protocol)
+    assert "protocol version 1" in said and "instant_out_of_range" in said
+    assert versions.judged_by(factories[2].protocol) == ""
+
+
 def test_open_offers_every_version_and_1_for_hosts_that_read_no_list() -> None:
     handler = ExecHandler(_frozen(2, "instant_out_of_range"), ManualClock(NEAR_THE_END))
 
