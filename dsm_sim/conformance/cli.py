@@ -542,6 +542,10 @@ def main(args: argparse.Namespace) -> int:
             what = "command does not start" if exec_tcp is None else "server does not answer"
             sys.stderr.write(f"dsm verify: the handler {what}: {problem}\n")
             return EXIT_USAGE
+        from dsm_sim.protocol.versions import judged_by
+
+        if judged_by(factory.protocol):
+            sys.stderr.write(f"dsm verify: {judged_by(factory.protocol)}\n")
 
         def on_violation(result: PropertyResult) -> None:
             # The handler built last (with its peers) ran the reported program and broke

@@ -40,6 +40,8 @@ import asyncio
 import collections
 import contextlib
 import copy
+import dataclasses
+import datetime as dt
 import itertools
 import json
 import math
@@ -55,7 +57,7 @@ from typing import Any
 
 from dsm_sim.hangs import note_hang
 from dsm_sim.options import seconds_from_env
-from dsm_sim.protocol import groups, wire
+from dsm_sim.protocol import groups, versions, wire
 from dsm_sim.protocol.errors import (
     HandlerExitedError,
     HandlerInternalError,
@@ -67,7 +69,7 @@ from dsm_sim.protocol.errors import (
     UnexpectedResponseError,
     VersionMismatchError,
 )
-from dsm_sim.protocol.schema import PROTOCOL_VERSION, problem
+from dsm_sim.protocol.schema import problem
 from dsm_sim.protocol.secret import SECRET_ENV, SECRET_FILE_ENV, client_secret
 from dsm_sim.wall import past_deadline, remaining
 from reference_engine.clock import Clock
@@ -413,6 +415,10 @@ class _Pending:
     future: asyncio.Future[Any]
     #: Hand back the whole answer (schema-checked) instead of its decoded result.
     raw: bool = False
+    #: The request's ``now`` (None for a replayed line) and its fields: a version's reading
+    #: of an answer needs them.
+    now: dt.datetime | None = None
+    request: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class ExecHandler:
@@ -464,6 +470,9 @@ class ExecHandler:
         #: tokenless writes), and the language it said it is written in (None: not said).
         self.shape = "contract"
         self.language: str | None = None
+        #: The protocol version the process answered open with: its answers are read by that
+        #: version's text (:mod:`dsm_sim.protocol.versions`).
+        self.protocol = versions.NEWEST
         #: The one handler of a named store that removes it on ``close``.
         self.owns_store = owns_store
         #: The POSIX ``TZ`` the process runs in (set before :meth:`open`; the kit sets
@@ -579,17 +588,21 @@ class ExecHandler:
             return
         await self.connect()
         try:
-            args: dict[str, Any] = {"protocol": PROTOCOL_VERSION}
+            # Every version spoken, and 1 in "protocol" for a host written to version 1,
+            # which reads no list and repeats it (docs/protocol.md, Versions).
+            args: dict[str, Any] = {"protocol": versions.FIRST, "protocols": list(versions.OFFER)}
             if self.store is not None:
                 args["store"] = self.store
             if self.zone is not None:
                 args["zone"] = self.zone
             result = await self._call("open", args)
-            if result["protocol"] != PROTOCOL_VERSION:
-                raise VersionMismatchError(offered=PROTOCOL_VERSION, answered=result["protocol"])
+            version = versions.spoken(result["protocol"])
+            if version is None:
+                raise VersionMismatchError(offered=versions.OFFER, answered=result["protocol"])
         except BaseException:
             await self._shutdown()
             raise
+        self.protocol = version.number
         self.concurrent = bool(result["concurrent"])
         self.shared_store = bool(result.get("shared_store", False))
         self.named_store = self.store is not None and bool(result.get("named_store", False))
@@ -857,6 +870,13 @@ class ExecHandler:
             )
         if has_error:
             body = message["error"]
+            kind = body["kind"]
+            # An answer the handler's version gave for what a later version named.
+            reading = versions.earlier_reading(
+                self.protocol, kind, pending.op, pending.ctx, pending.now, pending.request
+            )
+            if reading is not None:
+                raise reading
             if body["kind"] == "bad_request":
                 raise ProtocolError(
                     f"the handler refused {pending.label} as malformed: {body['message']}",
@@ -870,8 +890,11 @@ class ExecHandler:
                     command=self.command,
                 )
             if body["kind"] == "internal":
+                note = versions.note(
+                    self.protocol, kind, pending.op, pending.ctx, pending.now, pending.request
+                )
                 raise HandlerInternalError(
-                    f"the handler failed on {pending.label}: {body['message']}",
+                    f"the handler failed on {pending.label}: {body['message']}{note}",
                     request=pending.label,
                     error_type=str(body.get("type", "")),
                 )
@@ -946,6 +969,7 @@ class ExecHandler:
         assert writer is not None
         if self._broken is not None:  # broke while this call waited for its turn
             raise copy.copy(self._broken)
+        now: dt.datetime | None = None
         if prepared is not None:
             message = prepared
             item = (
@@ -954,7 +978,8 @@ class ExecHandler:
                 else None
             )
         else:
-            message = {"id": request_id, "op": op, "now": wire.encode_instant(self.clock.now())}
+            now = self.clock.now()
+            message = {"id": request_id, "op": op, "now": wire.encode_instant(now)}
             if ctx is not None:
                 message["context"] = wire.encode_context(ctx)
             message.update(args)
@@ -962,7 +987,7 @@ class ExecHandler:
         label = f"request {request_id} ({op}{'' if item is None else ' ' + repr(item)})"
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending[request_id] = _Pending(op, label, ctx, future, raw)
+        self._pending[request_id] = _Pending(op, label, ctx, future, raw, now, message)
         # A timer, not wait_for: see the module's docstring.  Never past the command's
         # wall-clock deadline (a closing request gets a short grace past it).
         wait, by_deadline = remaining(self.timeout, final=op == "close")
@@ -1095,10 +1120,11 @@ class ExecFactory:
         self.last_answers: dict[int, dict[str, Any]] = {}
         #: The requests of the latest handler built and of its peers, as sent.
         self.last_recording = Recording()
-        #: What the handler said on its first ``open`` (:func:`preflight`): its interface
-        #: and its language.
+        #: What the handler said on its first ``open`` (:func:`preflight`): its interface,
+        #: its language and the protocol version it is judged by.
         self.shape = "contract"
         self.language: str | None = None
+        self.protocol = versions.NEWEST
 
     @property
     def dsm_semantics(self) -> Any:
@@ -1183,6 +1209,7 @@ def preflight(factory: ExecFactory) -> str | None:
         try:
             await handler.open()
             factory.shape, factory.language = handler.shape, handler.language
+            factory.protocol = handler.protocol
         finally:
             await handler.close()
 

@@ -11,6 +11,8 @@ fields when they cross a process boundary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from reference_engine.errors import ConfigurationError, DsmError
 
 __all__ = [
@@ -66,17 +68,24 @@ class UnexpectedResponseError(ProtocolError):
 
 
 class VersionMismatchError(ProtocolError):
-    """The process speaks another protocol version than the harness."""
+    """The process answered ``open`` with a protocol version the harness does not speak.
 
-    def __init__(self, *, offered: int, answered: object) -> None:
-        self.offered = offered
+    ``offered`` is every version the harness offered (and speaks);
+    ``answered`` what the process said.
+    """
+
+    def __init__(self, *, offered: Sequence[int], answered: object) -> None:
+        self.offered = tuple(offered)
         self.answered = answered
+        spoken = ", ".join(str(n) for n in self.offered)
         super().__init__(
             f"the handler answered open with protocol version {answered!r}; this harness "
-            f"speaks version {offered}",
+            f"speaks versions {spoken} (it offered them all in open's 'protocols'). Answer "
+            "open with one of them: the version the handler was written to "
+            "(docs/protocol.md, Versions)",
             request="open",
             field="result.protocol",
-            expected=str(offered),
+            expected=f"one of {spoken}",
         )
 
 

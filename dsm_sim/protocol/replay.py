@@ -41,7 +41,7 @@ from dsm_sim.input_files import InputFileProblem, read_bounded
 from dsm_sim.options import positive_seconds
 from dsm_sim.outputs import write_file
 from dsm_sim.printable import printable_stream
-from dsm_sim.protocol import wire
+from dsm_sim.protocol import versions, wire
 from dsm_sim.protocol.client import (
     ExecFactory,
     TcpAddress,
@@ -49,7 +49,7 @@ from dsm_sim.protocol.client import (
     fresh_store_name,
     tcp_factory,
 )
-from dsm_sim.protocol.schema import PROTOCOL_VERSION, problem
+from dsm_sim.protocol.schema import problem
 from reference_engine.clock import ManualClock
 from reference_engine.errors import ConfigurationError, DsmError
 
@@ -291,8 +291,10 @@ async def _drive(entries: Sequence[ReplayEntry], factory: ExecFactory, pipelined
     async def send(index: int) -> None:
         entry = entries[index]
         request = entry.request
-        if request.get("op") == "open" and "store" in request:
-            request = {**request, "store": store}
+        if request.get("op") == "open":
+            request = versions.with_offer(request)
+            if "store" in request:
+                request["store"] = store
         sent[index] = loop.time()
         try:
             answers[index] = await handlers[entry.process].send_raw(request)
@@ -404,10 +406,25 @@ class Undecided:
 Judgement = Breach | Undecided | None
 
 
-def _agrees(expected: dict[str, Any], got: dict[str, Any]) -> bool:
+def _agrees(expected: dict[str, Any], got: dict[str, Any], version: int) -> bool:
+    """Whether an answer agrees with the model's, read by the protocol version the run answered."""
     if "error" in expected:
-        return "error" in got and got["error"].get("kind") == expected["error"]["kind"]
+        return "error" in got and versions.agrees(
+            version, expected["error"]["kind"], str(got["error"].get("kind"))
+        )
     return "error" not in got and got.get("result") == expected.get("result")
+
+
+def _version(run: _Run) -> int:
+    """The protocol version the run's handler answered open with (the newest when unsaid)."""
+    for pair in run.pairs:
+        if pair.request.get("op") == "open" and pair.answer is not None:
+            result = pair.answer.get("result")
+            if isinstance(result, dict):
+                version = versions.spoken(result.get("protocol"))
+                if version is not None:
+                    return version.number
+    return versions.NEWEST
 
 
 async def _judge(run: _Run) -> Judgement:
@@ -430,7 +447,8 @@ async def _judge(run: _Run) -> Judgement:
     ]
     server = Server(in_memory_handler, lambda _line: None)
     server.clock.latest = wire.decode_instant(run.pairs[0].request["now"], "now")
-    await server._perform({"op": "open", "protocol": PROTOCOL_VERSION})
+    await server._perform({"op": "open", "protocol": versions.NEWEST})
+    version = _version(run)
     handler = server.handler
     assert isinstance(handler, InMemoryStateHandler)
     spent = [0]
@@ -463,7 +481,7 @@ async def _judge(run: _Run) -> Judgement:
                     saved = copy.deepcopy(handler.model)
                     got, wanted = run.pairs[j].answer, await expected(j)
                     assert got is not None
-                    if _agrees(wanted, got):
+                    if _agrees(wanted, got, version):
                         left, placed = left - {j}, True
                         break
                     handler.model = saved
@@ -473,7 +491,7 @@ async def _judge(run: _Run) -> Judgement:
                 (j,) = ready
                 got, wanted = run.pairs[j].answer, await expected(j)
                 assert got is not None
-                if not _agrees(wanted, got):
+                if not _agrees(wanted, got, version):
                     miss(j, got, wanted, len(calls) - len(left))
                     return False
                 left = left - {j}
@@ -482,7 +500,7 @@ async def _judge(run: _Run) -> Judgement:
                 saved = copy.deepcopy(handler.model)
                 got, wanted = run.pairs[j].answer, await expected(j)
                 assert got is not None
-                if not _agrees(wanted, got):
+                if not _agrees(wanted, got, version):
                     miss(j, got, wanted, len(calls) - len(left))
                 elif await search(left - {j}):
                     return True

@@ -26,6 +26,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.exceptions import best_match as _best_match
 
+from dsm_sim.protocol import versions
+
 __all__ = [
     "PROTOCOL_VERSION",
     "SchemaProblem",
@@ -35,8 +37,9 @@ __all__ = [
     "validator",
 ]
 
-#: The version this harness speaks; ``open`` carries it and the answer must repeat it.
-PROTOCOL_VERSION = 1
+#: The newest version this harness speaks (it speaks every one in :data:`versions.VERSIONS`,
+#: and ``open`` offers them all).
+PROTOCOL_VERSION = versions.NEWEST
 
 
 @functools.cache
@@ -100,7 +103,9 @@ def problem(definition: str, value: object, *, prefix: str = "") -> SchemaProble
 
 
 Check = Callable[[object], bool]
-_ANNOTATIONS = frozenset({"description", "title", "$schema", "$id", "$defs", "protocol"})
+_ANNOTATIONS = frozenset(
+    {"description", "title", "$schema", "$id", "$defs", "protocol", "protocols"}
+)
 _TYPES: dict[str, Callable[[object], bool]] = {
     "object": lambda v: isinstance(v, dict),
     "array": lambda v: isinstance(v, list),
@@ -160,6 +165,11 @@ def _keyword(
     if keyword == "items":
         item = _compile(arg, checks)
         return lambda v: not isinstance(v, list) or all(map(item, v))
+    if keyword == "minItems":
+        least = int(arg)
+        return lambda v: not isinstance(v, list) or len(v) >= least
+    if keyword == "uniqueItems":
+        return lambda v: not arg or not isinstance(v, list) or len(set(map(repr, v))) == len(v)
     if keyword == "minimum":
         low = float(arg)
         return lambda v: not isinstance(v, int | float) or isinstance(v, bool) or v >= low

@@ -44,9 +44,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import IO, Any, Protocol
 
-from dsm_sim.protocol import wire
+from dsm_sim.protocol import versions, wire
 from dsm_sim.protocol.client import TcpAddress, parse_address
-from dsm_sim.protocol.schema import PROTOCOL_VERSION, SchemaProblem, load_schema, problem
+from dsm_sim.protocol.schema import SchemaProblem, load_schema, problem
 from dsm_sim.protocol.secret import (
     SECRET_ENV,
     SECRET_FILE_ENV,
@@ -240,9 +240,12 @@ class Server:
                     f"this open carried {said}; the harness sends it from {SECRET_ENV}, "
                     f"{SECRET_FILE_ENV}, or on loopback the file the server wrote when it started"
                 )
-            if message["protocol"] != PROTOCOL_VERSION:
+            offer = versions.offered(message["protocol"], message.get("protocols"))
+            if versions.NEWEST not in offer:
                 raise _BadRequest(
-                    f"this server speaks protocol {PROTOCOL_VERSION}, not {message['protocol']}"
+                    f"this server speaks protocol version {versions.NEWEST}; the open offered "
+                    f"{versions.describe(offer)}. A harness that speaks version {versions.NEWEST} "
+                    f"offers it in 'protocols' (docs/protocol.md, Versions)"
                 )
             name = getattr(self.factory, "__qualname__", type(self.factory).__name__)
             store = message.get("store")
@@ -257,7 +260,7 @@ class Server:
             if store is not None and self.stores is not None and not self.named_store:
                 self.named_store = self.stores.claim(store, self.handler)
             answer: dict[str, Any] = {
-                "protocol": PROTOCOL_VERSION,
+                "protocol": versions.NEWEST,
                 "concurrent": True,
                 "name": f"dsm serve {name}",
             }

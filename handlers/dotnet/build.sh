@@ -12,7 +12,7 @@ out="${1:-$here/build}"
 mkdir -p "$out"
 
 sources() { find "$here/$1" -name '*.cs' -not -path '*/obj/*' -not -path '*/bin/*' | sort; }
-build() { mcs -nologo -langversion:7.2 -warnaserror+ "$@"; }
+build() { mcs -nologo -debug -langversion:7.2 -warnaserror+ "$@"; }
 
 mapfile -t core < <(sources Dsm.DataStateMachine)
 mapfile -t sqlite < <(sources Dsm.DataStateMachine.Sqlite)

@@ -35,7 +35,8 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 
 public final class MemoryHandler {
-    static final int PROTOCOL_VERSION = 1;
+    /** The protocol version this handler speaks (docs/protocol.md, Versions). */
+    static final int PROTOCOL_VERSION = 2;
     static final int MAX_DATA_BYTES = 256 * 1024;
     static final String SWEEP_ERROR_DETAIL = "lock expired; reset by the catch-up sweep";
     /** 9999-12-31T23:59:59.999999Z in microseconds: the last instant a record can hold. */
@@ -562,8 +563,18 @@ public final class MemoryHandler {
         try {
             long now = parseInstant((String) req.get("now"));
             if (op.equals("open")) {
-                if (!Long.valueOf(PROTOCOL_VERSION).equals(req.get("protocol"))) {
-                    throw new Refusal("bad_request", "this handler speaks protocol " + PROTOCOL_VERSION);
+                // Every version the harness offers is in "protocols"; a harness that offers one
+                // says it in "protocol" alone.
+                Object list = req.containsKey("protocols")
+                    ? req.get("protocols")
+                    : java.util.Collections.singletonList(req.get("protocol"));
+                List<String> offered = new ArrayList<>();
+                if (list instanceof List) {
+                    for (Object version : (List<?>) list) offered.add(String.valueOf(version));
+                }
+                if (!offered.contains(String.valueOf(PROTOCOL_VERSION))) {
+                    throw new Refusal("bad_request", "this handler speaks protocol version " + PROTOCOL_VERSION
+                        + "; open offered " + String.join(", ", offered));
                 }
                 Map<String, Object> hello = new LinkedHashMap<>();
                 hello.put("protocol", PROTOCOL_VERSION);

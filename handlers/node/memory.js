@@ -27,7 +27,7 @@
 "use strict";
 
 const {
-  PROTOCOL_VERSION,
+  negotiate,
   SWEEP_ERROR_DETAIL,
   ACQUIRABLE,
   NEEDS_LOCK,
@@ -333,9 +333,7 @@ function session(send, server) {
         }; the harness sends it from DSM_SERVE_SECRET, DSM_SERVE_SECRET_FILE, or on loopback the file the server wrote when it started`,
       );
     }
-    if (req.protocol !== PROTOCOL_VERSION) {
-      throw new Refusal("bad_request", `this handler speaks protocol ${PROTOCOL_VERSION}, not ${req.protocol}`);
-    }
+    const protocol = negotiate(req);
     const wanted = server && typeof req.store === "string" ? req.store : null;
     if (wanted) {
       if (!named.has(wanted)) named.set(wanted, newStore());
@@ -345,7 +343,7 @@ function session(send, server) {
       store = server ? serverStore : newStore();
     }
     return {
-      protocol: PROTOCOL_VERSION,
+      protocol,
       concurrent: true,
       name: "node in-memory" + (BUG ? ` (bug: ${BUG})` : ""),
       shared_store: server && !wanted,

@@ -42,7 +42,7 @@
 "use strict";
 
 const {
-  PROTOCOL_VERSION,
+  negotiate,
   SWEEP_ERROR_DETAIL,
   TRANSITIONS,
   ACQUIRABLE,
@@ -598,13 +598,11 @@ function fail(err) {
 async function run(req) {
   const now = parseInstant(req.now);
   if (req.op === "open") {
-    if (req.protocol !== PROTOCOL_VERSION) {
-      throw new Refusal("bad_request", `this handler speaks protocol ${PROTOCOL_VERSION}, not ${req.protocol}`);
-    }
+    const protocol = negotiate(req);
     await ready;
     if (WHERE.own) await claimSchema(req.store);
     return {
-      protocol: PROTOCOL_VERSION,
+      protocol,
       concurrent: !SERIAL,
       name: `node postgres ${T}` + (BUG ? ` (bug: ${BUG})` : ""),
       shared_store: !WHERE.own,

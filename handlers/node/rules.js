@@ -4,7 +4,9 @@
 
 "use strict";
 
-const PROTOCOL_VERSION = 1;
+// The protocol version these handlers speak (docs/protocol.md, Versions): 2, whose error
+// kinds include instant_out_of_range.
+const PROTOCOL_VERSION = 2;
 const MAX_DATA_BYTES = 256 * 1024;
 const SWEEP_ERROR_DETAIL = "lock expired; reset by the catch-up sweep";
 
@@ -156,8 +158,23 @@ class Refusal extends Error {
   }
 }
 
+// The version open is answered with: PROTOCOL_VERSION when the harness offers it (in
+// `protocols`, or in `protocol` alone from a harness that offers one version); a bad request
+// naming what was offered otherwise.
+function negotiate(req) {
+  const offered = Array.isArray(req.protocols) ? req.protocols : [req.protocol];
+  if (!offered.includes(PROTOCOL_VERSION)) {
+    throw new Refusal(
+      "bad_request",
+      `this handler speaks protocol version ${PROTOCOL_VERSION}; open offered ${offered.join(", ")}`,
+    );
+  }
+  return PROTOCOL_VERSION;
+}
+
 module.exports = {
   PROTOCOL_VERSION,
+  negotiate,
   SWEEP_ERROR_DETAIL,
   TRANSITIONS,
   ACQUIRABLE,

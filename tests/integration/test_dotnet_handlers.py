@@ -457,7 +457,7 @@ def _request(request_id: int, op: str, **fields: Any) -> bytes:
     return json.dumps({"id": request_id, "op": op, "now": NOW, **fields}).encode()
 
 
-OPEN = _request(1, "open", protocol=1)
+OPEN = _request(1, "open", protocol=1, protocols=[1, 2])
 
 
 def test_a_record_the_host_cannot_write_is_answered_internal_at_once_or_later(
@@ -502,6 +502,125 @@ def test_invalid_utf8_in_a_request_is_a_bad_request_not_a_replacement_character(
     assert "UTF-8" in answers[2]["error"]["message"]
     assert answers[3] == {"id": 3, "result": None}, "nothing was stored"
     assert "UTF-8" in stderr
+
+
+# --- the protocol version and what handler code does to the host -----------------------------
+
+
+def test_the_host_speaks_version_2_and_answers_it_when_only_1_is_offered(build: Path) -> None:
+    memory = _mono(build, "MemoryHandler.exe")
+    answers, _stderr = _serve(memory, [OPEN])
+    assert answers[1]["result"]["protocol"] == 2
+    # A harness that offers only version 1 gets the host's version and no store, so it
+    # stops with VersionMismatchError instead of misjudging the answers.
+    answers, stderr = _serve(
+        memory, [_request(1, "open", protocol=1), _request(2, "get", context=CONTEXT)]
+    )
+    assert answers[1]["result"]["protocol"] == 2
+    assert "open did not offer protocol version 2" in stderr
+
+
+#: A handler whose every call prints on Console.Out, and whose acquire of item "throw" throws.
+CHATTY = """
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+using Dsm.DataStateMachine;
+using Dsm.DataStateMachine.Handlers;
+using Dsm.DataStateMachine.Protocol;
+
+sealed class Chatty : IDataStateMachineHandler {
+    readonly InMemoryDataStateMachineHandler inner;
+    public Chatty(IClock clock) { inner = new InMemoryDataStateMachineHandler(clock); }
+
+    static void Say(string what, StateHandlerContext c) {
+        Console.WriteLine("chatty: " + what + " " + c.ItemKey);
+        Console.Write("{\\"id\\": 2, \\"result\\": 99}");
+        Console.Out.Flush();
+    }
+
+    public Task<long?> TryAcquireLockAsync(StateHandlerContext c, CancellationToken t) {
+        Say("acquire", c);
+        if (c.ItemKey != "throw") return inner.TryAcquireLockAsync(c, t);
+        throw new InvalidOperationException("the handler threw on purpose");
+    }
+    public Task<StateRecord> GetAsync(StateHandlerContext c, CancellationToken t) { Say("get", c); return inner.GetAsync(c, t); }
+    public Task<bool> ExistsAsync(StateHandlerContext c, CancellationToken t) { Say("exists", c); return inner.ExistsAsync(c, t); }
+    public Task SetAsync(StateHandlerContext c, IdempotencyStatus s, string d, CancellationToken t) { Say("set", c); return inner.SetAsync(c, s, d, t); }
+    public Task ReleaseLockAsFailedAsync(StateHandlerContext c, string e, CancellationToken t) { return inner.ReleaseLockAsFailedAsync(c, e, t); }
+    public Task UpsertAsync(StateHandlerContext c, string d, CancellationToken t) { return inner.UpsertAsync(c, d, t); }
+    public Task<int> ResetExpiredLocksAsync(CancellationToken t) { return inner.ResetExpiredLocksAsync(t); }
+    public Task<int> ExpirePastRetentionAsync(CancellationToken t) { return inner.ExpirePastRetentionAsync(t); }
+}
+
+static class Program {
+    static int Main(string[] args) {
+        return DsmProtocolHost.Run(args, clock => new Chatty(clock), new HostOptions { Name = "chatty" });
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def chatty(build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``Chatty.exe`` built with ``mcs -debug``, beside the host it references."""
+    folder = tmp_path_factory.mktemp("chatty")
+    source = folder / "Chatty.cs"
+    source.write_text(CHATTY, encoding="utf-8")
+    exe = folder / "Chatty.exe"
+    reference = f"-r:{build / 'Dsm.DataStateMachine.dll'}"
+    subprocess.run(
+        ["mcs", "-nologo", "-debug", reference, f"-out:{exe}", str(source)], check=True, timeout=120
+    )
+    shutil.copy(build / "Dsm.DataStateMachine.dll", folder)
+    return exe
+
+
+def test_console_output_of_handler_code_goes_to_stderr_never_among_the_answers(
+    chatty: Path,
+) -> None:
+    token = {**CONTEXT, "lock_token": 1}
+    requests = [
+        OPEN,
+        _request(2, "try_acquire_lock", context=CONTEXT),
+        _request(3, "set", context=token, status="processed", data_json='{"n":1}'),
+        _request(4, "exists", context=CONTEXT),
+        _request(5, "get", context=CONTEXT),
+    ]
+    # _serve reads every stdout line as an answer: a line of chatter there fails it.
+    answers, stderr = _serve(["mono", str(chatty)], requests)
+    assert answers[2] == {"id": 2, "result": 1}
+    assert answers[3] == {"id": 3, "result": None}
+    assert answers[4] == {"id": 4, "result": True}
+    assert answers[5]["result"]["status"] == "processed"
+    assert answers[5]["result"]["data_json"] == '{"n":1}'
+    for said in ("acquire INV-1", "set INV-1", "exists INV-1", "get INV-1"):
+        assert f"chatty: {said}" in stderr, stderr
+
+
+def _thrown(command: list[str]) -> str:
+    answers, _stderr = _serve(
+        command, [OPEN, _request(2, "try_acquire_lock", context={**CONTEXT, "item_key": "throw"})]
+    )
+    error = answers[2]["error"]
+    assert error["kind"] == "internal" and error["type"] == "System.InvalidOperationException"
+    return str(error["message"])
+
+
+def test_a_thrown_exception_names_its_file_and_line_under_mono_debug(chatty: Path) -> None:
+    line = 1 + CHATTY.splitlines().index(
+        next(text for text in CHATTY.splitlines() if "threw on purpose" in text)
+    )
+    message = _thrown(["mono", "--debug", str(chatty)])
+    assert "the handler threw on purpose" in message
+    assert f"Chatty.cs:{line}" in message, message
+    assert "no file or line numbers" not in message
+
+
+def test_without_mono_debug_the_answer_says_how_to_get_file_and_line(chatty: Path) -> None:
+    message = _thrown(["mono", str(chatty)])
+    assert "Chatty.cs:" not in message
+    assert "mcs -debug" in message and "mono --debug" in message, message
 
 
 # --- the invoice node --------------------------------------------------------------------------

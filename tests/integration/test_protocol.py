@@ -85,7 +85,7 @@ FAKE = textwrap.dedent(
                 subprocess.Popen(["sleep", "3"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
                 say({"id": rid, "error": {"kind": "store_error", "message": "store unreachable"}})
                 continue
-            say({"id": rid, "result": {"protocol": 2 if mode == "version" else 1, "concurrent": True}})
+            say({"id": rid, "result": {"protocol": 9 if mode == "version" else 1, "concurrent": True}})
         elif req["op"] == "close":
             say({"id": rid, "result": None})
             break
@@ -312,7 +312,7 @@ def test_answers_out_of_order_reach_their_callers(fake: Any) -> None:
         HandlerExitedError(request="request 3 (set)", returncode=1, stderr_tail="boom"),
         HandlerTimeoutError(request="request 4 (get)", timeout=2.0, stderr_tail=""),
         HandlerStartError("cannot start", command="nope"),
-        VersionMismatchError(offered=1, answered=2),
+        VersionMismatchError(offered=(1, 2), answered=3),
         SharedStoreRequiredError(command="node handlers/node/memory.js", name="node in-memory"),
     ],
 )
@@ -781,19 +781,51 @@ def test_the_model_refuses_every_write_past_year_9999_before_the_lock_check() ->
     ]
 
 
+def _handler_command(handler: str, request: pytest.FixtureRequest) -> list[str]:
+    if handler == "dsm-serve":
+        serve = [sys.executable, "-m", "dsm_sim.cli", "serve"]
+        return [*serve, "reference_engine.handlers.memory:in_memory_handler"]
+    if handler == "node":
+        return [_need("node"), str(NODE_HANDLER)]
+    classes = request.getfixturevalue("java_classes")
+    return [_need("java"), "-XX:TieredStopAtLevel=1", "-cp", str(classes), "MemoryHandler"]
+
+
 @pytest.mark.parametrize("handler", ["dsm-serve", "node", "java"])
 def test_protocol_handlers_answer_instant_out_of_range_as_the_model(
     handler: str, request: pytest.FixtureRequest
 ) -> None:
-    if handler == "dsm-serve":
-        command = [sys.executable, "-m", "dsm_sim.cli", "serve"]
-        command.append("reference_engine.handlers.memory:in_memory_handler")
-    elif handler == "node":
-        command = [_need("node"), str(NODE_HANDLER)]
-    else:
-        classes = request.getfixturevalue("java_classes")
-        command = [_need("java"), "-XX:TieredStopAtLevel=1", "-cp", str(classes), "MemoryHandler"]
+    command = _handler_command(handler, request)
     assert _protocol_outcomes(exec_factory(command)) == _model_outcomes()
+
+
+@pytest.mark.parametrize("handler", ["dsm-serve", "node", "java"])
+def test_protocol_handlers_speak_version_2_and_refuse_an_open_without_it(
+    handler: str, request: pytest.FixtureRequest
+) -> None:
+    command = _handler_command(handler, request)
+    opened = ExecHandler(command, ManualClock())
+
+    async def shake_hands() -> int:
+        await opened.open()
+        await opened.close()
+        return opened.protocol
+
+    assert asyncio.run(shake_hands()) == 2
+    # A harness that offers only version 1 is refused, naming what it offered.
+    only_1 = {"id": 1, "op": "open", "now": "2026-03-02T09:00:00.000000Z", "protocol": 1}
+    done = subprocess.run(
+        command,
+        input=json.dumps(only_1) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    error = json.loads(done.stdout.splitlines()[0])["error"]
+    assert error["kind"] == "bad_request"
+    assert "speaks protocol version 2" in error["message"], error
+    assert "offered 1" in error["message"], error
 
 
 def test_the_node_postgres_handler_answers_instant_out_of_range_as_the_model(
@@ -904,7 +936,9 @@ def _undecodable_requests() -> list[str]:
 
     now = "2026-01-01T00:00:00.000000Z"
     ctx = wire.encode_context(CTX)
-    lines: list[dict[str, Any]] = [{"id": 1, "op": "open", "now": now, "protocol": 1}]
+    lines: list[dict[str, Any]] = [
+        {"id": 1, "op": "open", "now": now, "protocol": 1, "protocols": [1, 2]}
+    ]
     for impossible in (
         "2026-13-01T00:00:00.000000Z",
         "2026-02-30T00:00:00.000000Z",

@@ -423,7 +423,7 @@ def _two_acquires(path: Path) -> Path:
         "lock_token": None,
     }
     messages = [
-        {"id": 1, "op": "open", "now": now, "protocol": 1},
+        {"id": 1, "op": "open", "now": now, "protocol": 1, "protocols": [1, 2]},
         {"id": 2, "op": "try_acquire_lock", "now": now, "context": context},
         {"id": 3, "op": "try_acquire_lock", "now": now, "context": context},
         {"id": 4, "op": "close", "now": now},

@@ -70,12 +70,12 @@ def test_the_memory_handler_over_tcp_passes_every_property(
 
 
 class _OtherVersion(socketserver.StreamRequestHandler):
-    """A handler server that answers ``open`` with protocol version 2."""
+    """A handler server that answers ``open`` with protocol version 9, which no harness speaks."""
 
     def handle(self) -> None:
         for line in self.rfile:
             request = json.loads(line)
-            answer = {"protocol": 2, "concurrent": True} if request["op"] == "open" else None
+            answer = {"protocol": 9, "concurrent": True} if request["op"] == "open" else None
             self.wfile.write(json.dumps({"id": request["id"], "result": answer}).encode() + b"\n")
 
 
@@ -92,7 +92,7 @@ def test_the_plugin_shakes_hands_with_the_server_it_is_given() -> None:
     assert "--dsm-exec-tcp: the handler server does not answer: the handler answered open " in (
         result.stdout
     ), result.stdout
-    assert "with protocol version 2; this harness speaks version 1" in result.stdout
+    assert "with protocol version 9; this harness speaks versions 1, 2" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -351,6 +351,7 @@ def test_ctrl_c_of_a_tcp_server_with_a_connection_open_prints_no_traceback(
                 "op": "open",
                 "now": "2026-01-01T09:00:00.000000Z",
                 "protocol": 1,
+                "protocols": [1, 2],
                 "secret": client_secret("127.0.0.1", port),
             }
             connection.sendall((json.dumps(request) + "\n").encode())

@@ -17,7 +17,8 @@ existed sends them looking for something that is not there.  The docs
   the docs show other languages' APIs (C#, Go, SQL, Redis) that way.
 
 Names the docs mean as something other than our code are listed in
-:data:`NOT_OURS`, each with what it is.
+:data:`NOT_OURS`, each with what it is, and flags of other programs in
+:data:`FLAGS_NOT_OURS`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ NOT_OURS: dict[str, str] = {
     "update_item": "DynamoDB's API, which the Powertools layer calls",
     "final_failed": "a run statistic, named final_<status> by the code",
     "synchronous_commit": "a PostgreSQL setting",
+}
+
+#: Flags the docs cite that are another program's, and whose.
+FLAGS_NOT_OURS: dict[str, str] = {
+    "--debug": "Mono's: stack traces with file and line (mono --debug Handler.exe)",
 }
 
 _SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
@@ -208,7 +214,7 @@ def problems_in(doc: Path) -> list[str]:
             found.extend(
                 f"dsm {command} has no {flag}: {line.strip()[:90]}"
                 for flag in _FLAG.findall(words)
-                if flag not in flags[command]
+                if flag not in flags[command] | FLAGS_NOT_OURS.keys()
             )
     for span in spans(text):
         if _COMMAND.search(span):
@@ -223,7 +229,7 @@ def problems_in(doc: Path) -> list[str]:
                 continue  # pytest's own flags
             if re.split(r"[ =]", span)[0] in OTHER_PROGRAMS:
                 continue
-            if flag not in known:
+            if flag not in known | FLAGS_NOT_OURS.keys():
                 found.append(f"`{span}`: no parser defines {flag}")
     return found
 

@@ -59,7 +59,9 @@ def expected_answers(lines: Sequence[bytes], grants: OrderedGrants | None = None
 
     With ``grants`` (``--tokens ordered``) each line goes with the reference's
     own token in place of the handler's, and each grant is paired as it comes.
+    The ``open`` goes with today's offer of protocol versions, as the harness sends it.
     """
+    from dsm_sim.protocol import versions
     from dsm_sim.protocol.server import Server
 
     answers: dict[int, Any] = {}
@@ -75,11 +77,14 @@ def expected_answers(lines: Sequence[bytes], grants: OrderedGrants | None = None
     async def run() -> None:
         server = Server(in_memory_handler, send)
         for line in lines:
+            request = json.loads(line)
+            if isinstance(request, dict) and request.get("op") == "open":
+                request = versions.with_offer(request)
+                line = json.dumps(request).encode() + b"\n"
             if grants is None:
                 server.receive(line)
                 await settled(server)
                 continue
-            request = json.loads(line)
             server.receive(json.dumps(grants.for_reference(request)).encode() + b"\n")
             await settled(server)
             grants.answered(request, answers.get(request.get("id")))

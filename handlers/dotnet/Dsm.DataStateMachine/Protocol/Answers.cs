@@ -4,6 +4,7 @@
 
 using System;
 using System.Data.Common;
+using System.Diagnostics;
 using System.Globalization;
 using System.Reflection;
 using System.Text;
@@ -150,7 +151,7 @@ namespace Dsm.DataStateMachine.Protocol
             {
                 // No kind says what happened: the harness reports it with the type and the trace.
                 into.Append("{\"kind\":\"internal\",\"message\":");
-                String(into, error.ToString());
+                String(into, error.ToString() + WithoutLines(error));
                 into.Append(",\"type\":");
                 String(into, error.GetType().FullName);
                 into.Append('}');
@@ -217,6 +218,22 @@ namespace Dsm.DataStateMachine.Protocol
                 Field(into, "duration", outOfRange.Duration);
             }
             into.Append('}');
+        }
+
+        /// <summary>
+        /// What to do when a trace names no file and line: empty when some frame has them (the
+        /// handler was built with debug symbols, and Mono was started with --debug).
+        /// </summary>
+        internal static string WithoutLines(Exception error)
+        {
+            var frames = new StackTrace(error, true).GetFrames();
+            if (frames == null || frames.Length == 0) return "";
+            foreach (var frame in frames)
+            {
+                if (frame.GetFileLineNumber() > 0) return "";
+            }
+            return "\n(no file or line numbers in this trace: build the handler with debug symbols, " +
+                "mcs -debug or a .pdb beside the DLL, and under Mono start it with mono --debug)";
         }
 
         /// <summary>The protocol's kind for an exception, or null for one no kind names.</summary>

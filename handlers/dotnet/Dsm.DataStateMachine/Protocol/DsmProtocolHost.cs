@@ -6,7 +6,8 @@
 // It speaks docs/protocol.md on stdin/stdout: framing, pipelining, ids, open and close in
 // order with everything else, named stores and peers, the mapping of the named exceptions to
 // error kinds, instants to the microsecond and the year-9999 limit. The handler sees only
-// its own contract: IDataStateMachineHandler, a StateHandlerContext, a clock.
+// its own contract: IDataStateMachineHandler, a StateHandlerContext, a clock. Console.Out
+// goes to stderr, so nothing the handler prints can be taken for an answer.
 
 using System;
 using System.IO;
@@ -16,8 +17,11 @@ namespace Dsm.DataStateMachine.Protocol
 {
     public static class DsmProtocolHost
     {
-        /// <summary>The protocol version this host speaks.</summary>
-        public const int ProtocolVersion = 1;
+        /// <summary>
+        /// The protocol version this host speaks (docs/protocol.md, Versions): open is answered
+        /// with it when the harness offers it in <c>protocols</c>.
+        /// </summary>
+        public const int ProtocolVersion = 2;
 
         /// <summary>
         /// Serves a handler whose store lives in the process (or is named by its own
@@ -77,7 +81,13 @@ namespace Dsm.DataStateMachine.Protocol
             {
                 if (arg == "--serial") options.Concurrent = false;
             }
+            // Stdout carries answers only: the host keeps the real stdout for itself, and
+            // Console.Out (a stray Console.WriteLine in handler code, a library's progress
+            // line) goes to stderr, which the harness keeps and quotes, before any handler
+            // code runs. A line of handler chatter on stdout would otherwise be read as a
+            // malformed answer and end the run.
             var answers = new AnswerStream(Console.OpenStandardOutput());
+            Console.SetOut(Console.Error);
             var session = new HostSession(factory, namedStores, options, answers);
             return Pump(Console.OpenStandardInput(), session, answers);
         }

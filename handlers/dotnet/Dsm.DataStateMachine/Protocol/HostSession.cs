@@ -145,9 +145,11 @@ namespace Dsm.DataStateMachine.Protocol
             hello.Append(",\"shared_store\":").Append(options.SharedStore && request.Store == null ? "true" : "false");
             hello.Append(",\"named_store\":").Append(named ? "true" : "false");
             hello.Append(",\"language\":\"csharp\"");
-            if (request.ProtocolVersion != DsmProtocolHost.ProtocolVersion)
+            if (!request.Offers(DsmProtocolHost.ProtocolVersion))
             {
-                // Another version: say ours and open nothing; the harness stops with VersionMismatchError.
+                // Our version was not offered: say ours and open nothing; the harness stops with
+                // VersionMismatchError.
+                Log("open did not offer protocol version " + DsmProtocolHost.ProtocolVersion + ", the one this host speaks");
                 hello.Append('}');
                 answers.Write(Answers.End(hello));
                 return;

@@ -102,6 +102,24 @@ namespace Dsm.DataStateMachine.Protocol
             return true;
         }
 
+        /// <summary>
+        /// Reads <c>[</c>, or the <c>,</c> between elements; false at the closing <c>]</c>.
+        /// Call with <paramref name="first"/> true for the first element, then read the element.
+        /// </summary>
+        public bool NextElement(bool first)
+        {
+            SkipSpace();
+            if (first)
+            {
+                Expect('[');
+                SkipSpace();
+                return !Take(']');
+            }
+            if (Take(']')) return false;
+            Expect(',');
+            return true;
+        }
+
         public string ReadString()
         {
             SkipSpace();

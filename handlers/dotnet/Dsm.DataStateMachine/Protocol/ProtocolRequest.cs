@@ -6,6 +6,7 @@
 // in it can lose a digit, a sign or its ".0" on the way.
 
 using System;
+using System.Collections.Generic;
 
 namespace Dsm.DataStateMachine.Protocol
 {
@@ -16,6 +17,8 @@ namespace Dsm.DataStateMachine.Protocol
         public string Op;
         public DateTime Now;
         public long? ProtocolVersion;
+        /// <summary>Every version the harness offers (<c>protocols</c>), or null when it sent no list.</summary>
+        public List<long> Protocols;
         public string Store;
         public bool DropStore;
         public StateHandlerContext Context;
@@ -79,6 +82,9 @@ namespace Dsm.DataStateMachine.Protocol
                     case "protocol":
                         long version;
                         if (Integer(json, out version)) request.ProtocolVersion = version;
+                        break;
+                    case "protocols":
+                        request.Protocols = Integers(json);
                         break;
                     case "store":
                         request.Store = Text(json);
@@ -174,6 +180,29 @@ namespace Dsm.DataStateMachine.Protocol
             if (json.Peek() == JsonKind.Number) return json.TryReadInteger(out value);
             json.Skip();
             return false;
+        }
+
+        /// <summary>The integers of an array (other elements are read and left out), or null for a non-array.</summary>
+        private static List<long> Integers(JsonLine json)
+        {
+            if (json.Peek() != JsonKind.Array)
+            {
+                json.Skip();
+                return null;
+            }
+            var numbers = new List<long>();
+            for (bool first = true; json.NextElement(first); first = false)
+            {
+                long number;
+                if (Integer(json, out number)) numbers.Add(number);
+            }
+            return numbers;
+        }
+
+        /// <summary>Whether open offers <paramref name="version"/>: in <c>protocols</c>, else as <c>protocol</c> alone.</summary>
+        public bool Offers(long version)
+        {
+            return Protocols != null ? Protocols.Contains(version) : ProtocolVersion == version;
         }
 
         /// <summary>A string value, or null when the value is anything else (which is read all the same).</summary>
