@@ -374,6 +374,19 @@ class ProfiledModel(ReferenceModel):
         self.spec_refusal: DsmError | None = None
         self.guard_until: dict[RecordKey, dt.datetime] = {}
 
+    def __copy__(self) -> ProfiledModel:
+        """A shallow copy whose own bookkeeping is its own.
+
+        A race is judged by replaying candidate orders on shallow copies of
+        the model: a token handed out in one candidate must not number the
+        next candidate's grants (its records are copied by the caller).
+        """
+        copied = type(self).__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        copied.last_token = dict(self.last_token)
+        copied.guard_until = dict(self.guard_until)
+        return copied
+
     # --- the end of retention by TTL ----------------------------------------------------------
 
     def settle(self, now: dt.datetime, key: RecordKey | None = None) -> None:
