@@ -40,8 +40,15 @@ from dsm_sim.wall import wall_deadline, wall_now
 from reference_engine.errors import ConfigurationError, DsmError
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from dsm_sim.conformance.runner import PropertyResult, VerificationReport
+    from dsm_sim.conformance.tell.languages import Finding, TestPrinter
     from reference_engine.handler import HandlerFactory
+
+    #: A violation, the request lines its handler process received, and per line the
+    #: earlier lines still unanswered when it was sent.
+    Replay: TypeAlias = tuple[PropertyResult, list[bytes], list[tuple[int, ...]]]
 
 __all__ = [
     "configure",
@@ -345,16 +352,15 @@ def _write_protocol_failures(factory: object, out: TextIO) -> None:
     out.write(f"  {type(first).__name__}: {first}\n")
 
 
-def _write_replays(
-    replays: list[tuple[PropertyResult, list[bytes]]], factory: object, directory: Path
-) -> None:
+def _write_replays(replays: list[Replay], factory: object, directory: Path) -> None:
     """One replay file per violation, each named next to the command that sends it."""
-    from dsm_sim.conformance.tell.csharp import is_csharp
+    from dsm_sim.conformance.tell.languages import Finding, printer_for
     from dsm_sim.protocol.client import ExecFactory
     from dsm_sim.protocol.replay import replay_command, replay_name, write_replay
 
     assert isinstance(factory, ExecFactory)
-    for result, lines in replays:
+    printer = printer_for(factory.command, factory.language)
+    for result, lines, in_flight in replays:
         name = replay_name(result.name, result.found_seed or 0)
         try:
             path = write_replay(lines, directory, name)
@@ -370,25 +376,29 @@ def _write_replays(
             f"  send them again: {replay_command(path, factory)}",
             file=sys.stderr,
         )
-        if is_csharp(factory.command, factory.language):
-            _write_nunit_test(result, lines, path.with_suffix(".cs"))
+        if printer is not None:
+            finding = Finding(
+                result.name, result.found_seed or 0, lines, result.message, in_flight, factory.shape
+            )
+            _write_finding_test(finding, printer, path.with_suffix(printer.suffix))
 
 
-def _write_nunit_test(result: PropertyResult, lines: list[bytes], path: Path) -> None:
-    """The counterexample of a C# handler, also as an NUnit test: printed, and kept beside its replay."""
-    from dsm_sim.conformance.tell.csharp import nunit_test
-
+def _write_finding_test(finding: Finding, printer: TestPrinter, path: Path) -> None:
+    """The counterexample as a test in the handler's language: printed, and kept beside its replay."""
     try:
-        test = nunit_test(result.name, result.found_seed or 0, lines, result.message)
+        test = printer.render(finding)
     except Exception as exc:  # the reference's answers could not be had: say so, keep the rest
-        print(f"no NUnit test for {result.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"no {printer.language} test for {finding.property_name}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
         return
     out = printable_stream(sys.stdout)
-    out.write(f"\n{result.name} as an NUnit test for your C# test project ({path}):\n\n{test}")
+    out.write(f"\n{finding.property_name} as {printer.kind} ({path}):\n\n{test}")
     try:
         path.write_text(test, encoding="utf-8")
     except OSError as exc:
-        print(f"cannot write the NUnit test {path}: {exc}", file=sys.stderr)
+        print(f"cannot write the {printer.language} test {path}: {exc}", file=sys.stderr)
 
 
 def store_preflight(factory: HandlerFactory, seconds: float | None) -> str | None:
@@ -509,7 +519,7 @@ def main(args: argparse.Namespace) -> int:
         if unreachable is not None:
             sys.stderr.write(f"dsm verify: {unreachable}\n")
             return EXIT_USAGE
-    replays: list[tuple[PropertyResult, list[bytes]]] = []
+    replays: list[Replay] = []
     on_violation: Callable[[PropertyResult], None] | None = None
     if out_of_process:
         from dsm_sim.protocol.client import ExecFactory, preflight
@@ -527,7 +537,9 @@ def main(args: argparse.Namespace) -> int:
             # The handler built last (with its peers) ran the reported program and broke
             # the property: a flaky finding's last replay is one that broke it, if any did.
             if not result.flaky or (result.confirmed is not None and result.confirmed[0] > 0):
-                replays.append((result, exec_handlers.last_recording.lines()))
+                recording = exec_handlers.last_recording
+                in_flight = [overlapped for _, _, overlapped in recording.entries]
+                replays.append((result, recording.lines(), in_flight))
 
     from dsm_sim.conformance.tell.outputs import report_files
 

@@ -1,10 +1,10 @@
 """A counterexample as a C# NUnit test: the steps a C# team pastes into its own test project.
 
-``dsm verify --exec`` keeps the request lines the handler process received
-while the shrunk counterexample ran (the replay file).  For a handler written
-in C# (the host says ``"language": "csharp"`` on ``open``, or the command runs
-``mono``, ``dotnet`` or an ``.exe``), :func:`nunit_test` turns those lines into
-an NUnit test: each request becomes a call through the contract
+For a handler written in C# (the host says ``"language": "csharp"`` on
+``open``, or the command runs ``mono``, ``dotnet`` or an ``.exe``),
+:func:`nunit_test` spells the counterexample's steps
+(:mod:`~dsm_sim.conformance.tell.steps`) as an NUnit test: each request
+becomes a call through the contract
 (``Dsm.DataStateMachine.Testing.ProtocolSteps``) at its instant of a
 ``ManualClock``, asserting the answer the reference handler gives to the same
 line, records compared as the protocol's JSON.  The first assertion that
@@ -17,17 +17,12 @@ may.  Requests sent to peer processes are not in the file.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
-from reference_engine.handlers.memory import in_memory_handler
+from dsm_sim.conformance.tell.steps import ProtocolStep, protocol_steps, summary, test_name
 
-__all__ = ["expected_answers", "is_csharp", "nunit_test"]
-
-_WORDS = re.compile(r"[A-Za-z0-9]+")
+__all__ = ["is_csharp", "nunit_test"]
 
 
 def is_csharp(command: str, language: str | None) -> bool:
@@ -38,27 +33,6 @@ def is_csharp(command: str, language: str | None) -> bool:
     return any(
         w in ("mono", "dotnet") or w.endswith((".exe", ".dll", "/mono", "/dotnet")) for w in words
     )
-
-
-def expected_answers(lines: Sequence[bytes]) -> dict[int, Any]:
-    """What the reference in-memory handler answers to each request line, by request id."""
-    from dsm_sim.protocol.server import Server
-
-    answers: dict[int, Any] = {}
-
-    def send(line: bytes) -> None:
-        message = json.loads(line)
-        answers[message["id"]] = message
-
-    async def run() -> None:
-        server = Server(in_memory_handler, send)
-        for line in lines:
-            server.receive(line)
-            while server.tasks:
-                await asyncio.gather(*list(server.tasks))
-
-    asyncio.run(run())
-    return answers
 
 
 def _cs(text: str | None) -> str:
@@ -93,9 +67,9 @@ def _context(ctx: dict[str, Any]) -> str:
     )
 
 
-def _call(request: dict[str, Any]) -> str | None:
-    op = request["op"]
-    ctx: dict[str, Any] = request.get("context") or {}
+def _call(step: ProtocolStep) -> str:
+    request, ctx = step.request, step.context
+    op = step.op
     if op == "exists":
         return f"steps.Exists({_context(ctx)})"
     if op == "get":
@@ -110,46 +84,30 @@ def _call(request: dict[str, Any]) -> str | None:
         return f"steps.Upsert({_context(ctx)}, {_cs(request['data_json'])})"
     if op == "reset_expired_locks":
         return "steps.ResetExpiredLocks()"
-    if op == "expire_past_retention":
-        return "steps.ExpirePastRetention()"
-    return None
+    return "steps.ExpirePastRetention()"
 
 
-def _expected(answer: dict[str, Any] | None) -> str | None:
-    """The answer as ``ProtocolSteps`` gives it: the result's JSON, or the error's kind."""
-    if answer is None:
-        return None
-    if "error" in answer:
-        return json.dumps({"error": answer["error"]["kind"]}, separators=(",", ":"))
-    return json.dumps(answer["result"], separators=(",", ":"), ensure_ascii=True)
-
-
-def _describe(request: dict[str, Any]) -> str:
-    ctx = request.get("context") or {}
-    item = f" {ctx['item_key']!r}" if ctx else ""
-    token = f" token {ctx['lock_token']}" if ctx.get("lock_token") is not None else ""
-    return f"request {request['id']}: {request['op']}{item}{token} at {request['now']}"
-
-
-def nunit_test(property_name: str, seed: int, lines: Sequence[bytes], message: str = "") -> str:
+def nunit_test(
+    property_name: str,
+    seed: int,
+    lines: Sequence[bytes],
+    message: str = "",
+    in_flight: Sequence[tuple[int, ...]] | None = None,
+    *,
+    shape: str = "contract",
+) -> str:
     """An NUnit test (C# 7.2) that replays ``lines`` through the contract and fails where they part."""
-    requests = [json.loads(line) for line in lines]
-    answers = expected_answers(lines)
-    name = "".join(w.capitalize() for w in _WORDS.findall(property_name)) or "Counterexample"
+    name = test_name(property_name)
     body: list[str] = []
-    for request in requests:
-        call = _call(request)
-        if call is None:
-            continue
-        want = _expected(answers.get(request["id"]))
-        body.append(f"                steps.At({_cs(request['now'])});")
-        if want is None:
+    for step in protocol_steps(lines, in_flight, shape):
+        call = _call(step)
+        body.append(f"                steps.At({_cs(step.now)});")
+        if step.expected is None:
             body.append(f"                {call};")
             continue
-        body.append(
-            f"                Assert.AreEqual({_cs(want)}, {call}, {_cs(_describe(request))});"
-        )
-    said = " ".join(message.split())[:300]
+        want = _cs(step.expected.as_json())
+        body.append(f"                Assert.AreEqual({want}, {call}, {_cs(step.describe())});")
+    said = summary(message)
     return "\n".join(
         [
             f"// dsm verify: {property_name} (seed {seed}) as an NUnit test.",
