@@ -267,10 +267,9 @@ POWERTOOLS = SemanticsProfile(
 STALE_HOLDER_LATE_WRITE = Hazard(
     name="stale_holder_late_write",
     summary=(
-        "the writes (SetAsync, ReleaseLockAsFailedAsync, UpsertAsync) carry no token, so a "
-        "holder whose lock was "
-        "swept or taken over, waking late, writes over the record of the worker that holds "
-        "the item now; no handler of this interface can refuse it"
+        "the writes (set, release_lock_as_failed, upsert) carry no token, so a holder whose "
+        "lock was swept or taken over, waking late, writes over the record of the worker "
+        "that holds the item now; no handler of this interface can refuse it"
     ),
 )
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dsm_sim.conformance.tell.csharp import is_csharp, nunit_test
+from dsm_sim.conformance.tell.java import is_java, java_test
 from dsm_sim.conformance.tell.node import is_node, node_test
 
 __all__ = ["PRINTERS", "Finding", "TestPrinter", "printer_for"]
@@ -72,10 +73,22 @@ def _node(finding: Finding) -> str:
     )
 
 
+def _java(finding: Finding) -> str:
+    return java_test(
+        finding.property_name,
+        finding.seed,
+        finding.lines,
+        finding.message,
+        finding.in_flight,
+        shape=finding.shape,
+    )
+
+
 #: Every printer, tried in this order.
 PRINTERS: tuple[TestPrinter, ...] = (
     TestPrinter("C#", "an NUnit test for your C# test project", ".cs", is_csharp, _nunit),
     TestPrinter("Node", "a node:test file (node --test)", ".test.js", is_node, _node),
+    TestPrinter("Java", "a Java class whose main throws AssertionError", ".java", is_java, _java),
 )
 
 
