@@ -47,6 +47,9 @@ CODE_SUFFIXES = frozenset({".py", ".js", ".mjs", ".toml", ".json", ".j2", ".cs",
 REPO_ROOTS = (*CODE_DIRS, "docs", "reports", ".ci", "noxfile.py", "pyproject.toml")
 
 #: snake_case names the docs cite that are someone else's, and what they are.
+#: Commands of other languages' tools the docs show with their own flags (``node --test``).
+OTHER_TOOLS = frozenset({"node", "java", "javac", "mcs", "mono", "nunit-console", "dotnet"})
+
 NOT_OURS: dict[str, str] = {
     "_do_execute": "SQLAlchemy internals, in a profile of the SQL handler",
     "_finalize_fairy": "SQLAlchemy internals, in a profile of the SQL handler",
@@ -211,6 +214,8 @@ def problems_in(doc: Path) -> list[str]:
             )
             if "pytest" in span and not flag.startswith("--dsm-"):
                 continue  # pytest's own flags
+            if span.split(maxsplit=1)[0] in OTHER_TOOLS:
+                continue  # another language's tool, with flags of its own
             if flag not in known:
                 found.append(f"`{span}`: no parser defines {flag}")
     return found
