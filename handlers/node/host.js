@@ -157,7 +157,6 @@ function session(factory, options, send) {
   }
 
   state.receive = receive;
-  state.done = () => ordered;
   return state;
 }
 
@@ -173,10 +172,8 @@ function run(factory, options) {
       buffered = buffered.slice(end + 1);
       if (line.trim()) state.receive(line);
     }
-    if (state.closed) {
-      process.stdin.destroy();
-      state.done().then(() => process.exitCode === undefined && (process.exitCode = 0));
-    }
+    // Nothing after close is read; the process exits once its answer is written.
+    if (state.closed) process.stdin.destroy();
   });
 }
 

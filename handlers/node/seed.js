@@ -12,7 +12,8 @@
 // never reach the seed handler, and the token answered for an acquisition is the attempt of
 // the record the handler wrote, read back with get(), so the kit can tell holders apart in
 // its story (the grants counted here when the handler keeps no attempt). Nothing is fenced
-// by it: a stale holder's late write reaches the handler as any other write does.
+// by it: a stale holder's late write reaches the handler as any other write does. The read-back
+// is a second call: a write another request lands between the two is what it reads.
 
 "use strict";
 

@@ -102,3 +102,15 @@ def test_a_racy_node_handler_is_caught_and_its_node_test_fails_as_the_race_did(
     assert broken.returncode != 0 and "# fail 1" in broken.stdout, broken.stdout
     fixed = run("")
     assert fixed.returncode == 0 and "# pass 1" in fixed.stdout, fixed.stdout + fixed.stderr
+
+
+def test_the_node_host_and_its_steps_pass_their_own_node_tests() -> None:
+    # handlers/node/test/: serve and serveSeed through their pipe, and ProtocolSteps.
+    run = subprocess.run(
+        [_node(), "--test", str(ROOT / "handlers" / "node" / "test")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0 and "# fail 0" in run.stdout, run.stdout + run.stderr
