@@ -14,6 +14,10 @@
 //   resetExpiredLocks() -> count           expirePastRetention() -> count
 //   open() and close(dropStore), both optional
 //
+// A factory `(clock, storeName) => ...` is given the store the harness names on open (and
+// answers "named_store": true): the kit then races peers, more processes on that store. Each
+// open must start from an empty store.
+//
 // `ctx` is the request's context as the protocol spells it (tenant_id, item_key,
 // lock_duration_us, retention_us, lock_token...), frozen. A record is the protocol's record
 // with its instants as BigInt microseconds (rules.js, wireRecord). A refusal is a
@@ -98,7 +102,10 @@ function session(factory, options, send) {
     if (req.protocol !== PROTOCOL_VERSION) {
       throw new Refusal("bad_request", `this handler speaks protocol ${PROTOCOL_VERSION}, not ${req.protocol}`);
     }
-    const made = factory(requestClock, null);
+    // A factory of two parameters works in the store the harness names: every process opened
+    // with that name must reach the same records, and the close that says drop_store removes it.
+    const named = typeof req.store === "string" && factory.length >= 2;
+    const made = factory(requestClock, named ? req.store : null);
     handler = options.adapt ? options.adapt(made) : made;
     if (typeof handler.open === "function") await served.run(now, () => handler.open());
     return {
@@ -106,7 +113,7 @@ function session(factory, options, send) {
       concurrent: true,
       name: options.name || "node handler",
       shared_store: false,
-      named_store: false,
+      named_store: named,
       shape: options.shape,
       language: LANGUAGE,
     };

@@ -134,3 +134,25 @@ test("ProtocolSteps answers through the contract at the manual clock's instant",
   assert.throws(() => new ProtocolSteps(new SeedMemoryHandler(clock), clock, { shape: "tokens" }), RangeError);
   await steps.close();
 });
+
+test("a factory that takes a store name gets the one open names, and says so", async () => {
+  const program = `
+    const { serveSeed } = require("./host.js");
+    const { SeedMemoryHandler } = require("./seed-memory.js");
+    serveSeed((clock, store) => {
+      const handler = new SeedMemoryHandler(clock);
+      handler.close = (drop) => process.stderr.write("closed " + store + " drop=" + drop + "\\n");
+      return handler;
+    });`;
+  const { byId, stderr } = await answers(program, [
+    { op: "open", now: NOW, protocol: 1, store: "dsm_0123456789abcdef" },
+    { op: "close", now: NOW, drop_store: true },
+  ]);
+  assert.equal(byId[1].result.named_store, true);
+  assert.match(stderr, /closed dsm_0123456789abcdef drop=true/);
+  const plain = await answers(SEED, [
+    { op: "open", now: NOW, protocol: 1, store: "dsm_0123456789abcdef" },
+    { op: "close", now: NOW },
+  ]);
+  assert.equal(plain.byId[1].result.named_store, false);
+});
