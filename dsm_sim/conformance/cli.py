@@ -29,7 +29,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from dsm_sim.conformance.cache import CACHE_DIR_ENV
 from dsm_sim.options import bounded_int, positive_seconds
@@ -41,6 +41,7 @@ from reference_engine.errors import ConfigurationError, DsmError
 
 if TYPE_CHECKING:
     from dsm_sim.conformance.runner import PropertyResult, VerificationReport
+    from dsm_sim.conformance.tell.languages import Finding, TestPrinter
     from reference_engine.handler import HandlerFactory
 
 __all__ = [
@@ -346,28 +347,17 @@ def _write_protocol_failures(factory: object, out: TextIO) -> None:
     out.write(f"  {type(first).__name__}: {first}\n")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Replay:
-    """A counterexample of a handler in another process: its request lines and its answers."""
-
-    result: PropertyResult
-    lines: list[bytes]
-    #: The handler's answers by request id (the process the factory built).
-    answers: dict[int, dict[str, Any]]
-    #: ``--tokens``: the rule the counterexample was found under.
-    tokens: str = "attempts"
-
-
-def _write_replays(replays: list[Replay], factory: object, directory: Path) -> None:
+def _write_replays(findings: list[Finding], factory: object, directory: Path) -> None:
     """One replay file per violation, each named next to the command that sends it."""
-    from dsm_sim.conformance.tell.csharp import is_csharp
+    from dsm_sim.conformance.tell.languages import printer_for
     from dsm_sim.protocol.client import ExecFactory
     from dsm_sim.protocol.replay import replay_command, replay_name, write_replay
 
     assert isinstance(factory, ExecFactory)
-    for replay in replays:
-        result, lines = replay.result, replay.lines
-        name = replay_name(result.name, result.found_seed or 0)
+    printer = printer_for(factory.command, factory.language)
+    for finding in findings:
+        lines = list(finding.lines)
+        name = replay_name(finding.property_name, finding.seed)
         try:
             path = write_replay(lines, directory, name)
         except OSError as exc:
@@ -378,37 +368,30 @@ def _write_replays(replays: list[Replay], factory: object, directory: Path) -> N
             count = len({line[: line.index(b",")] for line in lines})
             processes = f", {count} processes"
         print(
-            f"protocol requests of {result.name} ({len(lines)} lines{processes}): {path}\n"
-            f"  send them again: {replay_command(path, factory)}",
+            f"protocol requests of {finding.property_name} ({len(lines)} lines{processes}): "
+            f"{path}\n  send them again: {replay_command(path, factory)}",
             file=sys.stderr,
         )
-        if is_csharp(factory.command, factory.language):
-            _write_nunit_test(replay, path.with_suffix(".cs"))
+        if printer is not None:
+            _write_finding_test(finding, printer, path.with_suffix(printer.suffix))
 
 
-def _write_nunit_test(replay: Replay, path: Path) -> None:
-    """The counterexample of a C# handler, also as an NUnit test: printed, and kept beside its replay."""
-    from dsm_sim.conformance.tell.csharp import nunit_test
-
-    result = replay.result
+def _write_finding_test(finding: Finding, printer: TestPrinter, path: Path) -> None:
+    """The counterexample as a test in the handler's language: printed, and kept beside its replay."""
     try:
-        test = nunit_test(
-            result.name,
-            result.found_seed or 0,
-            replay.lines,
-            result.message,
-            replay.answers,
-            replay.tokens,
-        )
+        test = printer.render(finding)
     except Exception as exc:  # the reference's answers could not be had: say so, keep the rest
-        print(f"no NUnit test for {result.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"no {printer.language} test for {finding.property_name}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
         return
     out = printable_stream(sys.stdout)
-    out.write(f"\n{result.name} as an NUnit test for your C# test project ({path}):\n\n{test}")
+    out.write(f"\n{finding.property_name} as {printer.kind} ({path}):\n\n{test}")
     try:
         path.write_text(test, encoding="utf-8")
     except OSError as exc:
-        print(f"cannot write the NUnit test {path}: {exc}", file=sys.stderr)
+        print(f"cannot write the {printer.language} test {path}: {exc}", file=sys.stderr)
 
 
 def store_preflight(factory: HandlerFactory, seconds: float | None) -> str | None:
@@ -529,9 +512,10 @@ def main(args: argparse.Namespace) -> int:
         if unreachable is not None:
             sys.stderr.write(f"dsm verify: {unreachable}\n")
             return EXIT_USAGE
-    replays: list[Replay] = []
+    replays: list[Finding] = []
     on_violation: Callable[[PropertyResult], None] | None = None
     if out_of_process:
+        from dsm_sim.conformance.tell.languages import Finding
         from dsm_sim.protocol.client import ExecFactory, preflight
 
         assert isinstance(factory, ExecFactory)
@@ -551,9 +535,19 @@ def main(args: argparse.Namespace) -> int:
             # The handler built last (with its peers) ran the reported program and broke
             # the property: a flaky finding's last replay is one that broke it, if any did.
             if not result.flaky or (result.confirmed is not None and result.confirmed[0] > 0):
-                lines = exec_handlers.last_recording.lines()
-                answers = dict(exec_handlers.last_answers)
-                replays.append(Replay(result, lines, answers, getattr(args, "tokens", "attempts")))
+                recording = exec_handlers.last_recording
+                in_flight = [overlapped for _, _, overlapped in recording.entries]
+                finding = Finding(
+                    result.name,
+                    result.found_seed or 0,
+                    recording.lines(),
+                    result.message,
+                    in_flight,
+                    exec_handlers.shape,
+                    dict(exec_handlers.last_answers),
+                    getattr(args, "tokens", "attempts"),
+                )
+                replays.append(finding)
 
     from dsm_sim.conformance.tell.outputs import report_files
 

@@ -87,6 +87,23 @@ public final class MemoryHandler {
         long createdAt;
         long updatedAt;
         Long retainUntil;
+
+        /** A copy a caller may keep: the store's own record goes on changing. */
+        Rec copy() {
+            Rec c = new Rec();
+            c.key = key;
+            c.status = status;
+            c.attempt = attempt;
+            c.lockedUntil = lockedUntil;
+            c.dataJson = dataJson;
+            c.errorDetail = errorDetail;
+            c.executionId = executionId;
+            c.sourceAppId = sourceAppId;
+            c.createdAt = createdAt;
+            c.updatedAt = updatedAt;
+            c.retainUntil = retainUntil;
+            return c;
+        }
     }
 
     /** The fields of a request's context this handler reads. */
@@ -94,8 +111,11 @@ public final class MemoryHandler {
         final String tenant, entity, itemEntityKey, itemKey, executionId, sourceAppId;
         final long scopeId, lockDuration;
         final Long retention, token;
+        /** The context as the request carried it. */
+        final Map<String, Object> raw;
 
         Ctx(Map<String, Object> raw) {
+            this.raw = raw;
             tenant = (String) raw.get("tenant_id");
             scopeId = (Long) raw.get("scope_id");
             entity = (String) raw.get("entity_id");
@@ -109,6 +129,13 @@ public final class MemoryHandler {
         }
 
         List<Object> key() { return List.of(tenant, scopeId, entity, itemEntityKey, itemKey); }
+
+        /** The same context carrying {@code token} (null: none) as its fencing token. */
+        Ctx withToken(Long token) {
+            Map<String, Object> copy = new LinkedHashMap<>(raw);
+            copy.put("lock_token", token == null ? NULL : token);
+            return new Ctx(copy);
+        }
 
         Map<String, Object> keyObject() {
             Map<String, Object> key = new LinkedHashMap<>();
@@ -529,16 +556,30 @@ public final class MemoryHandler {
     final PrintStream stdout = new PrintStream(System.out, false, StandardCharsets.US_ASCII);
 
     void answer(Object id, String member, Object value) {
+        answer(stdout, id, member, value);
+    }
+
+    /** One answer line on {@code out}: {"id": ID, MEMBER: VALUE}, whole, in one write. */
+    static void answer(PrintStream out, Object id, String member, Object value) {
         Map<String, Object> message = new LinkedHashMap<>();
         message.put("id", id);
         message.put(member, value);
         StringBuilder line = new StringBuilder();
         emit(line, message);
         line.append('\n');
-        synchronized (stdout) {
-            stdout.print(line);
-            stdout.flush();
+        synchronized (out) {
+            out.print(line);
+            out.flush();
         }
+    }
+
+    /** A failure that is not a refusal, as the protocol's {@code internal} error. */
+    static Map<String, Object> internal(RuntimeException e) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("kind", "internal");
+        body.put("message", String.valueOf(e) + " " + Arrays.toString(e.getStackTrace()));
+        body.put("type", e.getClass().getName());
+        return body;
     }
 
     static Map<String, Object> parseRequest(String line) {
@@ -580,6 +621,8 @@ public final class MemoryHandler {
                 hello.put("protocol", PROTOCOL_VERSION);
                 hello.put("concurrent", Boolean.TRUE);
                 hello.put("name", "java in-memory" + (NO_FENCING ? " (bug: no_fencing)" : ""));
+                hello.put("shape", "contract");
+                hello.put("language", "java");
                 answer(id, "result", hello);
                 return false;
             }
@@ -591,11 +634,7 @@ public final class MemoryHandler {
         } catch (Refusal refusal) {
             answer(id, "error", refusal.body);
         } catch (RuntimeException e) {
-            Map<String, Object> body = new LinkedHashMap<>();
-            body.put("kind", "internal");
-            body.put("message", String.valueOf(e) + " " + Arrays.toString(e.getStackTrace()));
-            body.put("type", e.getClass().getName());
-            answer(id, "error", body);
+            answer(id, "error", internal(e));
         }
         return false;
     }

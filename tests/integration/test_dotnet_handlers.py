@@ -685,7 +685,9 @@ def test_a_counterexample_is_printed_as_an_nunit_test_that_fails_at_the_breaking
 ) -> None:
     """Under either token rule; under ``ordered`` the test keeps each grant's token in a
     variable and asserts its order (the handler's tokens are attempts, which grow)."""
-    from dsm_sim.conformance.tell.csharp import is_csharp, is_read_back, nunit_test
+    from dsm_sim.conformance.tell.csharp import is_csharp, nunit_test
+    from dsm_sim.conformance.tell.read_backs import is_read_back
+    from dsm_sim.conformance.tell.steps import Finding
 
     factory = exec_factory(_mono(nunit, "BrokenHandler.exe", "no_fencing"))
     assert preflight(factory) is None and factory.language == "csharp"
@@ -702,7 +704,8 @@ def test_a_counterexample_is_printed_as_an_nunit_test_that_fails_at_the_breaking
     )
     assert report.violations[0].name == "stale_write_rejected"
     message = report.violations[0].message
-    test = nunit_test("stale_write_rejected", 0, kept, message, answers, tokens)
+    finding = Finding("stale_write_rejected", 0, kept, message, answers=answers, tokens=tokens)
+    test = nunit_test(finding)
     assert ("var token" in test) is (tokens == "ordered"), test
     assert "new YourHandler(clock)" in test and "ManualClock" in test
     # The program's own steps only: the kit's reads (as run-0) showed nothing the set did not.

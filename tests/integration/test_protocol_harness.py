@@ -370,6 +370,11 @@ def test_a_violation_leaves_a_replay_file_that_reproduces_it(
     (path,) = replays.glob("*.jsonl")
     assert path.name == f"{found.group(1)}-seed0.jsonl"
     assert f"dsm replay {path} --exec '{command}'" in captured.err
+    # A Node handler's counterexample is also a node:test file beside it, and printed.
+    (printed,) = replays.glob("*.test.js")
+    assert printed.name == f"{found.group(1)}-seed0.test.js"
+    assert f"as a node:test file (node --test) ({printed})" in captured.out
+    assert 'require("node:test")' in printed.read_text(encoding="utf-8")
 
     lines = path.read_text(encoding="utf-8").splitlines()
     requests = [json.loads(line) for line in lines]

@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from dsm_sim.conformance.tell.csharp import expected_answers, is_csharp, is_read_back, nunit_test
+from dsm_sim.conformance.tell.csharp import is_csharp, nunit_test
 from dsm_sim.conformance.tell.outputs import breaking_step
+from dsm_sim.conformance.tell.read_backs import is_read_back
+from dsm_sim.conformance.tell.steps import Finding, expected_answers
 from reference_engine.errors import ConfigurationError
 
 
@@ -41,7 +43,7 @@ def test_the_nunit_test_asserts_the_reference_answers_as_protocol_json() -> None
         _line(4, "get", context=ctx),
         _line(5, "close"),
     ]
-    test = nunit_test("stale_write_rejected", 3, lines, "a message")
+    test = nunit_test(Finding("stale_write_rejected", 3, lines, "a message"))
     assert "public class DsmStaleWriteRejectedSeed3" in test
     assert 'Assert.AreEqual("1", steps.TryAcquireLock(Ctx("t1"' in test
     assert '"\\u5b9f\\u884c"' in test and '"INV-\\"1\\""' in test
@@ -97,7 +99,7 @@ def test_the_kits_reads_are_left_out_but_the_one_that_showed_the_failure() -> No
     # after the set: the kit's read of INV-1 at request 6 is the failing observation.
     handler = {**answers, 6: {**answers[3]}}
     assert handler[6] != answers[6]
-    test = nunit_test("completion_releases_lock", 0, lines, answers=handler)
+    test = nunit_test(Finding("completion_releases_lock", 0, lines, answers=handler))
     calls = _asserted(test)
     assert len(calls) == 4, calls  # acquire, set, the failing read, the program's own get
     assert "steps.TryAcquireLock(" in calls[0] and "steps.Set(" in calls[1]
@@ -110,7 +112,7 @@ def test_a_failing_step_of_the_program_keeps_none_of_the_kits_reads() -> None:
     lines = _program_with_reads()
     answers = expected_answers(lines)
     handler = {**answers, 5: {"id": 5, "error": {"kind": "stale_lock", "message": "no"}}}
-    test = nunit_test("errors_agree_with_model", 0, lines, answers=handler)
+    test = nunit_test(Finding("errors_agree_with_model", 0, lines, answers=handler))
     assert '"run-0"' not in test
     assert len(_asserted(test)) == 3
 
@@ -121,7 +123,7 @@ def test_without_the_handlers_answers_the_reads_after_the_last_step_are_kept() -
     lines = _program_with_reads()
     lines.insert(-1, _line(10, "get", context=_READ_1))  # after the program's last step (8)
     lines.insert(-1, _line(11, "get", context=_READ_2))
-    test = nunit_test("record_agrees_with_model", 0, lines)
+    test = nunit_test(Finding("record_agrees_with_model", 0, lines))
     kept = [line for line in _asserted(test) if '"run-0"' in line]
     assert len(kept) == 2 and "request 10:" in kept[0] and "request 11:" in kept[1], kept
 
@@ -145,7 +147,7 @@ def test_under_ordered_tokens_the_test_keeps_the_handlers_tokens_and_asserts_the
         5: {"id": 5, "result": 502},
         6: {"id": 6, "result": None},  # the stale holder's write landed: the failure
     }
-    test = nunit_test("stale_write_rejected", 0, lines, answers=handler, tokens="ordered")
+    test = nunit_test(Finding("stale_write_rejected", 0, lines, answers=handler, tokens="ordered"))
     assert "var token2 = steps.TryAcquireLock(" in test
     assert "var token5 = steps.TryAcquireLock(" in test
     assert "Assert.Greater(long.Parse(token5), long.Parse(token2)" in test
@@ -154,10 +156,10 @@ def test_under_ordered_tokens_the_test_keeps_the_handlers_tokens_and_asserts_the
     assert 'Assert.AreEqual("null", steps.ReleaseLockAsFailed(' in release
     assert '"{\\"error\\":\\"stale_lock\\"}", steps.Set(' in stale
     # Judged as attempt numbers, the reference refuses the holder's own release.
-    by_value = nunit_test("stale_write_rejected", 0, lines, answers=handler)
+    by_value = nunit_test(Finding("stale_write_rejected", 0, lines, answers=handler))
     assert '"{\\"error\\":\\"stale_lock\\"}", steps.ReleaseLockAsFailed(' in by_value
 
 
 def test_ordered_tokens_without_the_handlers_answers_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="--tokens ordered"):
-        nunit_test("stale_write_rejected", 0, _program_with_reads(), tokens="ordered")
+        nunit_test(Finding("stale_write_rejected", 0, _program_with_reads(), tokens="ordered"))

@@ -78,10 +78,17 @@ _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 _HANDLER_COMMAND = re.compile(
     r"(--exec|--handler|--dsm-exec)([ =])([\"'])(?!exec:dsm |dsm )[^\"']*\3"
 )
-#: Programs other than dsm whose flags the docs show, and what each is.
+#: Programs other than dsm whose flags the docs show, and what each is: other languages'
+#: tools keep flags of their own (``node --test``, ``mcs -debug``).
 OTHER_PROGRAMS: dict[str, str] = {
     "mono": "Mono's runtime, running a C# handler",
     "MONO_ENV_OPTIONS": "the environment variable Mono reads its options from",
+    "mcs": "Mono's C# compiler",
+    "nunit-console": "NUnit's console runner",
+    "dotnet": "the .NET SDK's command",
+    "node": "Node's runtime and its test runner (node --test)",
+    "java": "the JDK's launcher, running a Java handler",
+    "javac": "the JDK's compiler",
 }
 _COMMAND = re.compile(r"\bdsm (demo|verify|run|stress|diagram|serve|replay)\b")
 

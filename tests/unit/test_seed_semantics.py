@@ -99,3 +99,23 @@ def test_under_the_seed_profile_it_is_a_named_hazard_with_its_story(tmp_path: Pa
     assert data["hazards"][0]["line"] == hazard.line()
     json.dumps(data)
     assert "--semantics seed" in report.replay_command()
+
+
+def test_a_copy_of_the_model_numbers_its_grants_on_its_own() -> None:
+    # A race is judged by replaying candidate orders on copies of the model: a grant in one
+    # candidate must not number the next one's (a worker answered before another would be
+    # told token 2 for a new record).
+    import copy
+
+    from dsm_sim.conformance.judge.semantics import ProfiledModel
+    from dsm_sim.model import WORLD_ITEMS, WORLD_START
+
+    ref = WORLD_ITEMS[0]
+    model = ProfiledModel(SEED)
+    first = copy.copy(model)
+    first.current = {}
+    assert first.try_acquire_lock(ref.context(3), WORLD_START) == 1
+    second = copy.copy(model)
+    second.current = {}
+    assert second.try_acquire_lock(ref.context(2), WORLD_START) == 1
+    assert model.last_token == {} and first.last_token != model.last_token

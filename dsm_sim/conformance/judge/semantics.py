@@ -267,10 +267,9 @@ POWERTOOLS = SemanticsProfile(
 STALE_HOLDER_LATE_WRITE = Hazard(
     name="stale_holder_late_write",
     summary=(
-        "the writes (SetAsync, ReleaseLockAsFailedAsync, UpsertAsync) carry no token, so a "
-        "holder whose lock was "
-        "swept or taken over, waking late, writes over the record of the worker that holds "
-        "the item now; no handler of this interface can refuse it"
+        "the writes (set, release_lock_as_failed, upsert) carry no token, so a holder whose "
+        "lock was swept or taken over, waking late, writes over the record of the worker "
+        "that holds the item now; no handler of this interface can refuse it"
     ),
 )
 
@@ -373,6 +372,19 @@ class ProfiledModel(ReferenceModel):
         #: raised for the last write, which the interface let land (None: it agreed).
         self.spec_refusal: DsmError | None = None
         self.guard_until: dict[RecordKey, dt.datetime] = {}
+
+    def __copy__(self) -> ProfiledModel:
+        """A shallow copy whose own bookkeeping is its own.
+
+        A race is judged by replaying candidate orders on shallow copies of
+        the model: a token handed out in one candidate must not number the
+        next candidate's grants (its records are copied by the caller).
+        """
+        copied = type(self).__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        copied.last_token = dict(self.last_token)
+        copied.guard_until = dict(self.guard_until)
+        return copied
 
     # --- the end of retention by TTL ----------------------------------------------------------
 

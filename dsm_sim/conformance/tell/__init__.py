@@ -6,5 +6,8 @@ within Hypothesis' shrink budget, ``shrink_budget``), told as numbered steps
 (``story``) and printed once as a Python program that runs as pasted
 (:mod:`dsm_sim.conformance.program`, the data every stage shares); a failure Hypothesis could not replay recognised as flaky
 (``flaky``); the last confirming replay recorded for the explorer
-(``replayed``); and the whole report as JSON, JUnit XML and HTML (``outputs``).
+(``replayed``); a finding through the protocol as a test in the handler's
+language (``steps``, which keeps of the kit's reads the one that showed the
+failure, ``read_backs``, and names the handler's own tokens, ``grants``;
+spelled by ``csharp``, ``node`` and ``java``, chosen by ``languages``); and the whole report as JSON, JUnit XML and HTML (``outputs``).
 """

@@ -1,13 +1,13 @@
-"""The handler's own tokens in a C# counterexample found under ``--tokens ordered``.
+"""The handler's own tokens in a printed test of a counterexample found under ``--tokens ordered``.
 
 Under ordered tokens the request lines carry the handler's tokens (a store
 sequence, a rowversion), and the reference handler, which fences with attempt
 numbers, would refuse every write that carries one.  :class:`OrderedGrants`
 pairs each grant's token with the attempt the reference granted for the same
-line, so the reference is sent its own tokens, and the printed test keeps the
-handler's token of each grant in a variable: it asserts that the grant
-exceeds the item's earlier ones, never its value, and passes it to the writes
-made under it, as a caller would.
+line, so the reference is sent its own tokens, and names each grant's token
+as a variable of the printed test: a printer that keeps it asserts that the
+grant exceeds the item's earlier ones, never its value, and passes it to the
+writes made under it, as a caller would.
 """
 
 from __future__ import annotations
@@ -46,17 +46,24 @@ class OrderedGrants:
         self.variables: dict[tuple[str, int], str] = {}
         #: By request id: each grant both the handler and the reference made.
         self.grants: dict[int, Grant] = {}
+        #: By request id: the variable of the grant whose token the request carries.
+        self.carried: dict[int, str] = {}
         self._latest: dict[str, str] = {}
 
     def for_reference(self, request: dict[str, Any]) -> dict[str, Any]:
-        """``request`` with the handler's token replaced by the attempt it was paired with."""
+        """``request`` with the handler's token replaced by the attempt it was paired with.
+
+        Called in the order the lines were sent, so a token names the grant
+        made before it (a later grant of the same value is a later variable).
+        """
         ctx = request.get("context")
         if not isinstance(ctx, dict) or not isinstance(ctx.get("lock_token"), int):
             return request
-        token: int = ctx["lock_token"]
-        attempt = self.attempts.get((item_of(request), token))
+        key = (item_of(request), ctx["lock_token"])
+        attempt = self.attempts.get(key)
         if attempt is None:
             return request  # a token no grant issued: stale for both alike
+        self.carried[request["id"]] = self.variables[key]
         return {**request, "context": {**ctx, "lock_token": attempt}}
 
     def answered(self, request: dict[str, Any], reference: dict[str, Any] | None) -> None:
@@ -75,12 +82,3 @@ class OrderedGrants:
         self.variables[(item, own)] = variable
         self.grants[request["id"]] = Grant(variable, self._latest.get(item))
         self._latest[item] = variable
-
-    def token_expression(self, request: dict[str, Any]) -> str | None:
-        """The C# expression for ``request``'s token: its grant's variable, when it has one."""
-        ctx = request.get("context") or {}
-        token = ctx.get("lock_token")
-        if not isinstance(token, int):
-            return None
-        variable = self.variables.get((item_of(request), token))
-        return None if variable is None else f"long.Parse({variable})"
