@@ -37,6 +37,26 @@ import java.util.concurrent.TimeUnit;
 public final class MemoryHandler {
     /** The protocol version this handler speaks (docs/protocol.md, Versions). */
     static final int PROTOCOL_VERSION = 2;
+
+    /**
+     * The version open is answered with: PROTOCOL_VERSION when the harness offers it (every
+     * version it offers is in "protocols"; a harness that offers one says it in "protocol"
+     * alone), a bad request naming what was offered otherwise.
+     */
+    static int negotiate(Map<String, Object> req) {
+        Object list = req.containsKey("protocols")
+            ? req.get("protocols")
+            : java.util.Collections.singletonList(req.get("protocol"));
+        List<String> offered = new ArrayList<>();
+        if (list instanceof List) {
+            for (Object version : (List<?>) list) offered.add(String.valueOf(version));
+        }
+        if (!offered.contains(String.valueOf(PROTOCOL_VERSION))) {
+            throw new Refusal("bad_request", "this handler speaks protocol version " + PROTOCOL_VERSION
+                + "; open offered " + String.join(", ", offered));
+        }
+        return PROTOCOL_VERSION;
+    }
     static final int MAX_DATA_BYTES = 256 * 1024;
     static final String SWEEP_ERROR_DETAIL = "lock expired; reset by the catch-up sweep";
     /** 9999-12-31T23:59:59.999999Z in microseconds: the last instant a record can hold. */
@@ -604,21 +624,8 @@ public final class MemoryHandler {
         try {
             long now = parseInstant((String) req.get("now"));
             if (op.equals("open")) {
-                // Every version the harness offers is in "protocols"; a harness that offers one
-                // says it in "protocol" alone.
-                Object list = req.containsKey("protocols")
-                    ? req.get("protocols")
-                    : java.util.Collections.singletonList(req.get("protocol"));
-                List<String> offered = new ArrayList<>();
-                if (list instanceof List) {
-                    for (Object version : (List<?>) list) offered.add(String.valueOf(version));
-                }
-                if (!offered.contains(String.valueOf(PROTOCOL_VERSION))) {
-                    throw new Refusal("bad_request", "this handler speaks protocol version " + PROTOCOL_VERSION
-                        + "; open offered " + String.join(", ", offered));
-                }
                 Map<String, Object> hello = new LinkedHashMap<>();
-                hello.put("protocol", PROTOCOL_VERSION);
+                hello.put("protocol", negotiate(req));
                 hello.put("concurrent", Boolean.TRUE);
                 hello.put("name", "java in-memory" + (NO_FENCING ? " (bug: no_fencing)" : ""));
                 hello.put("shape", "contract");

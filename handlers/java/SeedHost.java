@@ -133,12 +133,10 @@ public final class SeedHost {
                              Adapter[] adapter, PrintStream out) {
         Object id = req.get("id");
         try {
-            if (!Long.valueOf(MemoryHandler.PROTOCOL_VERSION).equals(req.get("protocol"))) {
-                throw new MemoryHandler.Refusal("bad_request", "this handler speaks protocol " + MemoryHandler.PROTOCOL_VERSION);
-            }
+            int protocol = MemoryHandler.negotiate(req);
             adapter[0] = new Adapter(factory.apply(REQUEST_CLOCK));
             Map<String, Object> hello = new LinkedHashMap<>();
-            hello.put("protocol", MemoryHandler.PROTOCOL_VERSION);
+            hello.put("protocol", protocol);
             hello.put("concurrent", Boolean.TRUE);
             hello.put("name", name);
             // The harness picks the semantics it judges by from the shape.

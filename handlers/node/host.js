@@ -31,7 +31,7 @@
 "use strict";
 
 const { AsyncLocalStorage } = require("node:async_hooks");
-const { PROTOCOL_VERSION, parseInstant, wireRecord, Refusal } = require("./rules.js");
+const { negotiate, parseInstant, wireRecord, Refusal } = require("./rules.js");
 
 const LANGUAGE = "node";
 
@@ -99,9 +99,7 @@ function session(factory, options, send) {
   const answer = (message) => send(JSON.stringify(message) + "\n");
 
   async function open(req, now) {
-    if (req.protocol !== PROTOCOL_VERSION) {
-      throw new Refusal("bad_request", `this handler speaks protocol ${PROTOCOL_VERSION}, not ${req.protocol}`);
-    }
+    const protocol = negotiate(req);
     // A factory of two parameters works in the store the harness names: every process opened
     // with that name must reach the same records, and the close that says drop_store removes it.
     const named = typeof req.store === "string" && factory.length >= 2;
@@ -109,7 +107,7 @@ function session(factory, options, send) {
     handler = options.adapt ? options.adapt(made) : made;
     if (typeof handler.open === "function") await served.run(now, () => handler.open());
     return {
-      protocol: PROTOCOL_VERSION,
+      protocol,
       concurrent: true,
       name: options.name || "node handler",
       shared_store: false,

@@ -64,7 +64,7 @@ const CONTRACT = `
 
 test("serveSeed says its shape and language, and answers the seed's calls as the contract's", async () => {
   const { byId, stderr } = await answers(SEED, [
-    { op: "open", now: NOW, protocol: 1 },
+    { op: "open", now: NOW, protocol: 1, protocols: [1, 2] },
     { op: "try_acquire_lock", now: NOW, context: CTX },
     { op: "try_acquire_lock", now: NOW, context: { ...CTX, entity_execution_id: "run-2" } },
     "not json",
@@ -78,7 +78,7 @@ test("serveSeed says its shape and language, and answers the seed's calls as the
     { op: "close", now: LATER },
   ]);
   assert.deepEqual(byId[1].result, {
-    protocol: 1, concurrent: true, name: "seed", shared_store: false, named_store: false,
+    protocol: 2, concurrent: true, name: "seed", shared_store: false, named_store: false,
     shape: "seed", language: "node",
   });
   assert.equal(byId[2].result, 1);
@@ -97,7 +97,7 @@ test("serveSeed says its shape and language, and answers the seed's calls as the
 
 test("serve says the contract's shape and passes the tokens through", async () => {
   const { byId } = await answers(CONTRACT, [
-    { op: "open", now: NOW, protocol: 1 },
+    { op: "open", now: NOW, protocol: 1, protocols: [1, 2] },
     { op: "try_acquire_lock", now: NOW, context: CTX },
     { op: "exists", now: NOW, context: CTX },
     { op: "close", now: NOW },
@@ -108,15 +108,16 @@ test("serve says the contract's shape and passes the tokens through", async () =
   assert.equal(byId[3].result, false);
 });
 
-test("a request before open, and an open of another protocol, are refused by name", async () => {
+test("a request before open, and an open that does not offer version 2, are refused by name", async () => {
   const { byId } = await answers(SEED, [
     { op: "get", now: NOW, context: CTX },
-    { op: "open", now: NOW, protocol: 2 },
+    { op: "open", now: NOW, protocol: 1 },
     { op: "close", now: NOW },
   ]);
   assert.equal(byId[1].error.kind, "bad_request");
   assert.match(byId[1].error.message, /before open/);
   assert.equal(byId[2].error.kind, "bad_request");
+  assert.match(byId[2].error.message, /speaks protocol version 2; open offered 1/);
 });
 
 test("ProtocolSteps answers through the contract at the manual clock's instant", async () => {
@@ -145,13 +146,13 @@ test("a factory that takes a store name gets the one open names, and says so", a
       return handler;
     });`;
   const { byId, stderr } = await answers(program, [
-    { op: "open", now: NOW, protocol: 1, store: "dsm_0123456789abcdef" },
+    { op: "open", now: NOW, protocol: 1, protocols: [1, 2], store: "dsm_0123456789abcdef" },
     { op: "close", now: NOW, drop_store: true },
   ]);
   assert.equal(byId[1].result.named_store, true);
   assert.match(stderr, /closed dsm_0123456789abcdef drop=true/);
   const plain = await answers(SEED, [
-    { op: "open", now: NOW, protocol: 1, store: "dsm_0123456789abcdef" },
+    { op: "open", now: NOW, protocol: 1, protocols: [1, 2], store: "dsm_0123456789abcdef" },
     { op: "close", now: NOW },
   ]);
   assert.equal(plain.byId[1].result.named_store, false);
