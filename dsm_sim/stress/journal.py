@@ -29,9 +29,9 @@ from typing import IO, Any
 from dsm_sim.history import OpName
 
 __all__ = [
+    "RESOLVED",
     "EventType",
     "Journal",
-    "RESOLVED",
     "Operation",
     "WallClock",
     "read_marks",
