@@ -8,8 +8,8 @@ only the code they import differs.  It uses only what both trees have
 
 Kinds:
 
-* ``run SCENARIOS SEEDS``: every scenario in ``SCENARIOS`` at seeds 1 to
-  ``SEEDS``, in-memory handler, in this process (as ``dsm run --jobs 1``
+* ``run SCENARIOS SEEDS [NAME ...]``: every scenario in ``SCENARIOS`` (or
+  those named) at seeds 1 to ``SEEDS``, in-memory handler, in this process (as ``dsm run --jobs 1``
   does).  A first run (not timed) loads every module a run imports.
 * ``verify PROFILE CACHE_DIR``: ``dsm verify`` of the in-memory handler at
   seed 0, its handler calls counted (``handler_calls.Counting``), Hypothesis'
@@ -35,14 +35,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def _run(scenarios: Path, seeds: int) -> dict[str, object]:
+def _run(scenarios: Path, seeds: int, names: list[str]) -> dict[str, object]:
     from dsm_sim.reports.json_report import to_json
     from dsm_sim.scenario import load_scenarios
     from dsm_sim.simulator.run import run_scenario
     from reference_engine.registry import load_factory
 
     factory = load_factory("reference_engine.handlers.memory:in_memory_handler")
-    plan = [(s, seed) for s in load_scenarios(scenarios) for seed in range(1, seeds + 1)]
+    chosen = [s for s in load_scenarios(scenarios) if not names or s.name in names]
+    plan = [(s, seed) for s in chosen for seed in range(1, seeds + 1)]
     run_scenario(plan[0][0], seed=plan[0][1], handler=factory)  # imports, not timed
     reports = hashlib.sha256()
     deliveries = 0
@@ -82,14 +83,14 @@ def _verify(profile: str, cache: Path) -> dict[str, object]:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["run"] and len(argv) == 3:
-        print(json.dumps(_run(Path(argv[1]), int(argv[2]))))
+    if argv[:1] == ["run"] and len(argv) >= 3:
+        print(json.dumps(_run(Path(argv[1]), int(argv[2]), argv[3:])))
         return 0
     if argv[:1] == ["verify"] and len(argv) == 3:
         print(json.dumps(_verify(argv[1], Path(argv[2]))))
         return 0
     print(
-        "usage: evidence_workload.py run SCENARIOS SEEDS | verify PROFILE CACHE_DIR",
+        "usage: evidence_workload.py run SCENARIOS SEEDS [NAME ...] | verify PROFILE CACHE_DIR",
         file=sys.stderr,
     )
     return 2
