@@ -51,7 +51,7 @@ WORKLOAD = Path(__file__).resolve().parent / "evidence_workload.py"
 BASE_ENV = "DSM_BENCH_EVIDENCE_BASE"
 DEFAULT_BASE = "a8ed8f7"
 #: Rounds in full mode (each runs both sides); short mode runs one.
-ROUNDS = 3
+ROUNDS = 5
 #: Seeds per scenario of the ``dsm run`` workload (full, short).
 SEEDS = (3, 1)
 #: Short mode (CI) runs these scenarios only, and times verify without filling its cache
