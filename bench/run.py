@@ -33,6 +33,7 @@ BENCHMARKS = {
     "verify-jobs": "bench_verify_jobs",
     "protocol": "bench_protocol",
     "peers": "bench_peers",
+    "evidence": "bench_evidence",
 }
 
 

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from hypothesis import HealthCheck, Phase, settings
 
 from dsm_sim import profiles
+from dsm_sim.collector import frozen_heap
 from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.execute.loop import (
     VerificationHalted,
@@ -306,7 +307,7 @@ def verify(
     verification = Verification(plan)
     # Every real call waits no longer than the deadline, and one that blocks its thread
     # is interrupted just after it, as under ``dsm run --max-wall``.
-    with wall_deadline(plan.deadline), interrupt_at(plan.deadline):
+    with wall_deadline(plan.deadline), interrupt_at(plan.deadline), frozen_heap():
         try:
             try:
                 if probes:

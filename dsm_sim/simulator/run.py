@@ -36,6 +36,7 @@ from dsm_sim.checker.liveness import (
     UNSUPPORTED_REASON,
 )
 from dsm_sim.checker.safety import duplicate_effects
+from dsm_sim.collector import frozen_heap
 from dsm_sim.conformance.judge.semantics import (
     DSM,
     OPERATIONS,
@@ -312,7 +313,7 @@ def run_scenario(
     is the profile to judge by (a profile, a name or ``module:ATTRIBUTE``),
     by default the one the factory declares, else the spec's.
     """
-    with host_timezone(scenario.host_timezone):
+    with host_timezone(scenario.host_timezone), frozen_heap():
         return _run(scenario, seed, handler, handler_name, builders, system_clock, semantics)
 
 

@@ -41,6 +41,8 @@ EXPECTED = {
     "Full happy path per second (check, acquire, complete): dsm vs Powertools idempotency": (
         "redis/decorator"
     ),
+    "Evidence cost: CPU µs per simulated delivery (dsm run) and per kit call (dsm verify), "
+    "base vs this code": "this/base",
 }
 
 

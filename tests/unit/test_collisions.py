@@ -8,10 +8,12 @@ import zlib
 import pytest
 
 from dsm_sim.conformance.generate.collisions import (
+    FNV_PAIR,
     HASHES,
     crc16,
     crc32,
     fnv1a32,
+    fnv_collision,
     hash_pairs,
     java_hash,
     linear_collision,
@@ -36,6 +38,13 @@ def test_the_hashes_are_the_ones_stores_use() -> None:
     assert murmur3_32(b"") == 0
     assert murmur3_32(b"hello") == 0x248BFA47
     assert murmur3_32(b"The quick brown fox jumps over the lazy dog") == 0x2E4FF723
+
+
+def test_the_kept_fnv_pair_is_what_the_search_finds() -> None:
+    """The pair the kit uses without searching is the search's own result, and collides."""
+    assert fnv_collision() == FNV_PAIR
+    one, other = FNV_PAIR
+    assert one != other and fnv1a32(one.encode()) == fnv1a32(other.encode())
 
 
 @pytest.mark.parametrize("text", ["INV-1", "", "t2", "x" * 300, "\u8acb\u6c42\u66f8"])
