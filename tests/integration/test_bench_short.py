@@ -41,6 +41,8 @@ EXPECTED = {
     "Full happy path per second (check, acquire, complete): dsm vs Powertools idempotency": (
         "redis/decorator"
     ),
+    # The summary of every target: this run's figure for each, and met / not met / not run.
+    "Performance targets: this run's figure for each, met or not": "status",
 }
 
 
@@ -78,6 +80,11 @@ def test_short_benchmarks_run_and_print_every_table(
     # Both backends were counted: PostgreSQL was not skipped.
     assert any(line.startswith("postgresql ") for line in lines), out
     assert "FAILED" not in out
+    # The summary comes last and gives the verify --jobs target in memory a figure.
+    summary = lines.index("== Performance targets: this run's figure for each, met or not ==")
+    assert all(not line.startswith("== ") for line in lines[summary + 1 :]), out
+    row = next(line for line in lines[summary:] if "of --jobs 1's wall time, memory" in line)
+    assert row.rstrip().endswith(("met", "not met")), row
 
 
 def test_an_unknown_benchmark_name_is_refused() -> None:
