@@ -45,8 +45,10 @@ NOT EXERCISED (the ``max-wall`` gap), as with ``--jobs 1``.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import pickle
+import threading
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -272,9 +274,19 @@ class WorkerPool:
         self.ctx = _context()
         self.pool = _pool(self.jobs, self.ctx)
         #: Everything sent to the workers: :meth:`close` waits for none of it.
-        self.sent: list[Future[Any]] = [self.pool.submit(_warm, handler) for _ in range(self.jobs)]
+        self.sent: list[Future[Any]] = []
         #: Called once the matrix's chunks are all sent: work for the workers to go on with.
         self.after_chunks: Callable[[], None] | None = None
+        # Starting a worker waits for the forkserver to import the kit (a second or two on
+        # a busy machine): a thread of its own starts them while this one runs the probes.
+        self.starting = threading.Thread(
+            target=self._start, args=(handler,), name="dsm-workers", daemon=True
+        )
+        self.starting.start()
+
+    def _start(self, handler: str | bytes) -> None:
+        with contextlib.suppress(Exception):  # a pool that breaks here is renewed when used
+            self.sent += [self.pool.submit(_warm, handler) for _ in range(self.jobs)]
 
     def chunks(self, works: Sequence[ChunkWork]) -> Generator[ChunkResult, None, None]:
         """The chunks' results, in chunk order (a :data:`~dsm_sim.conformance.racing.ChunkRunner`)."""
@@ -288,6 +300,7 @@ class WorkerPool:
 
     def submit(self, fn: Callable[[Any], Any], task: object) -> Future[Any] | None:
         """``fn(task)`` in a worker; None when the pool broke before taking it."""
+        self.starting.join()
         try:
             future = self.pool.submit(fn, task)
         except BrokenProcessPool:
@@ -297,10 +310,12 @@ class WorkerPool:
 
     def stop(self) -> None:
         """End the workers now, whatever they run (stopped early, or at the deadline)."""
+        self.starting.join()
         stop_workers(self.pool)
 
     def close(self) -> None:
         """End the workers: at once if they still run something (a seed run ahead in vain)."""
+        self.starting.join()
         if all(future.done() for future in self.sent):
             self.pool.shutdown(wait=True, cancel_futures=True)
         else:
@@ -308,6 +323,7 @@ class WorkerPool:
 
     def renew(self) -> None:
         """A fresh pool when the last one broke or was stopped."""
+        self.starting.join()
         if self.pool._broken or self.pool._shutdown_thread:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = _pool(self.jobs, self.ctx)
@@ -371,14 +387,20 @@ class SeedsAhead:
         import_modules(outcome.loaded)  # as this process would have, running it
         return outcome
 
-    def send(self, works: Sequence[SeedWork]) -> None:
-        """The first of ``works`` to a worker, and the next ones while a worker is free for them."""
+    def send(self, works: Sequence[SeedWork], window: int | None = None) -> None:
+        """The first of ``works`` to the workers, and the next ones while fewer than ``window``
+        (default: one per worker) of the runs sent ahead are unfinished.
+
+        A run sent ahead in vain (one before it found a violation) still takes a
+        worker until it ends: the window bounds what a violation costs.
+        """
+        window = self.workers.jobs if window is None else window
         running = sum(1 for f in self.ahead.values() if f is not None and not f.done())
         modules: tuple[str, ...] | None = None
         for index, work in enumerate(works):
             if work in self.ahead:
                 continue
-            if index and running >= self.workers.jobs:
+            if index and running >= window:
                 break
             if modules is None:
                 self.workers.renew()
@@ -471,6 +493,8 @@ def _parallel(workers: WorkerPool, tasks: list[ChunkTask]) -> Generator[ChunkRes
             if isinstance(outcome, _Halted):
                 raise outcome.halt()
             assert isinstance(outcome, ChunkResult)
+            # Closed after the last result is no early stop: the workers go on with the search.
+            completed = task is tasks[-1]
             yield outcome
         completed = True
     finally:

@@ -311,8 +311,9 @@ def verify(
         # The search's first seeds go to the workers behind the matrix's chunks, with the
         # properties known when the matrix starts: kept if the matrix finds nothing new.
         send = runs.send
+        first = plan.budget_seeds()
         workers.after_chunks = lambda: send(
-            [SeedWork(seed, verification.known()) for seed in plan.budget_seeds()]
+            [SeedWork(seed, verification.known()) for seed in first], len(first)
         )
     # Every real call waits no longer than the deadline, and one that blocks its thread
     # is interrupted just after it, as under ``dsm run --max-wall``.
