@@ -1,4 +1,4 @@
-"""``dsm verify --jobs``: wall time of the command with the race matrix in 1 and 2 processes.
+"""``dsm verify --jobs``: wall time of the command, race matrix and search in 1 and 2 processes.
 
 Per store (memory, a SQLite file, and PostgreSQL and Redis when
 ``DSM_TEST_POSTGRES_URL`` and ``DSM_TEST_REDIS_URL`` are set), ``dsm verify
@@ -25,7 +25,7 @@ from common import Table, timed
 
 __all__ = ["TITLE", "run"]
 
-TITLE = "dsm verify --jobs: wall time of the command, race matrix in 1 vs 2 processes"
+TITLE = "dsm verify --jobs: wall time of the command, matrix and search in 1 vs 2 processes"
 HEADERS = ("store", "profile", "round", "jobs", "seconds", "load", "jobs 2/jobs 1", "same output")
 STORES = (
     ("memory", "reference_engine.handlers.memory:in_memory_handler", None),

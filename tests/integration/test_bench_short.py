@@ -33,7 +33,7 @@ EXPECTED = {
     "Exploration efficiency by stage: where each verification's calls and seconds go": (
         "stage/tight"
     ),
-    "dsm verify --jobs: wall time of the command, race matrix in 1 vs 2 processes": (
+    "dsm verify --jobs: wall time of the command, matrix and search in 1 vs 2 processes": (
         "jobs 2/jobs 1"
     ),
     "dsm run over every scenario until 10^6 simulated deliveries: jobs 2, a local Dask "

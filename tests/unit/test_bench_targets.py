@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from common import Table
 from targets import TARGETS, summary
 
-VERIFY_JOBS = "dsm verify --jobs: wall time of the command, race matrix in 1 vs 2 processes"
+VERIFY_JOBS = "dsm verify --jobs: wall time of the command, matrix and search in 1 vs 2 processes"
 HEADERS = ("store", "profile", "round", "jobs", "seconds", "load", "jobs 2/jobs 1", "same output")
 
 
