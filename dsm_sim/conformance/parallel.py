@@ -233,6 +233,8 @@ def run_seed_task(task: SeedTask) -> SeedRun | _Refused:
         machine = task.spec.machine(stats)
     except UnpicklableFactoryError as exc:
         return _Refused(str(exc))
+    except Exception as exc:  # run here instead, where it fails as with --jobs 1
+        return SeedRun(work, error=f"{type(exc).__name__}: {exc}")
     hangs = hangs_seen()
 
     def between(_: int) -> None:
