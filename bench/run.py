@@ -3,6 +3,8 @@
 ``nox -s bench`` runs the full mode; CI runs ``--short``, which only checks
 that every benchmark still runs and prints its table.  Speed is never
 asserted: each table carries its own baseline, measured in the same run.
+After every benchmark's tables comes one more: each performance target with
+this run's figure for it, met, not met or not run (:mod:`targets`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchSkipped
+from common import BenchSkipped, Table
+from targets import summary
 
 __all__ = ["BENCHMARKS", "main"]
 
@@ -43,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run these only")
     args = parser.parse_args(argv)
     failed = []
+    ran: dict[str, list[Table]] = {}
     mode = "short" if args.short else "full"
     print(f"dsm benchmarks ({mode} mode)", flush=True)
     for name in args.only or list(BENCHMARKS):
@@ -59,7 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         for table in tables:
             print(table.render(), flush=True)
+        ran[name] = [table for table in tables if isinstance(table, Table)]
         print(f"({name}: {time.perf_counter() - started:.1f}s)\n", flush=True)
+    print(summary(ran).render(), flush=True)
     if failed:
         print(f"benchmarks failed: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -37,6 +37,7 @@ from dsm_sim.outputs import Output, OutputKind, ReportWriteError, check_distinct
 from dsm_sim.printable import printable_stream
 from dsm_sim.profiles import PROFILES
 from dsm_sim.wall import wall_deadline, wall_now
+from dsm_sim.workers import MAX_JOBS
 from reference_engine.errors import ConfigurationError, DsmError
 
 if TYPE_CHECKING:
@@ -57,8 +58,6 @@ EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 #: Real seconds a whole ``dsm verify`` may take by default (as ``dsm run``'s), and at most.
 DEFAULT_MAX_WALL_S = 6 * 3600.0
 MAX_WALL_S = 7 * 86400.0
-#: ``dsm_sim.simulator.parallel.MAX_JOBS``, not imported here: that loads the simulator.
-MAX_JOBS = 64
 #: How long the one ``open`` before the run may take (``--call-timeout`` when given).
 DEFAULT_PREFLIGHT_S = 10.0
 
@@ -172,8 +171,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=bounded_int(1, MAX_JOBS),
         default=1,
         metavar="J",
-        help=f"run the race matrix in J worker processes, J from 1 to {MAX_JOBS} (default 1: "
-        "in this process); output, reports and exit code are the same as with 1",
+        help=f"run the race matrix and the search's seeds in J worker processes, J from 1 to "
+        f"{MAX_JOBS} (default 1: in this process); output, reports and exit code are the same "
+        "as with 1",
     )
     parser.add_argument(
         "--stop-on-first",

@@ -50,7 +50,7 @@ from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semant
 
 # Imported whatever ``jobs`` is: Hypothesis draws from the literals of the modules this
 # process has loaded, so a search run beside worker processes must have loaded the same.
-from dsm_sim.conformance.parallel import ChunkPool, check_jobs, sendable
+from dsm_sim.conformance.parallel import WorkerPool, check_jobs, sendable
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.racing import run_matrix
 from dsm_sim.conformance.report import (
@@ -60,6 +60,7 @@ from dsm_sim.conformance.report import (
     ResultStatus,
     VerificationReport,
 )
+from dsm_sim.conformance.seeds import SeedWork
 from dsm_sim.conformance.tell.shrink_budget import SETTLE_SECONDS, SHRINK_SECONDS
 from dsm_sim.conformance.verification import (
     CONFIRMATIONS,
@@ -251,11 +252,12 @@ def verify(
     (a token is the record's attempt number) or ``"ordered"`` (any value that
     grows with every grant of an item, judged by order;
     :mod:`dsm_sim.conformance.execute.tokens`).
-    ``jobs`` runs the race matrix's chunks in that many worker processes
-    (:mod:`dsm_sim.conformance.parallel`); the report is the same as with one.
+    ``jobs`` runs the race matrix's chunks and the search's seeds in that many
+    worker processes (:mod:`dsm_sim.conformance.parallel`); the report is the
+    same as with one.
     The workers load the factory by ``factory_spec``, else pickled: a factory
     that cannot be pickled raises
-    :class:`~dsm_sim.simulator.parallel.UnpicklableFactoryError` before any
+    :class:`~dsm_sim.workers.UnpicklableFactoryError` before any
     work.  A handler in another process (``--exec``) runs with one job.
     """
     max_wall = None if max_wall_s is None else _wall_limit(max_wall_s)
@@ -303,41 +305,50 @@ def verify(
         max_wall=max_wall,
         tokens=tokens,
     )
-    workers = _chunk_pool(plan, factory_spec, jobs)
+    workers = _worker_pool(plan, factory_spec, jobs)
     verification = Verification(plan)
+    runs = None if workers is None else workers.seeds(plan.search())
+    if workers is not None and runs is not None:
+        # The search's first seeds go to the workers behind the matrix's chunks, with the
+        # properties known when the matrix starts: kept if the matrix finds nothing new.
+        send = runs.send
+        first = plan.budget_seeds()
+        workers.after_chunks = lambda: send(
+            [SeedWork(seed, verification.known()) for seed in first], len(first)
+        )
     # Every real call waits no longer than the deadline, and one that blocks its thread
     # is interrupted just after it, as under ``dsm run --max-wall``.
     with wall_deadline(plan.deadline), interrupt_at(plan.deadline), frozen_heap():
         try:
-            try:
-                if probes:
-                    verification.run_probes()
-                verification.stage = "the volume stage"
-                if volume and not verification.done and not verification.halted():
-                    run_volume(verification, budget=volume if isinstance(volume, str) else profile)
-                verification.stage = "the race matrix"
-                if matrix and not verification.done and not verification.halted():
-                    budget = matrix if isinstance(matrix, str) else profile
-                    run_matrix(verification, budget=budget, runner=workers)
-            finally:
-                if workers is not None:
-                    workers.close()
+            if probes:
+                verification.run_probes()
+            verification.stage = "the volume stage"
+            if volume and not verification.done and not verification.halted():
+                run_volume(verification, budget=volume if isinstance(volume, str) else profile)
+            verification.stage = "the race matrix"
+            if matrix and not verification.done and not verification.halted():
+                budget = matrix if isinstance(matrix, str) else profile
+                chunks = None if workers is None else workers.chunks
+                run_matrix(verification, budget=budget, runner=chunks)
             verification.stage = "the search"
             if not verification.done and not verification.halted():
-                verification.run_search()
+                verification.run_search(runs)
         except VerificationHalted as halt:
             verification.stopped_by(halt)
         except RunStoppedError:
             # A call that blocked this thread, interrupted at the deadline outside any call.
             verification.cut_at_deadline()
+        finally:
+            if workers is not None:
+                workers.close()
     zone_gap = _zone_gap(factory)
     if zone_gap is not None:
         verification.gaps.setdefault(zone_gap.name, zone_gap)
     return verification.report(call_timeout_s)
 
 
-def _chunk_pool(plan: Plan, factory_spec: str | None, jobs: int) -> ChunkPool | None:
-    """Worker processes for the race matrix's chunks, or None: they run in this process."""
+def _worker_pool(plan: Plan, factory_spec: str | None, jobs: int) -> WorkerPool | None:
+    """Worker processes for the race matrix's chunks and the search's seeds, or None: one process."""
     if jobs == 1:
         return None
     from dsm_sim.protocol.client import ExecFactory
@@ -345,7 +356,7 @@ def _chunk_pool(plan: Plan, factory_spec: str | None, jobs: int) -> ChunkPool | 
     check_jobs(jobs)
     if isinstance(plan.factory, ExecFactory):
         return None  # its transcripts and failures are read from this process's factory
-    return ChunkPool(plan, sendable(plan.factory, factory_spec), jobs)
+    return WorkerPool(plan, sendable(plan.factory, factory_spec), jobs)
 
 
 def _zone_gap(factory: HandlerFactory) -> Gap | None:

@@ -11,16 +11,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import time
-import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from hypothesis import seed as hypothesis_seed
 from hypothesis import settings
-from hypothesis.stateful import run_state_machine_as_test
 
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.clocks import ClockMode
@@ -43,10 +39,10 @@ from dsm_sim.conformance.report import (
     ResultStatus,
     VerificationReport,
 )
-from dsm_sim.conformance.tell.flaky import FLAKY_EXPLANATION, find_violation, is_flaky
+from dsm_sim.conformance.seeds import SearchSettings, SeedRun, SeedWork, run_seed
 from dsm_sim.conformance.tell.repeat import REPEAT_SECONDS, failure_rate, shrink_by_repetition
 from dsm_sim.conformance.tell.replayed import CallTape
-from dsm_sim.conformance.tell.shrink_budget import SHORT_STORY, shrink_budget
+from dsm_sim.conformance.tell.shrink_budget import SHORT_STORY
 from dsm_sim.conformance.tell.trim import Trimmed, lighten_payloads, replay, trim
 from dsm_sim.hangs import hang_since, hangs_seen
 from dsm_sim.wall import wall_now
@@ -58,6 +54,7 @@ __all__ = [
     "TOP_UP_RUNS",
     "Plan",
     "Progress",
+    "SeedRunner",
     "Stage",
     "Verification",
     "trimmed",
@@ -71,6 +68,9 @@ CONFIRMATIONS = 2
 Progress = Callable[[int, int], None]
 #: Called with (the stage running, its units done, its units planned).
 Stage = Callable[[str, int, int], None]
+#: Runs one run of the search elsewhere, told the runs expected after it if it passes;
+#: None: run it in this process (:meth:`Verification.run_search`).
+SeedRunner = Callable[[SeedWork, Sequence[SeedWork]], SeedRun | None]
 
 
 def _summary(name: str) -> str:
@@ -120,15 +120,6 @@ def trimmed(
         program=found.program,
         reproduction=render(found.program),
     )
-
-
-def _where(exc: BaseException) -> str:
-    """Where an unexpected exception was raised, so a report of it can be acted on."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return ""
-    last = frames[-1]
-    return f" (raised in {last.name}, {Path(last.filename).name}:{last.lineno})"
 
 
 def _hung(what: str | None, stage: str) -> str:
@@ -204,6 +195,14 @@ class Plan:
             self.path, machine_name=self.name, semantics=self.spec, options=options
         )
 
+    def budget_seeds(self) -> range:
+        """The seeds of the search's budget, in order (top-up seeds follow them when needed)."""
+        return range(self.seed, self.seed + self.seed_count)
+
+    def search(self) -> SearchSettings:
+        """What every run of the search shares."""
+        return SearchSettings.of(self.chosen, self.limit, self.shrink_seconds, self.settle_seconds)
+
     @property
     def judged(self) -> int:
         """Properties a violation can still be found for."""
@@ -245,6 +244,8 @@ class Verification:
     threads_before: int = field(default_factory=threads_left_running)
     #: The deadline cut the verification (what had not run is not exercised).
     cut: bool = False
+    #: Runs of the search (by seed) whose worker process died, and how.
+    lost: dict[int, str] = field(default_factory=dict)
 
     # --- booking ---------------------------------------------------------------------------
 
@@ -495,8 +496,34 @@ class Verification:
                     self.probe_steps = sum(len(probe.calls) for probe in ran)
         self.halted()
 
-    def run_search(self) -> None:
-        """Hypothesis' search, run after run, until a run passes on every seed of the budget."""
+    def run_seed_here(self, work: SeedWork) -> SeedRun:
+        """One run of the search in this process, its progress told test case by test case."""
+        plan = self.plan
+        planned = plan.chosen.max_examples * plan.seed_count
+        before = self.test_cases
+        stats = RunStats(work.known)
+
+        def on_case(n: int) -> None:
+            # A test case that hung without failing (its call was judged, or stopped
+            # quietly) ends the run before the next one; a failing one is shrunk first.
+            if stats.first_failure_case is None and self.halted():
+                raise VerificationHalted("a handler call hung", deadline=False)
+            if plan.progress is not None:
+                plan.progress(before + n, planned)
+            plan.tell("search (test cases)", before + n, planned)
+
+        stats.on_test_case = on_case
+        return run_seed(plan.machine(stats), work, plan.search(), hangs=hangs_seen)
+
+    def run_search(self, runner: SeedRunner | None = None) -> None:
+        """Hypothesis' search, run after run, until a run passes on every seed of the budget.
+
+        Each run is a seed and the properties known at its turn
+        (:class:`~dsm_sim.conformance.seeds.SeedWork`).  ``runner`` may run it
+        elsewhere (worker processes, :mod:`dsm_sim.conformance.parallel`),
+        told the runs that come next if it passes; it answers None for a run
+        that must run here.  Every run is booked here, in this order.
+        """
         plan = self.plan
         self.stage = "the search"
         planned = plan.chosen.max_examples * plan.seed_count
@@ -506,45 +533,29 @@ class Verification:
             run_seed = plan.seed + seed_index
             if run_seed not in self.seeds:
                 self.seeds.append(run_seed)
-            before = self.test_cases
-            stats = RunStats(self.known())
-
-            def on_case(n: int, before: int = before, stats: RunStats = stats) -> None:
-                # A test case that hung without failing (its call was judged, or stopped
-                # quietly) ends the run before the next one; a failing one is shrunk first.
-                if stats.first_failure_case is None and self.halted():
-                    raise VerificationHalted("a handler call hung", deadline=False)
-                if plan.progress is not None:
-                    plan.progress(before + n, planned)
-                plan.tell("search (test cases)", before + n, planned)
-
-            stats.on_test_case = on_case
-            machine = hypothesis_seed(run_seed)(plan.machine(stats))
-            violation: PropertyViolation | None = None
-            flaky = False
-            try:
-                with (
-                    call_timeout(plan.limit),
-                    shrink_budget(plan.shrink_seconds, plan.settle_seconds),
-                ):
-                    run_state_machine_as_test(machine, settings=plan.chosen)  # type: ignore[no-untyped-call,unused-ignore]
-            except VerificationHalted as halt:
-                self.stopped_by(halt)
-            except Exception as exc:
-                violation = find_violation(exc)
-                flaky = is_flaky(exc)
-                if violation is None and not self.halted():
-                    self.error = (
-                        f"{FLAKY_EXPLANATION.split(',')[0]} and Hypothesis could not tell which "
-                        f"property broke ({type(exc).__name__}: {exc})"
-                        if flaky
-                        else f"the run stopped with {type(exc).__name__}: {exc}{_where(exc)}"
-                    )
-            self.test_cases += stats.test_cases
-            self.steps += stats.steps
-            self.stopped.update(stats.suppressed)
-            self.note_gaps(stats)
-            for key, count in stats.checks.items():
+            work = SeedWork(run_seed, self.known())
+            ran: SeedRun | None = None
+            if runner is not None:
+                later = plan.budget_seeds()[seed_index + 1 :]
+                ran = runner(work, [SeedWork(seed, work.known) for seed in later])
+                if ran is not None:
+                    if plan.progress is not None:
+                        plan.progress(self.test_cases + ran.test_cases, planned)
+                    plan.tell("search (test cases)", self.test_cases + ran.test_cases, planned)
+            if ran is None:
+                ran = self.run_seed_here(work)
+            violation = ran.violation
+            if ran.halt is not None:
+                self.stopped_by(ran.halt)
+            elif violation is None and ran.error is not None and not self.halted():
+                self.error = ran.error
+            if ran.crashed is not None:
+                self._lost(run_seed, ran.crashed)
+            self.test_cases += ran.test_cases
+            self.steps += ran.steps
+            self.stopped.update(ran.suppressed)
+            self.note_gaps(ran.stats())
+            for key, count in ran.checks.items():
                 self.checks[key] = max(self.checks[key], count)
             if violation is None:
                 # Hung calls in test cases that did not fail (stopped at a known violation).
@@ -566,10 +577,10 @@ class Verification:
                 self.book(
                     violation,
                     replayed,
-                    flaky=flaky,
+                    flaky=ran.flaky,
                     run_seed=run_seed,
-                    examples=stats.first_failure_case,
-                    found_as=stats.first_failure_property,
+                    examples=ran.first_failure_case,
+                    found_as=ran.first_failure_property,
                 )
             except VerificationHalted as halt:
                 self.stopped_by(halt)
@@ -579,6 +590,17 @@ class Verification:
             if plan.stop_on_first or self.all_found():
                 self.settled = self.all_found()
                 return
+
+    def _lost(self, run_seed: int, how: str) -> None:
+        """A run of the search whose worker process died, alone too: its test cases did not run."""
+        self.lost[run_seed] = how
+        seeds = ", ".join(str(seed) for seed in self.lost)
+        self.gaps["search"] = Gap(
+            "search",
+            f"the test cases of seed {seeds} of the search",
+            "; ".join(dict.fromkeys(self.lost.values()))
+            + "; run with --jobs 1 to meet it in this process",
+        )
 
     def _unexercised(self) -> bool:
         skip = self.found.keys() | self.plan.waived.keys() | self.plan.user_waived.keys()

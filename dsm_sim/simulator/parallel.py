@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
-import signal
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -46,15 +45,11 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
-from multiprocessing.process import BaseProcess
-from typing import Final
 
 from dsm_sim.conformance.judge.semantics import SemanticsProfile
-from dsm_sim.processes import end_processes
 from dsm_sim.protocol.groups import stop_on_sigterm
 from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.run import RunResult, run_scenario
-from dsm_sim.simulator.targets import resolve_handler
 from dsm_sim.wall import (
     WallClockLimitError,
     interrupt_at,
@@ -62,7 +57,18 @@ from dsm_sim.wall import (
     patience,
     wall_deadline,
 )
-from reference_engine.errors import ConfigurationError, DsmError
+from dsm_sim.workers import (
+    MAX_JOBS,
+    PAST_DEADLINE,
+    UnpicklableFactoryError,
+    await_isolated,
+    check_jobs,
+    how_died,
+    prepare_handler,
+    stop_workers,
+    worker_factory,
+)
+from reference_engine.errors import DsmError
 from reference_engine.handler import HandlerFactory
 
 __all__ = [
@@ -80,30 +86,10 @@ __all__ = [
     "run_plan",
 ]
 
-#: The most worker processes ``--jobs`` may ask for: past the cores, more only costs memory.
-MAX_JOBS = 64
 #: Runs submitted ahead of the one being handed back, per worker.  With 2 a long run
 #: (1.7 s among runs of 0.05 s) left the other worker idle; every run in flight when a
 #: pool breaks is run again alone, so the window is also what a crash costs.
 _AHEAD = 8
-#: How often (seconds) the parent looks whether an isolated run's process is still alive.
-_POLL = 0.2
-
-
-class UnpicklableFactoryError(ConfigurationError):
-    """A handler factory given as a Python object cannot reach a worker process.
-
-    Worker processes are not forks: they receive the factory pickled, which
-    works only for a function or class importable at module level.
-    """
-
-    def __init__(self, factory: object, reason: str) -> None:
-        self.factory = repr(factory)
-        super().__init__(
-            f"the handler factory {factory!r} cannot be sent to a worker process ({reason}); "
-            "pass it as a 'package.module:factory' string, define it at module level of an "
-            "importable module, or run with jobs=1"
-        )
 
 
 class WorkerRunError(DsmError):
@@ -168,24 +154,6 @@ class Task:
     keep_history: bool = True
 
 
-_FACTORIES: dict[str | bytes, HandlerFactory] = {}
-
-
-def _factory(handler: str | bytes) -> HandlerFactory:
-    """Resolve (once per worker process) the handler a task names."""
-    if handler not in _FACTORIES:
-        if isinstance(handler, bytes):
-            try:
-                _FACTORIES[handler] = pickle.loads(handler)
-            except Exception as exc:  # the pickled reference does not import here
-                raise UnpicklableFactoryError(
-                    "<pickled factory>", f"{type(exc).__name__}: {exc}"
-                ) from None
-        else:
-            _FACTORIES[handler] = resolve_handler(handler)
-    return _FACTORIES[handler]
-
-
 def run_one(task: Task) -> RunOutcome:
     """Run one task; any exception comes back in the outcome, never as a broken pool.
 
@@ -197,7 +165,7 @@ def run_one(task: Task) -> RunOutcome:
             result = run_scenario(
                 task.scenario,
                 task.seed,
-                _factory(task.handler),
+                worker_factory(task.handler),
                 handler_name=task.handler_name,
                 system_clock=task.system_clock,
                 semantics=task.semantics,
@@ -232,16 +200,6 @@ def _context() -> BaseContext:
     return ctx
 
 
-def prepare_handler(handler: str | HandlerFactory) -> str | bytes:
-    """The handler as a worker receives it: its spec, or the factory pickled here."""
-    if isinstance(handler, str):
-        return handler
-    try:
-        return pickle.dumps(handler)
-    except Exception as exc:
-        raise UnpicklableFactoryError(handler, f"{type(exc).__name__}: {exc}") from None
-
-
 def run_plan(
     plan: Sequence[tuple[Scenario, int]],
     handler: str | HandlerFactory,
@@ -270,8 +228,7 @@ def run_plan(
     ``handler`` cannot be pickled, and ``ConfigurationError`` for a ``jobs``
     outside 1..``MAX_JOBS``.
     """
-    if not 1 <= jobs <= MAX_JOBS:
-        raise ConfigurationError(f"jobs must be from 1 to {MAX_JOBS}, got {jobs}")
+    check_jobs(jobs)
     if handler_name is None and isinstance(handler, str):
         handler_name = handler  # what run_scenario names a run given by its spec
     if jobs == 1 or len(plan) <= 1:
@@ -292,7 +249,7 @@ def _serial(
     deadline: float | None,
     semantics: SemanticsProfile | str | None = None,
 ) -> Iterator[RunOutcome]:
-    factory = _factory(handler) if isinstance(handler, str) else handler
+    factory = worker_factory(handler) if isinstance(handler, str) else handler
     for scenario, seed in plan:
         try:
             with wall_deadline(deadline), interrupt_at(deadline):
@@ -349,7 +306,7 @@ def _parallel(tasks: list[Task], jobs: int, deadline: float | None) -> Iterator[
         if not completed:
             # Stopped early: by the deadline (the caller stops pulling), by Ctrl-C or SIGTERM.
             # Runs still in flight are killed, with the handler processes they started.
-            _stop(pool)
+            stop_workers(pool)
         pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -361,20 +318,6 @@ def _pool(jobs: int, ctx: BaseContext) -> ProcessPoolExecutor:
 def blocked_run() -> WallClockLimitError:
     """The outcome of a run still going well past the deadline: its process is killed."""
     return past_deadline("a handler call blocked its worker process, which was killed")
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """End every worker process now (SIGTERM, each ends its handler processes, then SIGKILL),
-    then shut the pool down in order: its manager thread sees its workers gone and exits.
-
-    The workers go first, so the shutdown that waits for the manager thread cannot wait on
-    a blocked run.  It waits however long the thread takes (on a loaded machine, seconds):
-    a manager thread still running at interpreter exit would be closing its wake-up pipe
-    while the exit hook of ``concurrent.futures`` writes to it, unlocked on Python 3.11,
-    and the exit would print ``OSError: handle is closed`` or ``BrokenPipeError``.
-    """
-    end_processes(list((pool._processes or {}).values()))
-    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _recover(
@@ -411,60 +354,13 @@ def _isolated(ctx: BaseContext, task: Task) -> RunOutcome:
     if isinstance(outcome, RunOutcome):
         return outcome
     return RunOutcome(
-        task.scenario, task.seed, crash=RunCrash(task.scenario, task.seed, _how(process.exitcode))
+        task.scenario,
+        task.seed,
+        crash=RunCrash(task.scenario, task.seed, how_died(process.exitcode)),
     )
-
-
-#: What :func:`await_isolated` answers for a process it ended at the deadline.
-PAST_DEADLINE: Final = object()
-
-
-def await_isolated(
-    process: BaseProcess, receive: Connection, deadline: float | None = None
-) -> object | None:
-    """The one message a process started for a single task sends back on ``receive``.
-
-    None when the process died first (a crash is then known to be that
-    task's); :data:`PAST_DEADLINE` when ``deadline`` and its grace passed, after
-    ending the process.  The pipe is closed either way, and the process is
-    ended if the wait itself is interrupted.
-    """
-    try:
-        while True:
-            left = patience(deadline)
-            if left is not None and left <= 0:
-                end_processes([process])
-                return PAST_DEADLINE
-            if receive.poll(_POLL):
-                try:
-                    outcome: object = receive.recv()
-                except EOFError:  # died after opening the pipe, before a whole message
-                    break
-                process.join()
-                return outcome
-            if not process.is_alive():
-                if receive.poll():
-                    continue
-                break
-        process.join()
-    except BaseException:
-        end_processes([process])
-        raise
-    finally:
-        receive.close()
-    return None
 
 
 def _isolated_main(send: Connection, task: Task) -> None:
     stop_on_sigterm()
     send.send(run_one(task))
     send.close()
-
-
-def _how(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exit code {exitcode}"

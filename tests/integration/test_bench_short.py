@@ -33,7 +33,7 @@ EXPECTED = {
     "Exploration efficiency by stage: where each verification's calls and seconds go": (
         "stage/tight"
     ),
-    "dsm verify --jobs: wall time of the command, race matrix in 1 vs 2 processes": (
+    "dsm verify --jobs: wall time of the command, matrix and search in 1 vs 2 processes": (
         "jobs 2/jobs 1"
     ),
     "dsm run over every scenario until 10^6 simulated deliveries: jobs 2, a local Dask "
@@ -43,6 +43,8 @@ EXPECTED = {
     ),
     "Evidence cost: CPU µs per simulated delivery (dsm run) and per kit call (dsm verify), "
     "base vs this code": "this/base",
+    # The summary of every target: this run's figure for each, and met / not met / not run.
+    "Performance targets: this run's figure for each, met or not": "status",
 }
 
 
@@ -80,6 +82,11 @@ def test_short_benchmarks_run_and_print_every_table(
     # Both backends were counted: PostgreSQL was not skipped.
     assert any(line.startswith("postgresql ") for line in lines), out
     assert "FAILED" not in out
+    # The summary comes last and gives the verify --jobs target in memory a figure.
+    summary = lines.index("== Performance targets: this run's figure for each, met or not ==")
+    assert all(not line.startswith("== ") for line in lines[summary + 1 :]), out
+    row = next(line for line in lines[summary:] if "of --jobs 1's wall time, memory" in line)
+    assert row.rstrip().endswith(("met", "not met")), row
 
 
 def test_an_unknown_benchmark_name_is_refused() -> None:

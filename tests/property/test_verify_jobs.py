@@ -1,10 +1,13 @@
-"""``dsm verify --jobs N``: the race matrix in worker processes, the same report (issue 37, item 1).
+"""``dsm verify --jobs N``: the race matrix and the search in worker processes, the same report.
 
 The matrix's cells are cut into fixed chunks; N workers run them side by
-side and the parent books what each found in chunk order, so the text, the
-JSON and the exit code are those of ``--jobs 1`` (elapsed seconds aside).
-A worker that dies is reported for the cells it held, and a factory that
-cannot reach a worker process is refused before any work.
+side and the parent books what each found in chunk order.  The search's
+seeds run ahead in the workers, each kept when the properties known at its
+turn are those it ran with.  So the text, the JSON and the exit code are
+those of ``--jobs 1`` (elapsed seconds aside).  A worker that dies is
+reported for the cells or the seed it held, the command's deadline holds in
+the workers, and a factory that cannot reach a worker process is refused
+before any work.
 """
 
 from __future__ import annotations
@@ -15,14 +18,18 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import dying_matrix_handler
 import pytest
+import slow_handler
 
+from dsm_sim import workers
 from dsm_sim.conformance import cli, suite
 from dsm_sim.conformance.racing import CHUNK_CELLS, chunked
+from dsm_sim.conformance.report import ResultStatus
 from dsm_sim.conformance.runner import verify
 from dsm_sim.simulator.parallel import MAX_JOBS, UnpicklableFactoryError
 from reference_engine.handlers.memory import in_memory_handler
@@ -32,6 +39,9 @@ pytestmark = pytest.mark.property
 FAILING = "dsm_sim.broken.handlers:CheckThenInsertAcquire"
 CORRECT = "reference_engine.handlers.memory:in_memory_handler"
 DYING = "dying_matrix_handler:make_handler"
+SLOW = "slow_handler:make_handler"
+#: Generous: far below what the slow handler's full verification takes (many minutes).
+BOUND_S = 120.0
 ROOT = Path(__file__).resolve().parents[2]
 #: Elapsed seconds in the text (``, 12.3s``) and their fields in the JSON.
 SECONDS = re.compile(r"\b\d+(\.\d+)?s\b")
@@ -54,11 +64,13 @@ def _untimed(value: Any) -> Any:
     return value
 
 
-def _verify(tmp_path: Path, spec: str, jobs: int, *extra: str) -> tuple[int, str, str, Any]:
+def _verify(tmp_path: Path, spec: str, jobs: int, *extra: str) -> tuple[int, str, str, Any, int]:
     """``dsm verify`` as a command of its own, as a user runs it (each its own process).
 
     Not in this process: the search draws from the literals of the modules a
     process has loaded, so only a fresh process shows what a user would see.
+    Also answers how many runs of the search ran in the command's own process
+    (``verify_counting_runs.py``).
     """
     folder = tmp_path / f"jobs{jobs}"
     folder.mkdir()
@@ -67,7 +79,8 @@ def _verify(tmp_path: Path, spec: str, jobs: int, *extra: str) -> tuple[int, str
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)]),
         "DSM_CACHE_DIR": str(tmp_path / "cache"),
     }
-    command = [sys.executable, "-m", "dsm_sim.cli", "verify", spec, "--seed", "0"]
+    counting = [sys.executable, str(Path(__file__).parent / "verify_counting_runs.py")]
+    command = [*counting, str(folder / "here.txt"), "verify", spec, "--seed", "0"]
     done = subprocess.run(
         [*command, "--jobs", str(jobs), "--json", "report.json", *extra],
         cwd=folder,
@@ -78,7 +91,8 @@ def _verify(tmp_path: Path, spec: str, jobs: int, *extra: str) -> tuple[int, str
         check=False,
     )
     report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
-    return done.returncode, SECONDS.sub("<s>", done.stdout), done.stderr, _untimed(report)
+    here = int((folder / "here.txt").read_text(encoding="utf-8"))
+    return done.returncode, SECONDS.sub("<s>", done.stdout), done.stderr, _untimed(report), here
 
 
 @pytest.mark.parametrize(
@@ -95,6 +109,10 @@ def test_jobs_2_prints_and_writes_what_jobs_1_does(
     assert one[1] == two[1], "the text output differs"
     assert one[2] == two[2], "the standard error differs"
     assert one[3] == two[3], "the JSON report differs"
+    # Every run of the search ran in a worker with --jobs 2 and was kept: the failing
+    # handler's runs sent ahead with fewer properties known were run again there.
+    assert one[4] == one[3]["explored"]["runs"] >= 4, one[3]["explored"]
+    assert two[4] == 0, f"{two[4]} run(s) of the search ran in the command's process"
     # The matrix ran in several chunks, every cell of them.
     coverage = re.search(r"race matrix: (\d+) of (\d+) cells", one[1])
     assert coverage is not None, one[1]
@@ -102,9 +120,15 @@ def test_jobs_2_prints_and_writes_what_jobs_1_does(
     assert len(chunked(range(int(coverage.group(2))))) > 2  # type: ignore[arg-type]
 
 
-def test_a_worker_that_dies_is_reported_for_the_cells_it_held(tmp_path: Path) -> None:
-    code, out, _, report = _verify(tmp_path, DYING, 2, "--profile", "ci")
+def test_a_worker_that_dies_is_reported_for_the_cells_and_seeds_it_held(tmp_path: Path) -> None:
+    code, out, _, report, _ = _verify(tmp_path, DYING, 2, "--profile", "ci")
     assert code == 1, out
+    # The search reaches an upsert over a Skipped record too: each seed whose worker died,
+    # and died again alone, is named, and its test cases are not counted as run.
+    search = next(g for g in report["gaps"] if g["name"] == "search")
+    assert "died (killed by SIGKILL)" in search["reason"], search
+    assert search["what"].startswith("the test cases of seed 0"), search
+    assert "NOT EXERCISED search" in out
     gap = next(g for g in report["gaps"] if g["name"] == "matrix")
     assert "died (killed by SIGKILL)" in gap["reason"], gap
     # Each dead chunk names its cells (an upsert over a Skipped record kills its worker).
@@ -118,7 +142,7 @@ def test_a_worker_that_dies_is_reported_for_the_cells_it_held(tmp_path: Path) ->
     assert coverage is not None, out
     assert int(coverage.group(1)) == int(coverage.group(2)) - lost, (out, lost)
     assert "NOT EXERCISED matrix" in out
-    # The rest of the verification ran in this process, where the handler is correct.
+    # The probes ran in this process, where the handler is correct.
     assert "violated" not in out
     assert not out.rstrip().endswith("PASSED") or "NOT PASSED" in out
 
@@ -138,7 +162,7 @@ def test_a_factory_that_cannot_be_pickled_is_refused_before_any_work() -> None:
 def test_jobs_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         _run_cli(capsys, CORRECT, "--jobs", "0")
-    assert cli.MAX_JOBS == MAX_JOBS
+    assert cli.MAX_JOBS is workers.MAX_JOBS is MAX_JOBS  # one definition
     assert dying_matrix_handler.DiesInWorkers.begin is not None
 
 
@@ -216,3 +240,34 @@ def test_the_matrix_goes_on_after_a_cell_stops_at_a_property_already_found() -> 
     found = [raw.violation.property for raw in result.findings]
     assert "allowed_transitions_only" in found, found
     assert result.exercised == len(listed)
+
+
+def test_the_deadline_stops_the_race_matrix_in_the_workers() -> None:
+    started = time.monotonic()
+    report = verify(
+        slow_handler.make_handler, "ci", 1, jobs=2, factory_spec=SLOW, probes=False, max_wall_s=3.0
+    )
+    assert time.monotonic() - started < BOUND_S
+    gap = next(g for g in report.gaps if g.name == "max-wall")
+    assert "expired during the race matrix" in gap.reason, gap
+    assert not report.passed
+    assert ResultStatus.PASSED not in {r.status for r in report.results}
+
+
+def test_the_deadline_stops_the_search_in_the_workers() -> None:
+    started = time.monotonic()
+    report = verify(
+        slow_handler.make_handler,
+        "ci",
+        1,
+        jobs=2,
+        factory_spec=SLOW,
+        probes=False,
+        matrix=False,
+        max_wall_s=3.0,
+    )
+    assert time.monotonic() - started < BOUND_S
+    gap = next(g for g in report.gaps if g.name == "max-wall")
+    assert "expired during the search" in gap.reason, gap
+    assert any("NOT EXERCISED max-wall" in line for line in report.not_exercised)
+    assert ResultStatus.PASSED not in {r.status for r in report.results}
