@@ -317,30 +317,33 @@ def verify(
             [SeedWork(seed, verification.known()) for seed in first], len(first)
         )
     # Every real call waits no longer than the deadline, and one that blocks its thread
-    # is interrupted just after it, as under ``dsm run --max-wall``.
-    with wall_deadline(plan.deadline), interrupt_at(plan.deadline), frozen_heap():
-        try:
-            if probes:
-                verification.run_probes()
-            verification.stage = "the volume stage"
-            if volume and not verification.done and not verification.halted():
-                run_volume(verification, budget=volume if isinstance(volume, str) else profile)
-            verification.stage = "the race matrix"
-            if matrix and not verification.done and not verification.halted():
-                budget = matrix if isinstance(matrix, str) else profile
-                chunks = None if workers is None else workers.chunks
-                run_matrix(verification, budget=budget, runner=chunks)
-            verification.stage = "the search"
-            if not verification.done and not verification.halted():
-                verification.run_search(runs)
-        except VerificationHalted as halt:
-            verification.stopped_by(halt)
-        except RunStoppedError:
-            # A call that blocked this thread, interrupted at the deadline outside any call.
-            verification.cut_at_deadline()
-        finally:
-            if workers is not None:
-                workers.close()
+    # is interrupted just after it, as under ``dsm run --max-wall``.  The workers are
+    # ended after that guard is down: ending them is bounded, and a signal meant for a
+    # blocked call must not land in the pool's shutdown once the verdict is settled.
+    try:
+        with wall_deadline(plan.deadline), interrupt_at(plan.deadline), frozen_heap():
+            try:
+                if probes:
+                    verification.run_probes()
+                verification.stage = "the volume stage"
+                if volume and not verification.done and not verification.halted():
+                    run_volume(verification, budget=volume if isinstance(volume, str) else profile)
+                verification.stage = "the race matrix"
+                if matrix and not verification.done and not verification.halted():
+                    budget = matrix if isinstance(matrix, str) else profile
+                    chunks = None if workers is None else workers.chunks
+                    run_matrix(verification, budget=budget, runner=chunks)
+                verification.stage = "the search"
+                if not verification.done and not verification.halted():
+                    verification.run_search(runs)
+            except VerificationHalted as halt:
+                verification.stopped_by(halt)
+            except RunStoppedError:
+                # A call that blocked this thread, interrupted at the deadline outside any call.
+                verification.cut_at_deadline()
+    finally:
+        if workers is not None:
+            workers.close()
     zone_gap = _zone_gap(factory)
     if zone_gap is not None:
         verification.gaps.setdefault(zone_gap.name, zone_gap)

@@ -41,12 +41,32 @@ def test_what_the_run_makes_is_still_collected() -> None:
         assert len(gc.get_objects()) < gone
 
 
-def test_nested_runs_unfreeze_once_the_outermost_ends() -> None:
+def _spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every freeze and unfreeze (the freeze count alone drifts as frozen objects die)."""
+    calls: list[str] = []
+    freeze, unfreeze = gc.freeze, gc.unfreeze
+
+    def spied_freeze() -> None:
+        calls.append("freeze")
+        freeze()
+
+    def spied_unfreeze() -> None:
+        calls.append("unfreeze")
+        unfreeze()
+
+    monkeypatch.setattr(gc, "freeze", spied_freeze)
+    monkeypatch.setattr(gc, "unfreeze", spied_unfreeze)
+    return calls
+
+
+def test_nested_runs_unfreeze_once_the_outermost_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _spy(monkeypatch)
     with frozen_heap():
-        frozen = gc.get_freeze_count()
         with frozen_heap():
-            assert gc.get_freeze_count() >= frozen
-        assert gc.get_freeze_count() >= frozen > 0
+            assert gc.get_freeze_count() > 0
+        assert calls == ["freeze"]
+        assert gc.get_freeze_count() > 0
+    assert calls == ["freeze", "unfreeze"]
     assert gc.get_freeze_count() == 0
 
 
@@ -56,12 +76,15 @@ def test_an_exception_still_unfreezes() -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_a_heap_frozen_by_the_process_itself_is_left_frozen() -> None:
+def test_a_heap_frozen_by_the_process_itself_is_left_frozen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     gc.freeze()
-    theirs = gc.get_freeze_count()
+    calls = _spy(monkeypatch)
     with frozen_heap():
         pass
-    assert gc.get_freeze_count() >= theirs > 0
+    assert calls == [], "a heap someone else froze is theirs to unfreeze"
+    assert gc.get_freeze_count() > 0
 
 
 def test_runs_in_two_threads_share_one_freeze() -> None:
