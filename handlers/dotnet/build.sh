@@ -4,7 +4,8 @@
 #   handlers/dotnet/build.sh /tmp/dsm-dotnet
 #   dsm verify --exec "mono /tmp/dsm-dotnet/MemoryHandler.exe" --profile ci
 #
-# Needs Debian's mono-devel, libmono-sqlite4.0-cil and libnewtonsoft-json-cil-dev.
+# Needs Debian's mono-devel, libmono-sqlite4.0-cil and libnewtonsoft-json-cil-dev; with
+# libnunit-cil-dev it also builds Dsm.DataStateMachine.NUnit.dll.
 # The .csproj files beside the sources are for a team's `dotnet build` instead.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -34,6 +35,14 @@ build -pkg:newtonsoft-json -r:"$out/Dsm.DataStateMachine.dll" -r:"$out/Dsm.DataS
   -out:"$out/BrokenHandler.exe" "${broken[@]}"
 build -pkg:newtonsoft-json -r:"$out/Dsm.DataStateMachine.dll" -r:"$out/Dsm.DataStateMachine.Sqlite.dll" \
   -out:"$out/InvoiceExample.exe" "${examples[@]}"
+
+# The NUnit cases of dsm verify (Dsm.DataStateMachine.NUnit), where NUnit is installed
+# (Debian's libnunit-cil-dev); nothing else here needs it.
+if pkg-config --exists nunit 2>/dev/null; then
+  mapfile -t nunit < <(sources Dsm.DataStateMachine.NUnit)
+  build -t:library -pkg:nunit -r:System.Runtime.Serialization \
+    -out:"$out/Dsm.DataStateMachine.NUnit.dll" "${nunit[@]}"
+fi
 
 # Compile the handlers' own code ahead of time: the kit starts a process per test case,
 # and each would otherwise JIT the host again (about a quarter of a process's CPU).

@@ -5,7 +5,11 @@ the ``dev`` profile with seed 0, the SQLite one raced through several
 processes on the store the kit names; each deliberately broken C# variant
 must be caught (the read-then-write acquire through those processes);
 payload text, the year-9999 limit, the order of ``close`` and a store that
-cannot open are checked directly.  Needs Mono (``mcs``, ``mono``),
+cannot open are checked directly.  Under nunit-console: the contract fixture
+on both handlers, a counterexample as an NUnit test, and ``dsm verify`` as
+NUnit cases (``DsmConformance``) on the in-memory handler, an unfenced
+variant, a report with every status, and each way of having no report.
+Needs Mono (``mcs``, ``mono``),
 Mono.Data.Sqlite and Debian's Newtonsoft.Json: skipped where one is missing,
 and a failure under ``CI=true`` (``.ci/run`` installs them).
 """
@@ -18,14 +22,19 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.runner import VerificationReport, verify
 from dsm_sim.protocol.client import ExecHandler, exec_factory, preflight
 from dsm_sim.protocol.replay import replay
@@ -670,13 +679,18 @@ def _nunit(directory: Path, sources: list[Path], out: str, *references: Path) ->
 
 
 def test_the_nunit_contract_fixture_builds_with_mcs_and_passes_under_nunit_console(
-    nunit: Path,
+    tests_dll: Path, stores: Path, tmp_path: Path
 ) -> None:
-    sources = sorted((DOTNET / "Dsm.DataStateMachine.Tests").glob("*.cs"))
-    output = _nunit(
-        nunit, sources, "Dsm.DataStateMachine.Tests.dll", nunit / "Dsm.DataStateMachine.dll"
+    """Both handlers of this repository: in memory, and on SQLite (a database file per case)."""
+    fixtures = ("InMemoryHandlerContract", "SqliteHandlerContract")
+    cases = _run_cases(tests_dll, tmp_path, *(f"Dsm.DataStateMachine.Tests.{f}" for f in fixtures))
+    for fixture in fixtures:
+        ran = {name: case for name, case in cases.items() if f".{fixture}." in name}
+        assert len(ran) >= 6, cases
+        assert all(case.result == "Success" for case in ran.values()), ran
+    assert stores.is_dir() and not list(stores.iterdir()), (
+        "each case's database file is removed on close"
     )
-    assert re.search(r"Tests run: [1-9]\d*, Errors: 0, Failures: 0", output), output
 
 
 @pytest.mark.parametrize("tokens", ["attempts", "ordered"])
@@ -737,3 +751,331 @@ def test_a_counterexample_is_printed_as_an_nunit_test_that_fails_at_the_breaking
     )
     output = _nunit(fixed, [source], "Fixed.dll", nunit / "Dsm.DataStateMachine.dll")
     assert re.search(r"Tests run: 1, Errors: 0, Failures: 0", output), output
+
+
+# --- NUnit: dsm verify as test cases (Dsm.DataStateMachine.NUnit) -------------------------------
+
+
+@dataclass(frozen=True)
+class NUnitCase:
+    """One test case of nunit-console's TestResult.xml."""
+
+    result: str
+    message: str
+
+
+@pytest.fixture(scope="module")
+def tests_dll(nunit: Path) -> Path:
+    """``Dsm.DataStateMachine.Tests.dll`` built with mcs beside the handlers, as a team builds it."""
+    assert (nunit / "Dsm.DataStateMachine.NUnit.dll").exists(), "build.sh builds it where NUnit is"
+    sources = sorted((DOTNET / "Dsm.DataStateMachine.Tests").glob("*.cs"))
+    references = (
+        "Dsm.DataStateMachine.dll",
+        "Dsm.DataStateMachine.Sqlite.dll",
+        "Dsm.DataStateMachine.NUnit.dll",
+    )
+    _compile(nunit / "Dsm.DataStateMachine.Tests.dll", sources, *(nunit / r for r in references))
+    return nunit / "Dsm.DataStateMachine.Tests.dll"
+
+
+@pytest.fixture(scope="module")
+def dsm_command(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An executable ``dsm`` running this checkout's code: what DSM_COMMAND names."""
+    script = tmp_path_factory.mktemp("dsm-command") / "dsm"
+    script.write_text(
+        f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(ROOT))} exec {shlex.quote(sys.executable)} -m dsm_sim.cli "$@"\n',
+        encoding="utf-8",
+    )
+    script.chmod(0o755)
+    return script
+
+
+def _compile(out: Path, sources: list[Path], *references: Path) -> None:
+    subprocess.run(
+        [
+            "mcs", "-nologo", "-debug", "-langversion:7.2", "-warnaserror+", "-target:library",
+            "-pkg:nunit", *(f"-r:{r}" for r in references), f"-out:{out}", *map(str, sources),
+        ],
+        check=True, timeout=120,
+    )  # fmt: skip
+
+
+def _run_cases(
+    assembly: Path, work: Path, *fixtures: str, env: dict[str, str] | None = None
+) -> dict[str, NUnitCase]:
+    """Run ``fixtures`` of ``assembly`` under nunit-console (from another directory): each case's result."""
+    xml = work / "TestResult.xml"
+    run = subprocess.run(
+        [
+            "nunit-console", "-nologo", f"-work={work}", f"-xml={xml}", f"-run={','.join(fixtures)}",
+            str(assembly),
+        ],
+        capture_output=True, text=True, timeout=180, cwd=work, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    assert xml.exists(), run.stdout + run.stderr
+    cases: dict[str, NUnitCase] = {}
+    for case in ET.parse(xml).iter("test-case"):
+        message = case.find(".//message")
+        text = message.text if message is not None and message.text else ""
+        cases[case.get("name", "")] = NUnitCase(case.get("result", ""), text)
+    return cases
+
+
+def _by_property(cases: dict[str, NUnitCase], fixture: str) -> dict[str, NUnitCase]:
+    prefix = f"{fixture}."
+    return {
+        name.removeprefix(prefix): case for name, case in cases.items() if name.startswith(prefix)
+    }
+
+
+def test_the_conformance_fixture_gives_one_passing_case_per_property_of_the_in_memory_handler(
+    tests_dll: Path, dsm_command: Path, tmp_path: Path
+) -> None:
+    """The repository's example fixture, dev and seed 0: each case is what the report says."""
+    fixture = "Dsm.DataStateMachine.Tests.MemoryHandlerConformance"
+    cases = _by_property(
+        _run_cases(tests_dll, tmp_path, fixture, env={"DSM_COMMAND": str(dsm_command)}), fixture
+    )
+    assert set(cases) == {*PROPERTY_NAMES, "gaps"}
+    (report_path,) = (tmp_path / "dsm-verify").glob("*/dsm-verify.json")
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    assert (report["profile"], report["seed"]) == ("dev", 0)
+    statuses = {p["name"]: p["status"] for p in report["properties"]}
+    for name in PROPERTY_NAMES:
+        case = cases[name]
+        if statuses[name] == "passed":
+            assert case.result == "Success" and "checks held" in case.message, (name, case)
+        else:  # the only other outcome a correct handler may have
+            assert statuses[name] == "not exercised", (name, statuses[name])
+            assert case.result == "Failure" and f"NOT EXERCISED {name}" in case.message, (
+                name,
+                case,
+            )
+    assert cases["gaps"].result == ("Success" if not report["gaps"] else "Failure"), cases["gaps"]
+
+
+def test_the_conformance_fixture_fails_the_violated_property_with_its_finding(
+    tests_dll: Path, dsm_command: Path, tmp_path: Path
+) -> None:
+    """No fencing, --stop-on-first: stale_write_rejected fails with dsm's finding and where its
+    counterexample is; the properties the run did not settle are inconclusive, never failures."""
+    source = tmp_path / "Unfenced.cs"
+    source.write_text(
+        """
+using Dsm.DataStateMachine.Testing;
+using NUnit.Framework;
+
+namespace Checks
+{
+    [TestFixture]
+    public class Unfenced
+    {
+        private static readonly DsmConformance Dsm = new DsmConformance("mono BrokenHandler.exe no_fencing")
+        {
+            Profile = "dev", Seed = 0, ExtraArguments = { "--stop-on-first" },
+        };
+
+        [TestCaseSource(typeof(DsmConformance), "Cases")]
+        public void Property(string name) { Dsm.Check(name); }
+    }
+}
+""",
+        encoding="utf-8",
+    )
+    assembly = tests_dll.parent / "Unfenced.dll"
+    _compile(assembly, [source], tests_dll.parent / "Dsm.DataStateMachine.NUnit.dll")
+    cases = _by_property(
+        _run_cases(assembly, tmp_path, "Checks.Unfenced", env={"DSM_COMMAND": str(dsm_command)}),
+        "Checks.Unfenced",
+    )
+    (report_path,) = (tmp_path / "dsm-verify").glob("*/dsm-verify.json")
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    finding = next(p for p in report["properties"] if p["name"] == "stale_write_rejected")
+    assert finding["status"] == "failed"
+    failed = cases["stale_write_rejected"]
+    assert failed.result == "Failure", failed
+    assert f"stale_write_rejected violated: {finding['message']}" in failed.message
+    assert "What happened:" in failed.message and report["replay"] in failed.message
+    replays = report_path.parent / "replays"
+    assert f"{replays / 'stale_write_rejected-seed0'}.jsonl" in failed.message
+    assert f"{replays / 'stale_write_rejected-seed0'}.cs" in failed.message
+    others = {name: case.result for name, case in cases.items() if name != "stale_write_rejected"}
+    assert others.pop("gaps") == "Success"
+    assert (
+        set(others.values()) <= {"Success", "Inconclusive"} and "Inconclusive" in others.values()
+    ), others
+
+
+def test_the_conformance_cases_map_every_status_and_run_dsm_once(
+    tests_dll: Path, tmp_path: Path
+) -> None:
+    """A report with every status, written by dsm's own JSON writer and handed over by a stand-in
+    dsm that also keeps the words it was given: each case ends as docs/dotnet.md says."""
+    from dsm_sim.conformance.execute.clocks import ClockMode
+    from dsm_sim.conformance.report import Gap, HazardSeen, PropertyResult, ResultStatus
+    from dsm_sim.conformance.tell.outputs import write_json
+
+    special = {
+        "stale_write_rejected": PropertyResult(
+            "stale_write_rejected", "s", ResultStatus.FAILED, 3, message="the late write {landed}",
+            story="  1. worker 2: upsert -> ok", found_seed=0, found_by="race matrix",
+        ),
+        "spent_token_rejected": PropertyResult(
+            "spent_token_rejected", "s", ResultStatus.FLAKY, 2, message="a spent token wrote", confirmed=(1, 3)
+        ),
+        "data_round_trip": PropertyResult("data_round_trip", "the data read back is the data written", ResultStatus.NOT_EXERCISED, 0),
+        "closes_cleanly": PropertyResult("closes_cleanly", "s", ResultStatus.UNSETTLED, 4),
+        "key_identity": PropertyResult("key_identity", "s", ResultStatus.WAIVED, 0, message="no keys here"),
+    }  # fmt: skip
+    results = [
+        special.get(name, PropertyResult(name, "s", ResultStatus.PASSED, 7))
+        for name in PROPERTY_NAMES
+    ]
+    results.append(PropertyResult("a_newer_property", "s", ResultStatus.PASSED, 1))
+    report = VerificationReport(
+        "--exec x", "dev", 7, ClockMode.INJECTED, tuple(results), test_cases=1, runs=1, seconds=0.1,
+        gaps=(Gap("peers", "peer instances", "none opened"), Gap("matrix", "the race matrix", "no state")),
+        waived={"matrix": "waived by the user"},
+        hazards=(HazardSeen("stale_holder_late_write", "no token", "key_identity", "it landed", "  1. a step"),),
+    )  # fmt: skip
+    prepared = write_json(report, tmp_path / "prepared.json")
+    calls = tmp_path / "calls.jsonl"
+    fake = tmp_path / "fake-dsm"
+    fake.write_text(
+        f"""#!{sys.executable}
+import json, pathlib, shutil, sys
+words = sys.argv[1:]
+with open({str(calls)!r}, "a") as calls:
+    calls.write(json.dumps(words) + "\\n")
+replays = pathlib.Path(words[words.index("--replay-dir") + 1])
+replays.mkdir(parents=True, exist_ok=True)
+for suffix in (".jsonl", ".cs"):
+    (replays / ("stale_write_rejected-seed0" + suffix)).write_text("")
+shutil.copy({str(prepared)!r}, words[words.index("--json") + 1])
+sys.exit(1)
+""",
+        encoding="utf-8",
+    )
+    fake.chmod(0o755)
+    garbage = tmp_path / "garbage-dsm"
+    garbage.write_text(
+        '#!/bin/sh\nwhile [ "$1" != --json ]; do shift; done\necho "{not json" > "$2"\nexit 1\n',
+        encoding="utf-8",
+    )
+    garbage.chmod(0o755)
+    handler = 'mono "/tmp/a b/x.exe" it\'s\\\\path $HOME'
+    source = tmp_path / "Statuses.cs"
+    fixtures = {
+        "Crafted": f'new DsmConformance(@"{handler.replace(chr(34), chr(34) * 2)}") {{ DsmCommand = @"{fake}", Profile = "dev", Seed = 7, Tokens = TokenRule.Ordered, ExtraArguments = {{ "--waive", "matrix" }} }}',
+        "Garbage": f'new DsmConformance("mono garbage.exe") {{ DsmCommand = @"{garbage}" }}',
+        "Missing": 'new DsmConformance("mono missing.exe") { DsmCommand = "/nonexistent/dsm" }',
+    }  # fmt: skip
+    source.write_text(
+        "using Dsm.DataStateMachine.Testing;\nusing NUnit.Framework;\nnamespace Checks\n{\n"
+        + "".join(
+            f"""    [TestFixture]
+    public class {name}
+    {{
+        private static readonly DsmConformance Dsm = {made};
+        [TestCaseSource(typeof(DsmConformance), "Cases")]
+        public void Property(string name) {{ Dsm.Check(name); }}
+    }}
+"""
+            for name, made in fixtures.items()
+        )
+        + "}\n",
+        encoding="utf-8",
+    )
+    assembly = tests_dll.parent / "Statuses.dll"
+    _compile(assembly, [source], tests_dll.parent / "Dsm.DataStateMachine.NUnit.dll")
+    ran = _run_cases(assembly, tmp_path, *(f"Checks.{name}" for name in fixtures))
+
+    # One dsm verify for the fixture's 23 cases, given the handler command word for word.
+    (words,) = [json.loads(line) for line in calls.read_text(encoding="utf-8").splitlines()]
+    assert words[:3] == ["verify", "--exec", handler]
+    assert words[words.index("--profile") :] == [
+        "--profile", "dev", "--seed", "7", "--tokens", "ordered", "--waive", "matrix"
+    ]  # fmt: skip
+    cases = _by_property(ran, "Checks.Crafted")
+    assert set(cases) == {*PROPERTY_NAMES, "gaps"}
+    violated = cases["stale_write_rejected"]
+    assert violated.result == "Failure"
+    assert "stale_write_rejected violated: the late write {landed}" in violated.message
+    assert (
+        "Found by the race matrix" in violated.message
+        and "1. worker 2: upsert -> ok" in violated.message
+    )
+    assert (
+        "stale_write_rejected-seed0.jsonl" in violated.message
+        and "stale_write_rejected-seed0.cs" in violated.message
+    )
+    flaky = cases["spent_token_rejected"]
+    assert (
+        flaky.result == "Failure"
+        and "violated (flaky)" in flaky.message
+        and "failed 1 of 3 replays" in flaky.message
+    )
+    unexercised = cases["data_round_trip"]
+    assert (
+        unexercised.result == "Failure" and "NOT EXERCISED data_round_trip" in unexercised.message
+    )
+    assert '"--waive", "data_round_trip"' in unexercised.message
+    assert cases["closes_cleanly"].result == "Inconclusive"
+    waived = cases["key_identity"]
+    assert waived.result == "Ignored" and "no keys here" in waived.message
+    assert "hazard stale_holder_late_write" in waived.message and "1. a step" in waived.message
+    gaps = cases["gaps"]
+    assert (
+        gaps.result == "Failure"
+        and "NOT EXERCISED peers: peer instances: none opened" in gaps.message
+    )
+    assert "a_newer_property" in gaps.message and "NOT EXERCISED matrix" not in gaps.message
+    rest = {n: c.result for n, c in cases.items() if n not in special and n != "gaps"}
+    assert set(rest.values()) == {"Success"}, rest
+
+    for fixture, exception, said in (
+        ("Garbage", "DsmReportUnreadableException", "is not JSON a dsm verify report has"),
+        ("Missing", "DsmNotStartedException", "set DSM_COMMAND"),
+    ):
+        failed = _by_property(ran, f"Checks.{fixture}")
+        assert len(failed) == len(PROPERTY_NAMES) + 1
+        for case in failed.values():
+            assert case.result == "Error" and exception in case.message and said in case.message, (
+                case
+            )
+
+
+def test_a_handler_command_that_does_not_start_fails_every_case_with_what_dsm_said(
+    tests_dll: Path, dsm_command: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "Refused.cs"
+    source.write_text(
+        """
+using Dsm.DataStateMachine.Testing;
+using NUnit.Framework;
+
+namespace Checks
+{
+    [TestFixture]
+    public class Refused
+    {
+        private static readonly DsmConformance Dsm = new DsmConformance("mono /nonexistent/Handler.exe") { Profile = "dev" };
+
+        [TestCaseSource(typeof(DsmConformance), "Cases")]
+        public void Property(string name) { Dsm.Check(name); }
+    }
+}
+""",
+        encoding="utf-8",
+    )
+    assembly = tests_dll.parent / "Refused.dll"
+    _compile(assembly, [source], tests_dll.parent / "Dsm.DataStateMachine.NUnit.dll")
+    cases = _by_property(
+        _run_cases(assembly, tmp_path, "Checks.Refused", env={"DSM_COMMAND": str(dsm_command)}),
+        "Checks.Refused",
+    )
+    assert len(cases) == len(PROPERTY_NAMES) + 1
+    for case in cases.values():
+        assert case.result == "Error" and "DsmVerifyRefusedException" in case.message, case
+        assert "exit 2" in case.message and "does not start" in case.message, case

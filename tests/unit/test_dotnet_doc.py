@@ -29,3 +29,22 @@ def test_the_doc_gives_the_apt_get_line_and_the_rules_a_handler_must_keep() -> N
     # The first factory the quick start shows gives each open a store of its own.
     first = DOC.index("DsmProtocolHost.Run(args, ")
     assert DOC[first:].startswith("DsmProtocolHost.Run(args, clock => new MyHandler(clock));")
+
+
+def test_the_doc_names_the_test_package_versions_of_the_csproj_files() -> None:
+    dotnet = ROOT / "handlers/dotnet"
+    projects = (
+        dotnet / "Dsm.DataStateMachine.Tests/Dsm.DataStateMachine.Tests.csproj",
+        dotnet / "Dsm.DataStateMachine.NUnit/Dsm.DataStateMachine.NUnit.csproj",
+    )
+    named: dict[str, set[str]] = {}
+    for project in projects:
+        text = project.read_text(encoding="utf-8")
+        for package, version in re.findall(
+            r'PackageReference Include="([^"]+)" Version="([^"]+)"', text
+        ):
+            named.setdefault(package, set()).add(version)
+    assert set(named) == {"NUnit", "NUnit3TestAdapter", "Microsoft.NET.Test.Sdk"}
+    for package, versions in named.items():
+        assert len(versions) == 1, (package, versions)  # one version of a package in every project
+        assert f"{package} {versions.pop()}" in DOC, package
