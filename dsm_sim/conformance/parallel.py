@@ -467,7 +467,9 @@ def _pool(jobs: int, ctx: BaseContext) -> ProcessPoolExecutor:
 
 def _parallel(workers: WorkerPool, tasks: list[ChunkTask]) -> Generator[ChunkResult, None, None]:
     futures = [workers.submit(run_task, task) for task in tasks]
-    if workers.after_chunks is not None:
+    # A first pass is followed by the deeper pass's chunks, sent once its results are in.
+    last = not tasks or tasks[-1].work.deeper or tasks[-1].work.limit is None
+    if workers.after_chunks is not None and last:
         workers.after_chunks()  # the search's first seeds, for the workers the last chunks free
     broken = False
     completed = False

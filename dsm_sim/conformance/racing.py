@@ -21,7 +21,10 @@ same store.  Each cell runs on a fresh item:
   every seed, where a random schedule finds it by luck;
 * every cell first in sequence and at its first preemption point, then every
   cell again at all its points (iterative deepening): what the first await
-  shows is found before the time deep windows take is spent;
+  shows is found before the time deep windows take is spent.  The deeper
+  pass branches from the first pass's runs of the cell, kept in the process
+  that made them, instead of running them again (a worker that did not run
+  the chunk's first pass runs them again, and books them once);
 * a cell whose calls hand work to an executor thread is run as scheduled but
   reported *uncontrolled*: what the thread does is timing, not a choice;
 * for a handler in another process, whose await points the kit cannot
@@ -40,7 +43,7 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsm_sim.conformance.execute.bookkeeping import RunStats
@@ -68,6 +71,7 @@ __all__ = [
     "ChunkWork",
     "MatrixBudget",
     "RawFinding",
+    "Runs",
     "cells",
     "chunked",
     "matrix_world",
@@ -259,7 +263,6 @@ class _Explorer:
                     schedule=schedule,
                 ),
             ]
-            self.schedules += 1
             for call in steps:
                 call.run_on(state)
         except PropertyViolation as violation:
@@ -280,29 +283,52 @@ class _Explorer:
     def _found(self, violation: PropertyViolation, cell: Cell, schedule: Schedule) -> None:
         self.findings.append(RawFinding(cell, schedule, violation))
 
-    def explore(self, cell: Cell, limit: int | None = None) -> None:
-        """Every interleaving of ``cell`` within the budget (and ``limit`` runs), in sequence first."""
+    def explore(
+        self, cell: Cell, limit: int | None = None, before: Runs = (), repeats: int = 0
+    ) -> Runs:
+        """Every interleaving of ``cell`` within the budget (and ``limit`` runs), in sequence first.
+
+        ``before`` are runs of the cell made already (its first pass, on this
+        machine's kind of handler): each is taken as run and branched from, not
+        run again, so only schedules the first pass did not try cost a run.
+        The first ``repeats`` runs repeat runs booked before (the first pass's,
+        run again where they were not kept): they are not booked as
+        interleavings again.  Returns this call's runs (``before``'s included)
+        when every one ran to its end, else ``()``.
+        """
         if not self.controlled:
             for _ in range(self.budget.repeats):
+                self.schedules += 1
                 if self.run(cell, ()) is None:
                     break
             self.exercised += 1
-            return
-        pending: list[Schedule] = [()]
+            return ()
+        pending: list[Schedule] = [] if before else [()]
         tried: set[Schedule] = set()
         points: set[Schedule] = set()
         explored: set[Schedule] = set()
+        made: list[tuple[Schedule, Interleaving]] = []
         runs = threaded = 0
         most = self.budget.per_cell if limit is None else min(limit, self.budget.per_cell)
-        while pending and runs < most:
-            schedule = pending.pop(0)
-            if schedule in tried:
-                continue
-            tried.add(schedule)
+        known = list(before)
+        while (known or pending) and runs < most:
+            if known:
+                schedule, happened = known.pop(0)
+                tried.add(schedule)
+            else:
+                schedule = pending.pop(0)
+                if schedule in tried:
+                    continue
+                tried.add(schedule)
+                self.schedules += runs >= repeats
+                ran = self.run(cell, schedule)
+                if ran is None:
+                    made.clear()
+                    runs += 1
+                    break
+                happened = ran
+            made.append((schedule, happened))
             runs += 1
-            happened = self.run(cell, schedule)
-            if happened is None:
-                break
             threaded += happened.threaded > 0
             chosen = tuple(point.chosen for point in happened.choices)
             points.update(chosen[:index] for index, _ in _points(happened, self.budget))
@@ -316,6 +342,11 @@ class _Explorer:
         if threaded:
             self.threaded.append(str(cell))
             self.threaded_runs += runs
+        return tuple(made)
+
+
+#: A cell's runs, in the order they ran: each schedule tried and what it did.
+Runs = tuple[tuple[Schedule, Interleaving], ...]
 
 
 def _alone(cell: Cell, schedule: Schedule) -> Program:
@@ -417,6 +448,9 @@ class ChunkWork:
     #: pass leaves the preemption points to it.
     deeper: bool = False
     counts_points: bool = True
+    #: The deeper pass: each cell's runs from the first pass (by its place in ``cells``;
+    #: none when it broke or never ran), branched from instead of run again.
+    before: tuple[Runs, ...] = ()
 
 
 @dataclass(slots=True)
@@ -437,6 +471,9 @@ class ChunkResult:
     #: an error outside any cell, or the death of the process running it.
     error: str | None = None
     crashed: bool = False
+    #: A first pass's runs of each cell that ran to its end, by the cell's number in
+    #: the matrix: the deeper pass branches from them.
+    kept: dict[int, Runs] = field(default_factory=dict)
 
 
 #: Runs chunks and yields their results in the chunks' order (closed when no more are wanted).
@@ -457,10 +494,11 @@ def run_chunk(machine: type[ConformanceMachine], work: ChunkWork) -> ChunkResult
     every property is found (those found before it, and its own).
     """
     explorer = _Explorer(machine, work.disabled, work.budget, controlled=work.controlled)
+    kept: dict[int, Runs] = {}
     error: str | None = None
     hangs = hangs_seen()
     try:
-        for cell in work.cells:
+        for number, cell in enumerate(work.cells):
             found = work.found | {raw.violation.property for raw in explorer.findings}
             if (work.stop_on_first and explorer.findings) or len(found) >= work.judged:
                 break
@@ -468,7 +506,15 @@ def run_chunk(machine: type[ConformanceMachine], work: ChunkWork) -> ChunkResult
                 # One hung call ends the matrix: every later cell would wait it out again.
                 error = f"a handler call hung ({hang_since(hangs)})"
                 break
-            explorer.explore(cell, work.limit)
+            if work.deeper:
+                before = work.before[number] if number < len(work.before) else ()
+                explorer.explore(cell, work.limit, before, 0 if before else FIRST_PASS)
+            elif work.limit is not None:
+                made = explorer.explore(cell, work.limit)
+                if made:
+                    kept[work.start + number] = made
+            else:
+                explorer.explore(cell, work.limit)
     except Exception as exc:  # the handler could not even be built again: no evidence
         error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -485,6 +531,7 @@ def run_chunk(machine: type[ConformanceMachine], work: ChunkWork) -> ChunkResult
         threaded_runs=explorer.threaded_runs if points else 0,
         failures=explorer.failures,
         error=error,
+        kept=kept,
     )
 
 
@@ -536,8 +583,9 @@ def _run_matrix(verification: Verification, budget: str | None, runner: ChunkRun
     controlled = not out_of_process(probe.handler)
     explorer.close()
     # Iterative deepening: every cell in sequence and at its first preemption point,
-    # then every cell again at every point (its first runs again, to branch from), so
-    # a race the first await shows is found before the deep windows take their time.
+    # then every cell again at every point (branching from its first runs, which the
+    # first pass's results carry), so a race the first await shows is found before
+    # the deep windows take their time.
     deepens = controlled and budget_.per_cell > FIRST_PASS
     chunks = chunked(listed)
     passes = [(FIRST_PASS, False), (None, True)] if deepens else [(None, False)]
@@ -568,9 +616,9 @@ def _run_matrix(verification: Verification, budget: str | None, runner: ChunkRun
     #: Chunks (by their first cell) whose first pass did not finish: their deeper pass is no news.
     died: set[int] = set()
     missed = done = 0
-    results = (runner or in_process(plan.machine))(works)
+    results = _passes(runner or in_process(plan.machine), works)
     try:
-        for work, result in zip(works, results, strict=False):
+        for work, result in results:
             checks.update(result.stats.checks)
             verification.note_gaps(result.stats)
             _add(merged, result, work)
@@ -639,6 +687,39 @@ def _run_matrix(verification: Verification, budget: str | None, runner: ChunkRun
         verification.done = True
     elif verification.all_found():
         verification.done, verification.settled = True, True
+
+
+def _passes(
+    runner: ChunkRunner, works: Sequence[ChunkWork]
+) -> Generator[tuple[ChunkWork, ChunkResult], None, None]:
+    """Each chunk's work and result in order: the first pass's chunks, then the deeper pass's.
+
+    The deeper pass's chunks are sent once the first pass's results are in,
+    each carrying its cells' first runs: wherever a chunk runs (this process
+    or any worker), it branches from them instead of running them again, so
+    what is run and reported does not depend on ``--jobs``.
+    """
+    first = [work for work in works if not work.deeper]
+    deeper = [work for work in works if work.deeper]
+    kept: dict[int, Runs] = {}
+    for number, batch in enumerate((first, deeper)):
+        if number and kept:
+            batch = [
+                replace(
+                    work,
+                    before=tuple(kept.get(work.start + i, ()) for i in range(len(work.cells))),
+                )
+                for work in batch
+            ]
+        if not batch:
+            continue
+        results = runner(batch)
+        try:
+            for work, result in zip(batch, results, strict=False):
+                kept.update(result.kept)
+                yield work, result
+        finally:
+            results.close()
 
 
 def _add(merged: ChunkResult, result: ChunkResult, work: ChunkWork) -> None:

@@ -190,7 +190,8 @@ class Coverage:
     #: Cells (pair x state) whose calls both apply, and how many of them ran.
     applicable: int = 0
     exercised: int = 0
-    #: Interleavings run in all (each cell runs its calls in sequence, then preempted).
+    #: Interleavings run in all (each cell runs its calls in sequence, then preempted),
+    #: each booked once (the deeper pass does not book the first pass's runs again).
     schedules: int = 0
     #: Cells where the store itself decided the interleaving (no control: another process).
     uncontrolled: int = 0
