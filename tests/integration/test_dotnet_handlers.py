@@ -829,6 +829,7 @@ def _by_property(cases: dict[str, NUnitCase], fixture: str) -> dict[str, NUnitCa
     }
 
 
+@pytest.mark.thorough  # a whole dev verification of a handler other tests verify per pull request
 def test_the_conformance_fixture_gives_one_passing_case_per_property_of_the_in_memory_handler(
     tests_dll: Path, dsm_command: Path, tmp_path: Path
 ) -> None:

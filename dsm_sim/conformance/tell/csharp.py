@@ -32,6 +32,7 @@ from dsm_sim.conformance.tell.steps import (
     protocol_steps,
     summary,
     test_name,
+    utf16_literal,
 )
 
 __all__ = ["is_csharp", "nunit_test"]
@@ -49,21 +50,7 @@ def is_csharp(command: str, language: str | None) -> bool:
 
 def _cs(text: str | None) -> str:
     """A C# string literal for ``text`` (``null`` for None), every non-ASCII unit escaped."""
-    if text is None:
-        return "null"
-    out = []
-    for unit in text:
-        code = ord(unit)
-        if unit in '"\\':
-            out.append("\\" + unit)
-        elif 0x20 <= code < 0x7F:
-            out.append(unit)
-        elif code > 0xFFFF:
-            high, low = divmod(code - 0x10000, 0x400)
-            out.append(f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}")
-        else:
-            out.append(f"\\u{code:04x}")
-    return '"' + "".join(out) + '"'
+    return utf16_literal(text)
 
 
 def _long(value: int | None) -> str:

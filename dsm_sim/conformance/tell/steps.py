@@ -55,6 +55,7 @@ __all__ = [
     "summary",
     "test_name",
     "together",
+    "utf16_literal",
 ]
 
 _WORDS = re.compile(r"[A-Za-z0-9]+")
@@ -327,3 +328,27 @@ def comment(text: str, width: int = 88) -> list[str]:
 def literal_tokens_comment(finding: Finding) -> list[str]:
     """The header lines of a test that spells tokens as the run's values: under ``ordered`` only."""
     return [] if finding.tokens == "attempts" else comment(LITERAL_TOKENS_NOTE)
+
+
+def utf16_literal(text: str | None) -> str:
+    """A string literal of the C family (C#, Java) for ``text``; ``null`` for None.
+
+    Printable ASCII stays as it is, every other code unit is a ``\\uXXXX``
+    escape (astral characters as their UTF-16 surrogate pair), so the printed
+    test compiles under any source encoding and shows invisible characters.
+    """
+    if text is None:
+        return "null"
+    out = []
+    for unit in text:
+        code = ord(unit)
+        if unit in '"\\':
+            out.append("\\" + unit)
+        elif 0x20 <= code < 0x7F:
+            out.append(unit)
+        elif code > 0xFFFF:
+            high, low = divmod(code - 0x10000, 0x400)
+            out.append(f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return '"' + "".join(out) + '"'
