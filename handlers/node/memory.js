@@ -44,6 +44,8 @@ const {
   writeLanded,
   wireRecord,
   Refusal,
+  keyText,
+  writeRecord,
 } = require("./rules.js");
 
 const BUG = process.env.DSM_NODE_BUG || "";
@@ -58,21 +60,6 @@ const COMPLETED = new Set(["processed", "skipped"]);
 
 // A store: the current record of each key, and the Superseded ones, oldest first.
 const newStore = () => ({ current: new Map(), superseded: [] });
-
-function recordKey(ctx) {
-  return {
-    tenant_id: ctx.tenant_id,
-    scope_id: ctx.scope_id,
-    entity_id: ctx.entity_id,
-    item_entity_key: ctx.item_entity_key,
-    item_key: ctx.item_key,
-  };
-}
-
-function keyText(ctx) {
-  // JSON of the parts: no separator can make two different keys collide.
-  return JSON.stringify([ctx.tenant_id, ctx.scope_id, ctx.entity_id, ctx.item_entity_key, ctx.item_key]);
-}
 
 function requireHolder(ctx, record) {
   const token = ctx.lock_token;
@@ -102,34 +89,9 @@ function refuseLiveLock(ctx, record, now) {
   }
 }
 
-// Insert or update the current record; a data of null keeps the stored data,
-// an error_detail left undefined keeps the stored one.
+// Insert or update the current record (rules.writeRecord).
 function write(store, ctx, now, record, change) {
-  if (!record) {
-    store.current.set(keyText(ctx), {
-      key: recordKey(ctx),
-      status: change.status,
-      attempt: change.attempt || 0,
-      locked_until: change.locked_until,
-      data_json: change.data_json === undefined ? null : change.data_json,
-      error_detail: typeof change.error_detail === "string" ? change.error_detail : null,
-      entity_execution_id: ctx.entity_execution_id,
-      source_app_id: ctx.source_app_id,
-      created_at: now,
-      updated_at: now,
-      retain_until: retainUntil(ctx, now),
-    });
-    return;
-  }
-  record.status = change.status;
-  record.locked_until = change.locked_until;
-  if (change.attempt !== undefined) record.attempt = change.attempt;
-  if (change.data_json !== undefined && change.data_json !== null) record.data_json = change.data_json;
-  if (change.error_detail !== undefined) record.error_detail = change.error_detail;
-  record.entity_execution_id = ctx.entity_execution_id;
-  record.source_app_id = ctx.source_app_id;
-  record.updated_at = now;
-  record.retain_until = retainUntil(ctx, now);
+  writeRecord(store.current, ctx, now, record, change);
 }
 
 function acquire(store, ctx, now, record) {

@@ -172,7 +172,55 @@ function negotiate(req) {
   return PROTOCOL_VERSION;
 }
 
+function recordKey(ctx) {
+  return {
+    tenant_id: ctx.tenant_id,
+    scope_id: ctx.scope_id,
+    entity_id: ctx.entity_id,
+    item_entity_key: ctx.item_entity_key,
+    item_key: ctx.item_key,
+  };
+}
+
+function keyText(ctx) {
+  // JSON of the parts: no separator can make two different keys collide.
+  return JSON.stringify([ctx.tenant_id, ctx.scope_id, ctx.entity_id, ctx.item_entity_key, ctx.item_key]);
+}
+
+// Insert or update the current record of an in-memory store (a Map by keyText); a data of null keeps the stored data,
+// an error_detail left undefined keeps the stored one.
+function writeRecord(current, ctx, now, record, change) {
+  if (!record) {
+    current.set(keyText(ctx), {
+      key: recordKey(ctx),
+      status: change.status,
+      attempt: change.attempt || 0,
+      locked_until: change.locked_until,
+      data_json: change.data_json === undefined ? null : change.data_json,
+      error_detail: typeof change.error_detail === "string" ? change.error_detail : null,
+      entity_execution_id: ctx.entity_execution_id,
+      source_app_id: ctx.source_app_id,
+      created_at: now,
+      updated_at: now,
+      retain_until: retainUntil(ctx, now),
+    });
+    return;
+  }
+  record.status = change.status;
+  record.locked_until = change.locked_until;
+  if (change.attempt !== undefined) record.attempt = change.attempt;
+  if (change.data_json !== undefined && change.data_json !== null) record.data_json = change.data_json;
+  if (change.error_detail !== undefined) record.error_detail = change.error_detail;
+  record.entity_execution_id = ctx.entity_execution_id;
+  record.source_app_id = ctx.source_app_id;
+  record.updated_at = now;
+  record.retain_until = retainUntil(ctx, now);
+}
+
 module.exports = {
+  keyText,
+  recordKey,
+  writeRecord,
   PROTOCOL_VERSION,
   negotiate,
   SWEEP_ERROR_DETAIL,

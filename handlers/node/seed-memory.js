@@ -29,13 +29,12 @@ const {
   checkData,
   checkSettable,
   Refusal,
+  keyText,
+  writeRecord,
 } = require("./rules.js");
 
 const BUGS = ["", "check_then_insert"];
 const COMPLETED = new Set(["processed", "skipped"]);
-
-const keyText = (ctx) =>
-  JSON.stringify([ctx.tenant_id, ctx.scope_id, ctx.entity_id, ctx.item_entity_key, ctx.item_key]);
 
 // A store round trip: the moment another request can run in between.
 const roundTrip = () => new Promise((resolve) => setTimeout(resolve, 5));
@@ -188,37 +187,7 @@ class SeedMemoryHandler {
   // Insert or update the current record; a data of null keeps the stored data, an
   // error_detail left undefined keeps the stored one.
   write(ctx, now, record, change) {
-    if (!record) {
-      this.current.set(keyText(ctx), {
-        key: {
-          tenant_id: ctx.tenant_id,
-          scope_id: ctx.scope_id,
-          entity_id: ctx.entity_id,
-          item_entity_key: ctx.item_entity_key,
-          item_key: ctx.item_key,
-        },
-        status: change.status,
-        attempt: change.attempt || 0,
-        locked_until: change.locked_until,
-        data_json: change.data_json === undefined ? null : change.data_json,
-        error_detail: typeof change.error_detail === "string" ? change.error_detail : null,
-        entity_execution_id: ctx.entity_execution_id,
-        source_app_id: ctx.source_app_id,
-        created_at: now,
-        updated_at: now,
-        retain_until: retainUntil(ctx, now),
-      });
-      return;
-    }
-    record.status = change.status;
-    record.locked_until = change.locked_until;
-    if (change.attempt !== undefined) record.attempt = change.attempt;
-    if (change.data_json !== undefined && change.data_json !== null) record.data_json = change.data_json;
-    if (change.error_detail !== undefined) record.error_detail = change.error_detail;
-    record.entity_execution_id = ctx.entity_execution_id;
-    record.source_app_id = ctx.source_app_id;
-    record.updated_at = now;
-    record.retain_until = retainUntil(ctx, now);
+    writeRecord(this.current, ctx, now, record, change);
   }
 }
 
