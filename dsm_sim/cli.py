@@ -148,6 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path.insert(0, cwd)
     words = list(sys.argv[1:] if argv is None else argv)
     command = f"dsm {words[0]}" if words and words[0] in COMMANDS else "dsm"
+    if argv is None:  # this process is the command: its --jobs workers' server starts now
+        from dsm_sim.worker_server import start_early
+
+        with contextlib.suppress(OSError):  # the pool starts it, or says why it cannot
+            start_early(words)
     with sigterm_as_interrupt() as received:
         code = _dispatch(words, command, received)
     if argv is None and command in _EXIT_WHEN_DONE:

@@ -27,6 +27,7 @@ import pytest
 
 __all__ = [
     "dsm_clock_mode",
+    "dsm_cluster",
     "dsm_handler_factory",
     "dsm_handler_spec",
     "dsm_jobs",
@@ -114,9 +115,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=1,
         metavar="J",
-        help="run the kit's race matrix in J worker processes (default 1: in the test's "
-        "process); the verdicts are the same. A factory a worker cannot load (a closure, "
-        "a local class) runs with 1, with a warning",
+        help="run the kit's race matrix and the search's seeds in J worker processes "
+        "(default 1: in the test's process); the verdicts are the same. A factory a worker "
+        "cannot load (a closure, a local class) runs with 1, with a warning",
+    )
+    group.addoption(
+        "--dsm-cluster",
+        action="store",
+        default=None,
+        metavar="ADDRESS",
+        help="send that work to a Dask cluster instead: 'local' starts one of --dsm-jobs "
+        "workers (at least 2), tcp://HOST:PORT uses the scheduler there (the 'cluster' "
+        "extra); the verdicts are the same",
     )
     group.addoption(
         "--dsm-call-timeout",
@@ -337,6 +347,12 @@ def dsm_jobs(request: pytest.FixtureRequest) -> int:
     if jobs < 1:
         raise pytest.UsageError(f"--dsm-jobs={jobs}: give 1 or more worker processes")
     return jobs
+
+
+@pytest.fixture
+def dsm_cluster(request: pytest.FixtureRequest) -> str | None:
+    cluster = request.config.getoption("--dsm-cluster", default=None)
+    return None if cluster in (None, "") else str(cluster)
 
 
 @pytest.fixture

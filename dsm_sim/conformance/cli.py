@@ -171,9 +171,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=bounded_int(1, MAX_JOBS),
         default=1,
         metavar="J",
-        help=f"run the race matrix and the search's seeds in J worker processes, J from 1 to "
-        f"{MAX_JOBS} (default 1: in this process); output, reports and exit code are the same "
-        "as with 1",
+        help=f"run the race matrix and the search's seeds in J worker processes, beside the "
+        f"edge probes in this one, J from 1 to {MAX_JOBS} (default 1: all in this process); "
+        "output, reports and exit code are the same as with 1",
+    )
+    parser.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        default=None,
+        help="send the same work to a Dask distributed cluster: 'local' starts one of --jobs "
+        "worker processes (at least 2) on this machine, tcp://HOST:PORT uses the scheduler "
+        "there, whose workers import the factory's module (needs the 'cluster' extra); "
+        "output, reports and exit code are the same as with --jobs 1",
     )
     parser.add_argument(
         "--stop-on-first",
@@ -568,11 +577,13 @@ def main(args: argparse.Namespace) -> int:
         sys.stderr.write(f"dsm verify: {exc}\n")
         return EXIT_USAGE
     jobs = getattr(args, "jobs", 1)
-    if jobs > 1 and out_of_process:
+    cluster = getattr(args, "cluster", None)
+    if (jobs > 1 or cluster is not None) and out_of_process:
+        option = "--cluster" if cluster is not None else "--jobs"
         sys.stderr.write(
-            "dsm verify: note: --jobs applies to in-process factories; --exec runs with 1\n"
+            f"dsm verify: note: {option} applies to in-process factories; --exec runs with 1\n"
         )
-        jobs = 1
+        jobs, cluster = 1, None
     tty = sys.stdout.isatty()
     update: Callable[[str, int, int], None] | None = None
     stop: Callable[[], None] = lambda: None  # noqa: E731
@@ -597,6 +608,7 @@ def main(args: argparse.Namespace) -> int:
             started_at=started,
             tokens=getattr(args, "tokens", "attempts"),
             jobs=jobs,
+            cluster=cluster,
         )
     except ConfigurationError as exc:
         sys.stderr.write(f"dsm verify: {exc}\n")

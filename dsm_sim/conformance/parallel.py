@@ -58,6 +58,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
+from dsm_sim.conformance.cluster import ClusterWorkers, lost_worker_errors
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.clocks import ClockMode
 from dsm_sim.conformance.execute.loop import VerificationHalted, call_timeout
@@ -274,16 +275,27 @@ class WorkerPool:
     the workers (also when nothing ran in them).
     """
 
-    def __init__(self, plan: Plan, handler: str | bytes, jobs: int) -> None:
+    def __init__(
+        self, plan: Plan, handler: str | bytes, jobs: int, cluster: ClusterWorkers | None = None
+    ) -> None:
         self.spec = MachineSpec.of(plan, handler)
         self.deadline = plan.deadline
-        self.jobs = check_jobs(jobs)
         self.ctx = _context()
-        self.pool = _pool(self.jobs, self.ctx)
+        #: Where the tasks go instead of this machine's processes (``--cluster``), if anywhere.
+        self.cluster = cluster
+        #: What a future raises when the worker running its task died.
+        self.lost: tuple[type[BaseException], ...] = (BrokenProcessPool,)
+        if cluster is not None:
+            self.lost += lost_worker_errors()
+            jobs = max(jobs, cluster.workers())  # one task ahead per worker of the cluster
+        self.jobs = check_jobs(min(jobs, MAX_JOBS))
+        self.pool = _pool(self.jobs if cluster is None else 1, self.ctx)
         #: Everything sent to the workers: :meth:`close` waits for none of it.
         self.sent: list[Future[Any]] = []
         #: Called once the matrix's chunks are all sent: work for the workers to go on with.
         self.after_chunks: Callable[[], None] | None = None
+        #: Chunks sent before the matrix asked for them (:meth:`send_ahead`), with their futures.
+        self.early: list[tuple[ChunkTask, Future[Any] | None]] = []
         # Starting a worker waits for the forkserver to import the kit (a second or two on
         # a busy machine): a thread of its own starts them while this one runs the probes.
         self.starting = threading.Thread(
@@ -292,6 +304,8 @@ class WorkerPool:
         self.starting.start()
 
     def _start(self, handler: str | bytes) -> None:
+        if self.cluster is not None:
+            return  # its workers load the factory with their first task
         with contextlib.suppress(Exception):  # a pool that breaks here is renewed when used
             self.sent += [self.pool.submit(_warm, handler) for _ in range(self.jobs)]
 
@@ -301,6 +315,36 @@ class WorkerPool:
         tasks = [ChunkTask(self.spec, work, self.deadline) for work in works]
         return _parallel(self, tasks)
 
+    def send_ahead(self, works: Sequence[ChunkWork]) -> None:
+        """Start the matrix's first chunks now, before the stage that runs ahead of it ends.
+
+        ``works`` are the chunks as the matrix would send them if that stage
+        (the edge probes) found nothing.  When the matrix starts, each chunk it
+        asks for that equals one sent here takes that one's result; the rest are
+        cancelled (a worker running one ends it first: a chunk is short).  So
+        the bet changes what is computed, never what is reported.
+        """
+        self.renew()
+        self.early = [
+            (task, self.submit(run_task, task))
+            for task in (ChunkTask(self.spec, work, self.deadline) for work in works)
+        ]
+
+    def take_early(self, task: ChunkTask) -> Future[Any] | None:
+        """The future of a chunk sent ahead that equals ``task``, if there is one (taken once)."""
+        for index, (sent, future) in enumerate(self.early):
+            if future is not None and sent == task:
+                del self.early[index]
+                return future
+        return None
+
+    def drop_early(self) -> None:
+        """Cancel the chunks sent ahead that the matrix did not take (what it knew changed)."""
+        for _, future in self.early:
+            if future is not None:
+                future.cancel()
+        self.early = []
+
     def seeds(self, search: SearchSettings) -> SeedsAhead:
         """The search's runner: each seed in a worker, the next ones run ahead."""
         return SeedsAhead(self, search)
@@ -309,20 +353,30 @@ class WorkerPool:
         """``fn(task)`` in a worker; None when the pool broke before taking it."""
         self.starting.join()
         try:
-            future = self.pool.submit(fn, task)
+            if self.cluster is not None:
+                future = self.cluster.submit(fn, task)
+            else:
+                future = self.pool.submit(fn, task)
         except BrokenProcessPool:
             return None
         self.sent.append(future)
         return future
 
     def stop(self) -> None:
-        """End the workers now, whatever they run (stopped early, or at the deadline)."""
+        """End the workers now, whatever they run (stopped early, or at the deadline).
+
+        A cluster's workers are not ended: what was sent to them is cancelled.
+        """
         self.starting.join()
+        if self.cluster is not None:
+            self.cluster.stop()
         stop_workers(self.pool)
 
     def close(self) -> None:
         """End the workers: at once if they still run something (a seed run ahead in vain)."""
         self.starting.join()
+        if self.cluster is not None:
+            self.cluster.close()
         if all(future.done() for future in self.sent):
             self.pool.shutdown(wait=True, cancel_futures=True)
         else:
@@ -430,7 +484,7 @@ class SeedsAhead:
             except FutureTimeoutError:
                 self.workers.stop()
                 return _Halted(_BLOCKED, True)
-            except BrokenProcessPool:
+            except self.workers.lost:
                 pass  # a worker died: which run killed it is pinned by running each alone
             except Exception as exc:  # the result itself could not be sent back
                 return f"its result could not be sent back: {type(exc).__name__}: {exc}"
@@ -466,7 +520,12 @@ def _pool(jobs: int, ctx: BaseContext) -> ProcessPoolExecutor:
 
 
 def _parallel(workers: WorkerPool, tasks: list[ChunkTask]) -> Generator[ChunkResult, None, None]:
-    futures = [workers.submit(run_task, task) for task in tasks]
+    taken = [workers.take_early(task) for task in tasks]
+    workers.drop_early()
+    futures = [
+        early if early is not None else workers.submit(run_task, task)
+        for task, early in zip(tasks, taken, strict=True)
+    ]
     # A first pass is followed by the deeper pass's chunks, sent once its results are in.
     last = not tasks or tasks[-1].work.deeper or tasks[-1].work.limit is None
     if workers.after_chunks is not None and last:
@@ -486,7 +545,7 @@ def _parallel(workers: WorkerPool, tasks: list[ChunkTask]) -> Generator[ChunkRes
                     outcome = future.result(timeout=patience(workers.deadline))
                 except FutureTimeoutError:
                     outcome = _Halted(_BLOCKED, True)
-                except BrokenProcessPool:
+                except workers.lost:
                     # A worker died: which chunk killed it is pinned by running each
                     # unfinished chunk again alone.
                     broken = True

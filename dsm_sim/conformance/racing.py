@@ -74,6 +74,7 @@ __all__ = [
     "Runs",
     "cells",
     "chunked",
+    "matrix_works",
     "matrix_world",
     "one_state_per_pair",
     "run_chunk",
@@ -562,7 +563,21 @@ def run_matrix(
         _run_matrix(verification, budget, runner)
 
 
-def _run_matrix(verification: Verification, budget: str | None, runner: ChunkRunner | None) -> None:
+def matrix_works(
+    verification: Verification,
+    budget: str | None = None,
+    machine: type[ConformanceMachine] | None = None,
+    *,
+    controlled: bool = True,
+) -> tuple[list[Cell], list[Cell], list[ChunkWork]]:
+    """The matrix's cells (every applicable one, and the listed ones) and its chunks' work.
+
+    What a chunk is given depends on the cells, the budget and what the
+    verification knows when the matrix starts, never on ``--jobs``: so work
+    computed before an earlier stage ends (``dsm verify --jobs`` sends the
+    matrix to its workers while this process runs the edge probes) is the
+    matrix's work exactly when that stage found nothing, which equality tells.
+    """
     plan = verification.plan
     chosen = budget or plan.profile
     if chosen not in BUDGETS:
@@ -570,18 +585,9 @@ def _run_matrix(verification: Verification, budget: str | None, runner: ChunkRun
             f"unknown race-matrix budget {chosen!r}; choose one of {', '.join(BUDGETS)}"
         )
     budget_ = BUDGETS[chosen]
-    stats = RunStats(verification.known())
-    machine = plan.machine(stats)
-    ops = _alphabet(machine)
+    ops = _alphabet(machine or plan.machine(RunStats()))
     every = [cell for cell in cells(ops) if cell.applies()]
     listed = every if budget_.every_state else one_state_per_pair(ops)
-    explorer = _Explorer(machine, verification.known(), budget_)
-    try:
-        probe = explorer._fresh()
-    except Exception:
-        return  # a handler that cannot be built or opened: the search reports how
-    controlled = not out_of_process(probe.handler)
-    explorer.close()
     # Iterative deepening: every cell in sequence and at its first preemption point,
     # then every cell again at every point (branching from its first runs, which the
     # first pass's results carry), so a race the first await shows is found before
@@ -607,6 +613,27 @@ def _run_matrix(verification: Verification, budget: str | None, runner: ChunkRun
         for number, (limit, deeper) in enumerate(passes)
         for index, (start, chunk) in enumerate(chunks)
     ]
+    return every, listed, works
+
+
+def _run_matrix(verification: Verification, budget: str | None, runner: ChunkRunner | None) -> None:
+    plan = verification.plan
+    chosen = budget or plan.profile
+    if chosen not in BUDGETS:
+        raise ConfigurationError(
+            f"unknown race-matrix budget {chosen!r}; choose one of {', '.join(BUDGETS)}"
+        )
+    stats = RunStats(verification.known())
+    machine = plan.machine(stats)
+    ops = _alphabet(machine)
+    explorer = _Explorer(machine, verification.known(), BUDGETS[chosen])
+    try:
+        probe = explorer._fresh()
+    except Exception:
+        return  # a handler that cannot be built or opened: the search reports how
+    controlled = not out_of_process(probe.handler)
+    explorer.close()
+    every, listed, works = matrix_works(verification, chosen, machine, controlled=controlled)
     # Findings are replayed alone and booked on a machine of their own, as they come.
     replayed = RunStats()
     replayer = plan.machine(replayed)

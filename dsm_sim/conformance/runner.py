@@ -50,9 +50,9 @@ from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semant
 
 # Imported whatever ``jobs`` is: Hypothesis draws from the literals of the modules this
 # process has loaded, so a search run beside worker processes must have loaded the same.
-from dsm_sim.conformance.parallel import WorkerPool, check_jobs, sendable
+from dsm_sim.conformance.parallel import SeedsAhead, WorkerPool, check_jobs, sendable
 from dsm_sim.conformance.properties import PROPERTY_NAMES
-from dsm_sim.conformance.racing import run_matrix
+from dsm_sim.conformance.racing import matrix_works, run_matrix
 from dsm_sim.conformance.report import (
     UTC_ZONE,
     Gap,
@@ -208,6 +208,7 @@ def verify(
     started_at: float | None = None,
     tokens: str = "attempts",
     jobs: int = 1,
+    cluster: str | None = None,
 ) -> VerificationReport:
     """Run the conformance kit against ``factory``; never raises on a violation.
 
@@ -259,6 +260,12 @@ def verify(
     that cannot be pickled raises
     :class:`~dsm_sim.workers.UnpicklableFactoryError` before any
     work.  A handler in another process (``--exec``) runs with one job.
+    ``cluster`` sends the same work to a Dask cluster instead
+    (:mod:`dsm_sim.conformance.cluster`): ``"local"`` starts one of ``jobs``
+    worker processes (at least two), an address (``tcp://scheduler:8786``)
+    uses that cluster's workers; the report is again the same.  A cluster that
+    cannot be used raises
+    :class:`~dsm_sim.simulator.distributed.ClusterUnavailableError` before any work.
     """
     max_wall = None if max_wall_s is None else _wall_limit(max_wall_s)
     semantics_of = resolve_semantics(semantics, factory)
@@ -305,7 +312,7 @@ def verify(
         max_wall=max_wall,
         tokens=tokens,
     )
-    workers = _worker_pool(plan, factory_spec, jobs)
+    workers = _worker_pool(plan, factory_spec, jobs, cluster)
     verification = Verification(plan)
     runs = None if workers is None else workers.seeds(plan.search())
     if workers is not None and runs is not None:
@@ -323,6 +330,8 @@ def verify(
     try:
         with wall_deadline(plan.deadline), interrupt_at(plan.deadline), frozen_heap():
             try:
+                if workers is not None and runs is not None and probes and matrix:
+                    _send_ahead(verification, workers, runs, matrix)
                 if probes:
                     verification.run_probes()
                 verification.stage = "the volume stage"
@@ -350,16 +359,59 @@ def verify(
     return verification.report(call_timeout_s)
 
 
-def _worker_pool(plan: Plan, factory_spec: str | None, jobs: int) -> WorkerPool | None:
-    """Worker processes for the race matrix's chunks and the search's seeds, or None: one process."""
-    if jobs == 1:
+def _send_ahead(
+    verification: Verification, workers: WorkerPool, runs: SeedsAhead, matrix: bool | str
+) -> None:
+    """The race matrix's first pass, then a first seed per worker, sent now, before the probes.
+
+    This process runs the probes meanwhile.  The bet is that they find
+    nothing (a handler that passes, the case every pull request hopes for):
+    the matrix then asks for exactly these chunks and takes their results,
+    and the search for these seeds with the properties known now.  Work the
+    stages ask for otherwise replaces what was sent here, which is dropped
+    (:meth:`~dsm_sim.conformance.parallel.WorkerPool.send_ahead`, and the
+    seeds' own bet in :class:`~dsm_sim.conformance.parallel.SeedsAhead`):
+    the bet changes what is computed, never what is reported.  One seed per
+    worker bounds what a lost bet costs.  Anything wrong with the matrix's
+    budget is left for the matrix to raise, at its turn, as with ``--jobs 1``.
+    """
+    budget = matrix if isinstance(matrix, str) else None
+    try:
+        _, _, works = matrix_works(verification, budget)
+    except Exception:
+        return
+    workers.send_ahead([work for work in works if not work.deeper])
+    known = verification.known()
+    runs.send([SeedWork(seed, known) for seed in verification.plan.budget_seeds()], workers.jobs)
+
+
+def _worker_pool(
+    plan: Plan, factory_spec: str | None, jobs: int, cluster: str | None = None
+) -> WorkerPool | None:
+    """Workers for the race matrix's chunks and the search's seeds, or None: one process.
+
+    Worker processes on this machine, or a Dask cluster's workers (``cluster``:
+    ``"local"`` or a scheduler's address).
+    """
+    if jobs == 1 and cluster is None:
         return None
     from dsm_sim.protocol.client import ExecFactory
 
     check_jobs(jobs)
     if isinstance(plan.factory, ExecFactory):
         return None  # its transcripts and failures are read from this process's factory
-    return WorkerPool(plan, sendable(plan.factory, factory_spec), jobs)
+    handler = sendable(plan.factory, factory_spec)
+    if cluster is None:
+        return WorkerPool(plan, handler, jobs)
+    from dsm_sim.conformance.cluster import ClusterWorkers
+
+    where = None if cluster == "local" else cluster
+    workers = ClusterWorkers(where, max(jobs, 2) if where is None else jobs)
+    try:
+        return WorkerPool(plan, handler, jobs, workers)
+    except BaseException:
+        workers.close()
+        raise
 
 
 def _zone_gap(factory: HandlerFactory) -> Gap | None:

@@ -34,17 +34,21 @@ def cached_report(
     time_zone: str | None = None,
     factory_spec: str | None = None,
     jobs: int = 1,
+    cluster: str | None = None,
 ) -> VerificationReport:
     """Verify once per (factory, profile, seed, clock mode, time zone) per process.
 
     ``factory_spec`` is the ``MODULE:FACTORY`` the factory was loaded from, for the
     replay lines (see :func:`~dsm_sim.conformance.runner.verify`).  ``jobs`` runs
     the race matrix in worker processes (``--dsm-jobs``); the report is the same,
-    so it is not part of the key.  A factory a worker cannot receive runs with one
-    job, and a warning says so.
+    so it is not part of the key; nor is ``cluster``, which sends that work to a
+    Dask cluster (``--dsm-cluster``).  A factory a worker cannot receive runs with
+    one job in this process, and a warning says so.
     """
     key = (factory, profile, seed, clock_mode, time_zone, factory_spec)
     if key not in _REPORTS:
+        if not _sendable(factory, factory_spec, jobs, cluster):
+            jobs, cluster = 1, None
         _REPORTS[key] = verify(
             factory,
             profile,
@@ -52,25 +56,27 @@ def cached_report(
             clock_mode=clock_mode,
             time_zone=time_zone,
             factory_spec=factory_spec,
-            jobs=_jobs_for(factory, factory_spec, jobs),
+            jobs=jobs,
+            cluster=cluster,
         )
     return _REPORTS[key]
 
 
-def _jobs_for(factory: HandlerFactory, factory_spec: str | None, jobs: int) -> int:
-    """``jobs``, or 1 (with a warning) when the factory cannot be sent to a worker process."""
-    if jobs == 1:
-        return 1
+def _sendable(
+    factory: HandlerFactory, factory_spec: str | None, jobs: int, cluster: str | None
+) -> bool:
+    """False (with a warning) when work for other processes was asked for and cannot be sent."""
+    if jobs == 1 and cluster is None:
+        return True
     from dsm_sim.conformance.parallel import UnpicklableFactoryError, sendable
 
     try:
         sendable(factory, factory_spec)
     except UnpicklableFactoryError as exc:
-        warnings.warn(
-            f"--dsm-jobs {jobs} ignored, the kit runs in this process: {exc}", stacklevel=2
-        )
-        return 1
-    return jobs
+        option = f"--dsm-cluster {cluster}" if cluster is not None else f"--dsm-jobs {jobs}"
+        warnings.warn(f"{option} ignored, the kit runs in this process: {exc}", stacklevel=3)
+        return False
+    return True
 
 
 def replay_lines(report: VerificationReport) -> str:
@@ -136,6 +142,7 @@ class ConformanceSuite:
         dsm_time_zone: str | None,
         dsm_handler_spec: str | None,
         dsm_jobs: int,
+        dsm_cluster: str | None,
     ) -> VerificationReport:
         return cached_report(
             dsm_handler_factory,
@@ -145,6 +152,7 @@ class ConformanceSuite:
             dsm_time_zone,
             dsm_handler_spec,
             dsm_jobs,
+            dsm_cluster,
         )
 
 

@@ -50,7 +50,7 @@ from dsm_sim.wall import patience
 from reference_engine.errors import ConfigurationError
 from reference_engine.handler import HandlerFactory
 
-__all__ = ["ClusterUnavailableError", "local_cluster", "run_plan_on_cluster"]
+__all__ = ["ClusterUnavailableError", "local_cluster", "quiet_on_give_up", "run_plan_on_cluster"]
 
 #: Runs submitted ahead of the one being handed back, per worker: enough to keep
 #: every worker busy while the parent waits for the oldest run.  They are sent in
@@ -73,7 +73,7 @@ class ClusterUnavailableError(ConfigurationError):
 
 
 @contextlib.contextmanager
-def _quiet_on_give_up() -> Iterator[Callable[[], None]]:
+def quiet_on_give_up() -> Iterator[Callable[[], None]]:
     """Once the plan is given up on, Dask's own logs of the workers it kills stay quiet.
 
     Closing a cluster with runs in flight (a worker blocked in a thread, a
@@ -240,7 +240,7 @@ def _outcomes(
     in flight there are cancelled, and the command ends anyway.  The command
     says what it stopped and why; the streams and heartbeats that break as
     the cluster closes are not news, and Dask's logs of them stay quiet
-    (:func:`_quiet_on_give_up`), as ``--jobs`` workers say nothing when stopped.
+    (:func:`quiet_on_give_up`), as ``--jobs`` workers say nothing when stopped.
     """
     from distributed import as_completed
 
@@ -249,7 +249,7 @@ def _outcomes(
     #: Results fetched ahead of their turn, by future key.
     fetched: dict[str, Any] = {}
     ahead = _AHEAD * max(1, workers)
-    with _quiet_on_give_up() as give_up, stack:
+    with quiet_on_give_up() as give_up, stack:
         if not own:
             # Our own workers are ended with the cluster: cancelling their runs first
             # only made each log the cancelled task.

@@ -64,7 +64,9 @@ def _untimed(value: Any) -> Any:
     return value
 
 
-def _verify(tmp_path: Path, spec: str, jobs: int, *extra: str) -> tuple[int, str, str, Any, int]:
+def _verify(
+    tmp_path: Path, spec: str, jobs: int, *extra: str, name: str | None = None
+) -> tuple[int, str, str, Any, int]:
     """``dsm verify`` as a command of its own, as a user runs it (each its own process).
 
     Not in this process: the search draws from the literals of the modules a
@@ -72,7 +74,7 @@ def _verify(tmp_path: Path, spec: str, jobs: int, *extra: str) -> tuple[int, str
     Also answers how many runs of the search ran in the command's own process
     (``verify_counting_runs.py``).
     """
-    folder = tmp_path / f"jobs{jobs}"
+    folder = tmp_path / (name or f"jobs{jobs}")
     folder.mkdir()
     env = {
         **os.environ,
@@ -99,8 +101,12 @@ def _verify(tmp_path: Path, spec: str, jobs: int, *extra: str) -> tuple[int, str
     ("spec", "profile", "code"),
     # The failing handler on every pull request; the correct one (same code path, no finding
     # to merge) with the thorough tier, which keeps the suite inside its time.
-    [(FAILING, "ci", 1), pytest.param(CORRECT, "ci", 0, marks=pytest.mark.thorough)],
-    ids=["failing", "correct"],
+    [
+        (FAILING, "ci", 1),
+        (CORRECT, "dev", 0),
+        pytest.param(CORRECT, "ci", 0, marks=pytest.mark.thorough),
+    ],
+    ids=["failing", "correct-dev", "correct"],
 )
 def test_jobs_2_prints_and_writes_what_jobs_1_does(
     tmp_path: Path, spec: str, profile: str, code: int
@@ -113,13 +119,65 @@ def test_jobs_2_prints_and_writes_what_jobs_1_does(
     assert one[3] == two[3], "the JSON report differs"
     # Every run of the search ran in a worker with --jobs 2 and was kept: the failing
     # handler's runs sent ahead with fewer properties known were run again there.
-    assert one[4] == one[3]["explored"]["runs"] >= 4, one[3]["explored"]
+    assert one[4] == one[3]["explored"]["runs"] >= 1, one[3]["explored"]
     assert two[4] == 0, f"{two[4]} run(s) of the search ran in the command's process"
-    # The matrix ran in several chunks, every cell of them.
-    coverage = re.search(r"race matrix: (\d+) of (\d+) cells", one[1])
+    # The matrix ran in several chunks, every cell of them (dev lists one state per pair).
+    coverage = re.search(r"race matrix: (\d+) of (\d+) cells \((\d+)x(\d+) ordered pairs", one[1])
     assert coverage is not None, one[1]
-    assert coverage.group(1) == coverage.group(2), one[1]
-    assert len(chunked(range(int(coverage.group(2))))) > 2  # type: ignore[arg-type]
+    ran, cells, ops, _ = map(int, coverage.groups())
+    assert ran == (ops * ops if profile == "dev" else cells), one[1]
+    assert len(chunked(range(ran))) >= 2  # type: ignore[arg-type]
+
+
+class _Ahead:
+    """What the matrix took of the chunks sent ahead of the probes, and what it dropped."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from dsm_sim.conformance.parallel import WorkerPool
+
+        self.sent = self.taken = self.dropped = 0
+        send, take, drop = WorkerPool.send_ahead, WorkerPool.take_early, WorkerPool.drop_early
+
+        def send_ahead(pool: WorkerPool, works: Any) -> None:
+            self.sent += len(works)
+            send(pool, works)
+
+        def take_early(pool: WorkerPool, task: Any) -> Any:
+            future = take(pool, task)
+            self.taken += future is not None
+            return future
+
+        def drop_early(pool: WorkerPool) -> None:
+            self.dropped += sum(1 for _, future in pool.early if future is not None)
+            drop(pool)
+
+        monkeypatch.setattr(WorkerPool, "send_ahead", send_ahead)
+        monkeypatch.setattr(WorkerPool, "take_early", take_early)
+        monkeypatch.setattr(WorkerPool, "drop_early", drop_early)
+
+
+def test_the_matrix_takes_the_chunks_sent_ahead_when_the_probes_find_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ahead = _Ahead(monkeypatch)
+    report = verify(in_memory_handler, "dev", 0, jobs=2, factory_spec=CORRECT, volume=False)
+    assert report.passed, report.gaps
+    assert ahead.sent >= 2 and ahead.taken == ahead.sent and ahead.dropped == 0, vars(ahead)
+
+
+def test_the_matrix_drops_the_chunks_sent_ahead_when_the_probes_found_something(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsm_sim.broken.handlers import CheckThenInsertAcquire
+
+    ahead = _Ahead(monkeypatch)
+    report = verify(CheckThenInsertAcquire, "dev", 0, jobs=2, factory_spec=FAILING)
+    by_probe = {r.name for r in report.results if r.found_by not in (None, "race matrix")}
+    assert by_probe, [(r.name, r.found_by) for r in report.results]
+    # The chunks ran with fewer properties known than the matrix then knew: none was taken.
+    assert ahead.sent >= 2 and ahead.taken == 0 and ahead.dropped == ahead.sent, vars(ahead)
+    assert report.coverage is not None and report.coverage.exercised > 0
+    assert "matrix" not in {gap.name for gap in report.gaps}
 
 
 def test_a_worker_that_dies_is_reported_for_the_cells_and_seeds_it_held(tmp_path: Path) -> None:
@@ -168,8 +226,12 @@ def test_jobs_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
     assert dying_matrix_handler.DiesInWorkers.begin is not None
 
 
-def test_the_pytest_plugin_passes_jobs_through(tmp_path: Path) -> None:
-    """``--dsm-jobs 2``: the suite's tests pass, the workers import the team's module too."""
+@pytest.mark.parametrize("where", [(), ("--dsm-cluster=local",)], ids=["processes", "cluster"])
+def test_the_pytest_plugin_passes_jobs_through(tmp_path: Path, where: tuple[str, ...]) -> None:
+    """``--dsm-jobs 2`` (on a local Dask cluster with ``--dsm-cluster``): the suite's tests
+    pass, the workers import the team's module too."""
+    if where:
+        _needs_dask()
     folder = tmp_path / "team"
     folder.mkdir()
     (folder / "mymod.py").write_text(
@@ -196,6 +258,7 @@ def test_the_pytest_plugin_passes_jobs_through(tmp_path: Path) -> None:
             "--dsm-profile=dev",
             "--dsm-seed=1",
             "--dsm-jobs=2",
+            *where,
             "-q",
         ],
         cwd=folder,
@@ -214,8 +277,47 @@ def test_the_plugin_runs_a_closure_factory_with_one_job_and_says_so() -> None:
         return in_memory_handler(clock)
 
     with pytest.warns(UserWarning, match=r"--dsm-jobs 2 ignored.*cannot be sent"):
-        assert suite._jobs_for(closure, None, 2) == 1
-    assert suite._jobs_for(closure, CORRECT, 2) == 2
+        assert suite._sendable(closure, None, 2, None) is False
+    with pytest.warns(UserWarning, match=r"--dsm-cluster local ignored.*cannot be sent"):
+        assert suite._sendable(closure, None, 1, "local") is False
+    assert suite._sendable(closure, CORRECT, 2, None) is True
+    assert suite._sendable(closure, None, 1, None) is True
+
+
+def _needs_dask() -> None:
+    """Skipped without Dask on a user's machine; under CI=true its absence is a failure."""
+    if os.environ.get("CI", "").lower() != "true":
+        pytest.importorskip("distributed")
+
+
+def test_a_local_cluster_prints_and_writes_what_jobs_1_does(tmp_path: Path) -> None:
+    _needs_dask()
+    one = _verify(tmp_path, FAILING, 1, "--profile", "ci")
+    two = _verify(tmp_path, FAILING, 2, "--profile", "ci", "--cluster", "local", name="cluster")
+    assert one[0] == two[0] == 1, one[1]
+    assert one[1] == two[1], "the text output differs"
+    assert one[2] == two[2], "the standard error differs"
+    assert one[3] == two[3], "the JSON report differs"
+    assert two[4] == 0, f"{two[4]} run(s) of the search ran in the command's process"
+
+
+def test_a_scheduler_nobody_runs_is_a_usage_error_before_any_work(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from dsm_sim.conformance import cluster
+
+    _needs_dask()
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 2.0)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    code, out, err = _run_cli(capsys, CORRECT, "--seed", "0", "--cluster", address)
+    assert code == 2, out + err
+    assert f"cannot run on the Dask cluster {address}" in err, err
+    assert "--jobs" in err and out == "", (out, err)
 
 
 def test_the_matrix_goes_on_after_a_cell_stops_at_a_property_already_found() -> None:

@@ -1,0 +1,85 @@
+"""The ``--jobs`` workers' server, started by the console script before the command loads.
+
+Which command lines start it is read without the command's parser, so the
+reading is pinned here: a value the parser would refuse starts nothing, and
+a command that forks no workers of its own (``--exec``, ``--cluster``, one
+job) starts nothing either.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsm_sim.worker_server import PRELOADS, jobs_asked, start_early
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("words", "jobs"),
+    [
+        ([], 1),
+        (["spec"], 1),
+        (["spec", "--jobs", "2"], 2),
+        (["spec", "--jobs=3", "--seed", "0"], 3),
+        (["spec", "--jobs", "two"], 1),
+        (["spec", "--jobs"], 1),
+        (["spec", "--", "--jobs", "2"], 1),
+        (["spec", "--jobs", "2", "--jobs", "1"], 1),
+    ],
+)
+def test_the_jobs_a_command_line_asks_for(words: list[str], jobs: int) -> None:
+    assert jobs_asked(words) == jobs
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        [],
+        ["verify", "spec"],
+        ["verify", "spec", "--jobs", "1"],
+        ["verify", "--exec", "dotnet Handler.dll", "--jobs", "2"],
+        ["run", "scenarios/", "--cluster", "local", "--jobs", "2"],
+        ["run", "scenarios/", "--cluster=tcp://scheduler:8786", "--jobs", "2"],
+        ["stress", "--jobs", "2"],
+        ["demo", "--jobs", "2"],
+    ],
+)
+def test_nothing_starts_for_a_command_that_forks_no_workers(words: list[str]) -> None:
+    assert start_early(words) is False
+
+
+def test_each_command_preloads_the_module_its_pool_names() -> None:
+    from dsm_sim.conformance import parallel as verify_parallel
+    from dsm_sim.simulator import parallel as run_parallel
+
+    assert {"verify": verify_parallel.__name__, "run": run_parallel.__name__} == PRELOADS
+
+
+def test_the_console_script_starts_the_server_before_the_command_loads(tmp_path: Path) -> None:
+    # Its own process: the server started belongs to the process that asked for it.
+    probe = (
+        "import sys\n"
+        "from multiprocessing import forkserver\n"
+        "from dsm_sim.worker_server import start_early\n"
+        "started = start_early(['verify', 'spec', '--jobs', '2'])\n"
+        "loaded = 'dsm_sim.conformance.parallel' in sys.modules\n"
+        "print(started, forkserver._forkserver._forkserver_pid is not None, loaded)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    # Started, and the kit is the server's to import, not this process's.
+    assert done.stdout.split() == ["True", "True", "False"], done.stderr
