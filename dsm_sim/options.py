@@ -26,9 +26,11 @@ from reference_engine.errors import ConfigurationError, echo
 __all__ = [
     "EnvironmentValueError",
     "bounded_int",
+    "job_count",
     "positive_seconds",
     "rate",
     "seconds_from_env",
+    "usable_cores",
 ]
 
 
@@ -96,6 +98,32 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
         return value
 
     parse.__name__ = "integer"
+    return parse
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a CI runner's share, not the machine's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def job_count(high: int) -> Callable[[str], int]:
+    """``--jobs``: an integer from 1 to ``high``, or ``auto`` for the usable cores (at most ``high``).
+
+    ``auto`` lets one CI configuration use what each runner gives it.
+    """
+    number = bounded_int(1, high)
+
+    def parse(text: str) -> int:
+        if text.strip().lower() == "auto":
+            return min(usable_cores(), high)
+        try:
+            return number(text)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{exc}, or 'auto'") from None
+
+    parse.__name__ = "job count"
     return parse
 
 

@@ -21,6 +21,8 @@ import multiprocessing
 from collections.abc import Sequence
 from multiprocessing import forkserver
 
+from dsm_sim.options import usable_cores
+
 __all__ = ["PRELOADS", "jobs_asked", "start_early"]
 
 #: The module each command's pool has its server preload (the pools name the same one).
@@ -47,6 +49,8 @@ def jobs_asked(words: Sequence[str]) -> int:
             jobs = words[index + 1]
         elif word.startswith("--jobs="):
             jobs = word.partition("=")[2]
+    if jobs.strip().lower() == "auto":
+        return usable_cores()
     try:
         return int(jobs)
     except ValueError:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from dsm_sim.conformance.cache import CACHE_DIR_ENV
-from dsm_sim.options import bounded_int, positive_seconds
+from dsm_sim.options import job_count, positive_seconds
 from dsm_sim.outputs import Output, OutputKind, ReportWriteError, check_distinct, check_output
 from dsm_sim.printable import printable_stream
 from dsm_sim.profiles import PROFILES
@@ -168,11 +168,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--jobs",
-        type=bounded_int(1, MAX_JOBS),
+        type=job_count(MAX_JOBS),
         default=1,
         metavar="J",
         help=f"run the race matrix and the search's seeds in J worker processes, beside the "
-        f"edge probes in this one, J from 1 to {MAX_JOBS} (default 1: all in this process); "
+        f"edge probes in this one, J from 1 to {MAX_JOBS} or 'auto' for the cores this process "
+        "may use (default 1: all in this process); "
         "output, reports and exit code are the same as with 1",
     )
     parser.add_argument(

@@ -41,7 +41,7 @@ from dsm_sim.checker.liveness import UNSUPPORTED_REASON
 from dsm_sim.conformance.execute.clocks import ClockMode, parse_clock_mode
 from dsm_sim.conformance.judge.semantics import SemanticsProfile, resolve_semantics
 from dsm_sim.history import HistoryLimitError
-from dsm_sim.options import bounded_int, positive_seconds
+from dsm_sim.options import bounded_int, job_count, positive_seconds
 from dsm_sim.outputs import Output, OutputKind, ReportWriteError, check_distinct, check_output
 from dsm_sim.printable import printable_stream
 from dsm_sim.scenario import Scenario, ScenarioError, load_scenarios
@@ -132,11 +132,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--jobs",
-        type=bounded_int(1, MAX_JOBS),
+        type=job_count(MAX_JOBS),
         default=1,
         metavar="J",
-        help=f"run the runs in J worker processes, J from 1 to {MAX_JOBS} (default 1: in this "
-        "process); output, reports and exit code are the same as with 1",
+        help=f"run the runs in J worker processes, J from 1 to {MAX_JOBS} or 'auto' for the "
+        "cores this process may use (default 1: in this process); output, reports and exit code are the same as with 1",
     )
     parser.add_argument(
         "--cluster",

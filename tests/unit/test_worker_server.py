@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dsm_sim.options import usable_cores
 from dsm_sim.worker_server import PRELOADS, jobs_asked, start_early
 
 pytestmark = pytest.mark.unit
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["spec", "--jobs"], 1),
         (["spec", "--", "--jobs", "2"], 1),
         (["spec", "--jobs", "2", "--jobs", "1"], 1),
+        (["spec", "--jobs", "auto"], usable_cores()),
     ],
 )
 def test_the_jobs_a_command_line_asks_for(words: list[str], jobs: int) -> None:
@@ -83,3 +85,27 @@ def test_the_console_script_starts_the_server_before_the_command_loads(tmp_path:
     )
     # Started, and the kit is the server's to import, not this process's.
     assert done.stdout.split() == ["True", "True", "False"], done.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "run"])
+def test_jobs_auto_is_the_cores_this_process_may_use(command: str) -> None:
+    from dsm_sim.cli import build_parser
+    from dsm_sim.workers import MAX_JOBS
+
+    parser = build_parser(command)
+    args = parser.parse_args(
+        [command, "spec" if command == "verify" else "scenarios/", "--jobs", "auto"]
+    )
+    assert args.jobs == min(usable_cores(), MAX_JOBS)
+    assert parser.parse_args([command, "x", "--jobs", "AUTO"]).jobs == args.jobs
+
+
+def test_a_bad_jobs_value_says_auto_is_allowed(capsys: pytest.CaptureFixture[str]) -> None:
+    from dsm_sim.cli import build_parser
+
+    parser = build_parser("verify")
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["verify", "spec", "--jobs", "0"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--jobs" in err and "from 1 to" in err and "'auto'" in err, err
