@@ -102,10 +102,53 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (a CI runner's share, not the machine's count)."""
+    """The cores this process may use: its CPU affinity, capped by a container's CPU quota.
+
+    A CI runner's container limited to 2 CPUs on a 64-core host sees 64
+    cores in its affinity; its cgroup's quota (``cpu.max``, or cgroup v1's
+    ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``) says 2.
+    """
     if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    if quota is not None:
+        cores = min(cores, quota)
+    return max(1, cores)
+
+
+def _cgroup_quota() -> int | None:
+    """The CPU quota of this process's cgroup, in whole cores rounded up; None if unlimited."""
+    for path, read in (
+        ("/sys/fs/cgroup/cpu.max", lambda text: text.split()),
+        (
+            "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+            lambda text: [
+                text.strip(),
+                _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") or "100000",
+            ],
+        ),
+    ):
+        text = _read(path)
+        if text is None:
+            continue
+        try:
+            quota, period = read(text)[:2]
+            if quota in ("max", "-1"):
+                return None
+            return max(1, math.ceil(int(quota) / int(period)))
+        except (ValueError, ZeroDivisionError):
+            return None
+    return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as file:
+            return file.read()
+    except OSError:
+        return None
 
 
 def job_count(high: int) -> Callable[[str], int]:

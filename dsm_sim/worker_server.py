@@ -1,18 +1,24 @@
-"""The server ``--jobs`` workers fork from, started as the command starts.
+"""The server ``dsm verify --jobs`` workers fork from, started as the command starts.
 
-``dsm verify --jobs`` and ``dsm run --jobs`` start their worker processes
-with ``forkserver``: each worker is a fork of one server process that has
-already imported the kit, so a worker is ready as soon as it has loaded the
-handler.  Importing the kit takes that server most of a second, and the
-command's own process spends about as long importing the same modules before
-it asks for its first worker.  Started by the console script before the
-command's module is imported (:func:`start_early`), the server imports the
-kit on the other core meanwhile, and the first chunk of work reaches a worker
-that much sooner; on two cores, with a verification of a few seconds, that is
-a tenth of the wall time.
+``dsm verify --jobs`` starts its worker processes with ``forkserver``: each
+worker is a fork of one server process that has already imported the kit,
+so a worker is ready as soon as it has loaded the handler.  Importing the
+kit takes that server most of a second, and the command's own process spends
+about as long importing the same modules before it asks for its first
+worker.  Started by the console script before the command's module is
+imported (:func:`start_early`), the server imports the kit on the other core
+meanwhile, and the first chunk of work reaches a worker that much sooner; on
+two cores, with a verification of a few seconds, that is a tenth of the wall
+time.
 
-Nothing else changes: the pools ask for the same server, and a server started
-for a command that then runs in one process only idles until the command ends.
+A forked worker starts from the server's environment, as it was when the
+server started, not from the command's environment when the worker is
+forked.  ``dsm verify`` hands its workers everything in their tasks, so that
+is the same; ``dsm run`` sets ``DSM_CALL_TIMEOUT`` for its workers after
+parsing its options, so its server is not started early.  A command added
+here must hand its workers nothing through the environment.  A server
+started for a command that then runs in one process idles until the
+command ends.
 """
 
 from __future__ import annotations
@@ -23,15 +29,22 @@ from multiprocessing import forkserver
 
 from dsm_sim.options import usable_cores
 
-__all__ = ["PRELOADS", "jobs_asked", "start_early"]
+__all__ = ["ELSEWHERE", "JOBS", "PRELOADS", "jobs_asked", "start_early"]
 
 #: The module each command's pool has its server preload (the pools name the same one).
-PRELOADS: dict[str, str] = {
-    "verify": "dsm_sim.conformance.parallel",
-    "run": "dsm_sim.simulator.parallel",
-}
-#: Options under which the command does not fork its own workers.
-_NO_LOCAL_WORKERS = ("--exec", "--cluster")
+PRELOADS: dict[str, str] = {"verify": "dsm_sim.conformance.parallel"}
+#: ``dsm verify``'s options this module reads, each with the shortest abbreviation argparse
+#: takes for it (``tests/unit/test_worker_server.py`` checks them against the parser).
+JOBS = ("--jobs", "--jo")
+#: Options under which the command forks no workers of its own.
+ELSEWHERE = (("--exec", "--exec"), ("--exec-tcp", "--exec-tc"), ("--cluster", "--clu"))
+
+
+def _names(word: str, option: tuple[str, str]) -> bool:
+    """Whether ``word`` (up to any ``=``) is the option or an abbreviation argparse would take."""
+    name = word.partition("=")[0]
+    full, shortest = option
+    return name.startswith(shortest) and full.startswith(name)
 
 
 def jobs_asked(words: Sequence[str]) -> int:
@@ -45,10 +58,13 @@ def jobs_asked(words: Sequence[str]) -> int:
     for index, word in enumerate(words):
         if word == "--":
             break
-        if word == "--jobs" and index + 1 < len(words):
+        if not _names(word, JOBS):
+            continue
+        _, equals, value = word.partition("=")
+        if equals:
+            jobs = value
+        elif index + 1 < len(words):
             jobs = words[index + 1]
-        elif word.startswith("--jobs="):
-            jobs = word.partition("=")[2]
     if jobs.strip().lower() == "auto":
         return usable_cores()
     try:
@@ -66,7 +82,7 @@ def start_early(words: Sequence[str]) -> bool:
     """
     if not words or words[0] not in PRELOADS or jobs_asked(words[1:]) <= 1:
         return False
-    if any(word.split("=")[0] in _NO_LOCAL_WORKERS for word in words[1:]):
+    if any(_names(word, option) for word in words[1:] for option in ELSEWHERE):
         return False
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return False

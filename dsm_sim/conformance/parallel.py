@@ -58,7 +58,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
-from dsm_sim.conformance.cluster import ClusterWorkers, lost_worker_errors
+from dsm_sim.conformance.cluster import ClusterWorkers, NoWorkersError, lost_worker_errors
 from dsm_sim.conformance.execute.bookkeeping import RunStats
 from dsm_sim.conformance.execute.clocks import ClockMode
 from dsm_sim.conformance.execute.loop import VerificationHalted, call_timeout
@@ -286,7 +286,7 @@ class WorkerPool:
         #: What a future raises when the worker running its task died.
         self.lost: tuple[type[BaseException], ...] = (BrokenProcessPool,)
         if cluster is not None:
-            self.lost += lost_worker_errors()
+            self.lost += (NoWorkersError, *lost_worker_errors())
             jobs = max(jobs, cluster.workers())  # one task ahead per worker of the cluster
         self.jobs = check_jobs(min(jobs, MAX_JOBS))
         self.pool = _pool(self.jobs if cluster is None else 1, self.ctx)
@@ -302,6 +302,15 @@ class WorkerPool:
             target=self._start, args=(handler,), name="dsm-workers", daemon=True
         )
         self.starting.start()
+        #: Sends the work of :meth:`send_ahead` (it waits for the workers to start).
+        self.sending: threading.Thread | None = None
+
+    def settle(self) -> None:
+        """Wait until the workers have started and the work sent ahead has gone out."""
+        self.starting.join()
+        sending = self.sending
+        if sending is not None and sending is not threading.current_thread():
+            sending.join()
 
     def _start(self, handler: str | bytes) -> None:
         if self.cluster is not None:
@@ -315,20 +324,32 @@ class WorkerPool:
         tasks = [ChunkTask(self.spec, work, self.deadline) for work in works]
         return _parallel(self, tasks)
 
-    def send_ahead(self, works: Sequence[ChunkWork]) -> None:
-        """Start the matrix's first chunks now, before the stage that runs ahead of it ends.
+    def send_ahead(
+        self, works: Sequence[ChunkWork], then: Callable[[], None] | None = None
+    ) -> None:
+        """Send the matrix's first chunks, then call ``then``, from a thread of their own.
 
-        ``works`` are the chunks as the matrix would send them if that stage
-        (the edge probes) found nothing.  When the matrix starts, each chunk it
-        asks for that equals one sent here takes that one's result; the rest are
-        cancelled (a worker running one ends it first: a chunk is short).  So
-        the bet changes what is computed, never what is reported.
+        ``works`` are the chunks as the matrix would send them if the stage
+        running now (the edge probes) found nothing.  When the matrix starts,
+        each chunk it asks for that equals one sent here takes that one's
+        result; the rest are cancelled (a worker running one ends it first: a
+        chunk is short).  So the bet changes what is computed, never what is
+        reported.  Sending waits for the workers to start, which this thread
+        does not: it goes on with the probes.  Everything else that sends or
+        ends work waits for the sending first (:meth:`settle`).
         """
-        self.renew()
-        self.early = [
-            (task, self.submit(run_task, task))
-            for task in (ChunkTask(self.spec, work, self.deadline) for work in works)
-        ]
+        tasks = [ChunkTask(self.spec, work, self.deadline) for work in works]
+
+        def send() -> None:
+            with contextlib.suppress(Exception):  # a pool that breaks is renewed when used
+                self.renew()
+                self.early = [(task, self.submit(run_task, task)) for task in tasks]
+                if then is not None:
+                    then()
+
+        self.settle()
+        self.sending = threading.Thread(target=send, name="dsm-send-ahead", daemon=True)
+        self.sending.start()
 
     def take_early(self, task: ChunkTask) -> Future[Any] | None:
         """The future of a chunk sent ahead that equals ``task``, if there is one (taken once)."""
@@ -344,6 +365,18 @@ class WorkerPool:
             if future is not None:
                 future.cancel()
         self.early = []
+
+    def result(self, future: Future[Any]) -> Any:
+        """``future``'s result; :class:`FutureTimeoutError` once the command's deadline passed.
+
+        On a cluster, a wait also ends when the scheduler has counted no worker
+        for a while (:class:`~dsm_sim.conformance.cluster.NoWorkersError`, one
+        of :attr:`lost`): Dask holds a task until a worker joins, and without a
+        deadline the command would wait for one forever.
+        """
+        if self.cluster is None:
+            return future.result(timeout=patience(self.deadline))
+        return self.cluster.result(future, self.deadline)
 
     def seeds(self, search: SearchSettings) -> SeedsAhead:
         """The search's runner: each seed in a worker, the next ones run ahead."""
@@ -367,14 +400,14 @@ class WorkerPool:
 
         A cluster's workers are not ended: what was sent to them is cancelled.
         """
-        self.starting.join()
+        self.settle()
         if self.cluster is not None:
             self.cluster.stop()
         stop_workers(self.pool)
 
     def close(self) -> None:
         """End the workers: at once if they still run something (a seed run ahead in vain)."""
-        self.starting.join()
+        self.settle()
         if self.cluster is not None:
             self.cluster.close()
         if all(future.done() for future in self.sent):
@@ -384,7 +417,7 @@ class WorkerPool:
 
     def renew(self) -> None:
         """A fresh pool when the last one broke or was stopped."""
-        self.starting.join()
+        self.settle()
         if self.pool._broken or self.pool._shutdown_thread:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = _pool(self.jobs, self.ctx)
@@ -423,6 +456,7 @@ class SeedsAhead:
     def __call__(self, work: SeedWork, ahead: Sequence[SeedWork]) -> SeedRun | None:
         if not self.comparable:
             return None
+        self.workers.settle()  # the seeds sent ahead of the probes are in ``ahead`` by now
         for stale in [w for w in self.ahead if w.known != work.known or w.seed < work.seed]:
             future = self.ahead.pop(stale)
             if future is not None:
@@ -480,7 +514,7 @@ class SeedsAhead:
         """
         if future is not None:
             try:
-                return future.result(timeout=patience(self.workers.deadline))
+                return self.workers.result(future)
             except FutureTimeoutError:
                 self.workers.stop()
                 return _Halted(_BLOCKED, True)
@@ -542,13 +576,14 @@ def _parallel(workers: WorkerPool, tasks: list[ChunkTask]) -> Generator[ChunkRes
                 outcome = _isolated(workers, task)
             else:
                 try:
-                    outcome = future.result(timeout=patience(workers.deadline))
+                    outcome = workers.result(future)
                 except FutureTimeoutError:
                     outcome = _Halted(_BLOCKED, True)
                 except workers.lost:
                     # A worker died: which chunk killed it is pinned by running each
-                    # unfinished chunk again alone.
-                    broken = True
+                    # unfinished chunk again alone.  A cluster gave this task to every
+                    # worker it had already: only this one runs alone.
+                    broken = workers.cluster is None
                     outcome = _isolated(workers, task)
                 except Exception as exc:  # the result itself could not be sent back
                     outcome = ChunkResult(

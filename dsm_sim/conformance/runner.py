@@ -265,7 +265,7 @@ def verify(
     worker processes (at least two), an address (``tcp://scheduler:8786``)
     uses that cluster's workers; the report is again the same.  A cluster that
     cannot be used raises
-    :class:`~dsm_sim.simulator.distributed.ClusterUnavailableError` before any work.
+    :class:`~dsm_sim.dask_cluster.ClusterUnavailableError` before any work.
     """
     max_wall = None if max_wall_s is None else _wall_limit(max_wall_s)
     semantics_of = resolve_semantics(semantics, factory)
@@ -314,20 +314,21 @@ def verify(
     )
     workers = _worker_pool(plan, factory_spec, jobs, cluster)
     verification = Verification(plan)
-    runs = None if workers is None else workers.seeds(plan.search())
-    if workers is not None and runs is not None:
-        # The search's first seeds go to the workers behind the matrix's chunks, with the
-        # properties known when the matrix starts: kept if the matrix finds nothing new.
-        send = runs.send
-        first = plan.budget_seeds()
-        workers.after_chunks = lambda: send(
-            [SeedWork(seed, verification.known()) for seed in first], len(first)
-        )
+    runs: SeedsAhead | None = None
     # Every real call waits no longer than the deadline, and one that blocks its thread
     # is interrupted just after it, as under ``dsm run --max-wall``.  The workers are
     # ended after that guard is down: ending them is bounded, and a signal meant for a
     # blocked call must not land in the pool's shutdown once the verdict is settled.
     try:
+        if workers is not None:
+            runs = workers.seeds(plan.search())
+            # The search's first seeds go to the workers behind the matrix's chunks, with
+            # the properties known when the matrix starts: kept if it finds nothing new.
+            send = runs.send
+            first = plan.budget_seeds()
+            workers.after_chunks = lambda: send(
+                [SeedWork(seed, verification.known()) for seed in first], len(first)
+            )
         with wall_deadline(plan.deadline), interrupt_at(plan.deadline), frozen_heap():
             try:
                 if workers is not None and runs is not None and probes and matrix:
@@ -380,9 +381,11 @@ def _send_ahead(
         _, _, works = matrix_works(verification, budget)
     except Exception:
         return
-    workers.send_ahead([work for work in works if not work.deeper])
     known = verification.known()
-    runs.send([SeedWork(seed, known) for seed in verification.plan.budget_seeds()], workers.jobs)
+    seeds = [SeedWork(seed, known) for seed in verification.plan.budget_seeds()]
+    workers.send_ahead(
+        [work for work in works if not work.deeper], lambda: runs.send(seeds, workers.jobs)
+    )
 
 
 def _worker_pool(

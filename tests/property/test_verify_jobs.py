@@ -138,9 +138,9 @@ class _Ahead:
         self.sent = self.taken = self.dropped = 0
         send, take, drop = WorkerPool.send_ahead, WorkerPool.take_early, WorkerPool.drop_early
 
-        def send_ahead(pool: WorkerPool, works: Any) -> None:
+        def send_ahead(pool: WorkerPool, works: Any, then: Any = None) -> None:
             self.sent += len(works)
-            send(pool, works)
+            send(pool, works, then)
 
         def take_early(pool: WorkerPool, task: Any) -> Any:
             future = take(pool, task)
