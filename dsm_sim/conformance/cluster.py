@@ -35,13 +35,12 @@ What a cluster does differently from a pool of processes:
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, cast
 
 from dsm_sim.dask_cluster import ClusterUnavailableError, local_cluster, quiet_on_give_up
-from dsm_sim.wall import patience
+from dsm_sim.wall import patience, wall_now
 
 __all__ = ["ClusterWorkers", "NoWorkersError", "lost_worker_errors"]
 
@@ -123,8 +122,8 @@ class ClusterWorkers:
             if self.count() != 0:  # workers, or a scheduler too busy to say: not empty
                 alone_since = None
             elif alone_since is None:
-                alone_since = time.monotonic()
-            elif time.monotonic() - alone_since >= NO_WORKERS_S:
+                alone_since = wall_now()
+            elif wall_now() - alone_since >= NO_WORKERS_S:
                 raise NoWorkersError(
                     f"the cluster {self.where} counted no worker for {NO_WORKERS_S:.0f} s"
                 )

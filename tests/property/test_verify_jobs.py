@@ -226,7 +226,12 @@ def test_jobs_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
     assert dying_matrix_handler.DiesInWorkers.begin is not None
 
 
-@pytest.mark.parametrize("where", [(), ("--dsm-cluster=local",)], ids=["processes", "cluster"])
+@pytest.mark.parametrize(
+    "where",
+    # On a cluster with the thorough tier: its verification is --cluster's, tested above.
+    [(), pytest.param(("--dsm-cluster=local",), marks=pytest.mark.thorough)],
+    ids=["processes", "cluster"],
+)
 def test_the_pytest_plugin_passes_jobs_through(tmp_path: Path, where: tuple[str, ...]) -> None:
     """``--dsm-jobs 2`` (on a local Dask cluster with ``--dsm-cluster``): the suite's tests
     pass, the workers import the team's module too."""
@@ -292,8 +297,9 @@ def _needs_dask() -> None:
 
 def test_a_local_cluster_prints_and_writes_what_jobs_1_does(tmp_path: Path) -> None:
     _needs_dask()
-    one = _verify(tmp_path, FAILING, 1, "--profile", "ci")
-    two = _verify(tmp_path, FAILING, 2, "--profile", "ci", "--cluster", "local", name="cluster")
+    # dev: the same code paths as ci (chunks, seeds, findings booked) in a fifth of the time.
+    one = _verify(tmp_path, FAILING, 1, "--profile", "dev")
+    two = _verify(tmp_path, FAILING, 2, "--profile", "dev", "--cluster", "local", name="cluster")
     assert one[0] == two[0] == 1, one[1]
     assert one[1] == two[1], "the text output differs"
     assert one[2] == two[2], "the standard error differs"
