@@ -138,6 +138,13 @@ _IGNORING_SIGINT = (
     "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     "os.execv(sys.argv[1], sys.argv[1:])"
 )
+#: Ctrl-C reaches a command at a terminal.  A suite started in the background by a shell
+#: without job control (``pytest ... &`` in a script) runs with SIGINT ignored, and every
+#: command it starts inherits that: such a command would rightly not stop on Ctrl-C.
+_HEARING_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 def _wait_for(condition: Callable[[], object], what: str, within_s: float = BOUND_S) -> None:
@@ -334,7 +341,12 @@ def test_ctrl_c_of_a_tcp_server_with_a_connection_open_prints_no_traceback(
     tmp_path: Path,
 ) -> None:
     server = subprocess.Popen(
-        dsm_serve_command("reference_engine.handlers.memory:in_memory_handler"),
+        [
+            sys.executable,
+            "-c",
+            _HEARING_SIGINT,
+            *dsm_serve_command("reference_engine.handlers.memory:in_memory_handler"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
