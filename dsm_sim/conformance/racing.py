@@ -563,6 +563,15 @@ def run_matrix(
         _run_matrix(verification, budget, runner)
 
 
+def _budget(name: str) -> MatrixBudget:
+    """The race matrix's budget of a profile, or a ConfigurationError naming those there are."""
+    if name not in BUDGETS:
+        raise ConfigurationError(
+            f"unknown race-matrix budget {name!r}; choose one of {', '.join(BUDGETS)}"
+        )
+    return BUDGETS[name]
+
+
 def matrix_works(
     verification: Verification,
     budget: str | None = None,
@@ -579,12 +588,7 @@ def matrix_works(
     matrix's work exactly when that stage found nothing, which equality tells.
     """
     plan = verification.plan
-    chosen = budget or plan.profile
-    if chosen not in BUDGETS:
-        raise ConfigurationError(
-            f"unknown race-matrix budget {chosen!r}; choose one of {', '.join(BUDGETS)}"
-        )
-    budget_ = BUDGETS[chosen]
+    budget_ = _budget(budget or plan.profile)
     ops = _alphabet(machine or plan.machine(RunStats()))
     every = [cell for cell in cells(ops) if cell.applies()]
     listed = every if budget_.every_state else one_state_per_pair(ops)
@@ -619,14 +623,10 @@ def matrix_works(
 def _run_matrix(verification: Verification, budget: str | None, runner: ChunkRunner | None) -> None:
     plan = verification.plan
     chosen = budget or plan.profile
-    if chosen not in BUDGETS:
-        raise ConfigurationError(
-            f"unknown race-matrix budget {chosen!r}; choose one of {', '.join(BUDGETS)}"
-        )
     stats = RunStats(verification.known())
     machine = plan.machine(stats)
     ops = _alphabet(machine)
-    explorer = _Explorer(machine, verification.known(), BUDGETS[chosen])
+    explorer = _Explorer(machine, verification.known(), _budget(chosen))
     try:
         probe = explorer._fresh()
     except Exception:
