@@ -34,13 +34,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dsm_sim.conformance.judge.semantics import SemanticsProfile
-from dsm_sim.dask_cluster import (
-    WORKER_SWITCH_INTERVAL,
-    ClusterUnavailableError,
-    dask_setup,
-    local_cluster,
-    quiet_on_give_up,
-)
+from dsm_sim.dask_cluster import ClusterUnavailableError, local_cluster, quiet_on_give_up
 from dsm_sim.scenario import Scenario
 from dsm_sim.simulator.bridge import CALL_TIMEOUT_ENV
 from dsm_sim.simulator.parallel import (
@@ -54,14 +48,7 @@ from dsm_sim.simulator.parallel import (
 from dsm_sim.wall import patience
 from reference_engine.handler import HandlerFactory
 
-__all__ = [
-    "WORKER_SWITCH_INTERVAL",
-    "ClusterUnavailableError",
-    "dask_setup",
-    "local_cluster",
-    "quiet_on_give_up",
-    "run_plan_on_cluster",
-]
+__all__ = ["run_plan_on_cluster"]
 
 #: Runs submitted ahead of the one being handed back, per worker: enough to keep
 #: every worker busy while the parent waits for the oldest run.  They are sent in

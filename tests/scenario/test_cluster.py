@@ -22,13 +22,9 @@ from run_outputs import files_under
 
 from dsm_sim.cli import EXIT_TERMINATED
 from dsm_sim.cli import main as dsm
+from dsm_sim.dask_cluster import WORKER_SWITCH_INTERVAL, ClusterUnavailableError, local_cluster
 from dsm_sim.scenario import load_scenario
-from dsm_sim.simulator.distributed import (
-    WORKER_SWITCH_INTERVAL,
-    ClusterUnavailableError,
-    local_cluster,
-    run_plan_on_cluster,
-)
+from dsm_sim.simulator.distributed import run_plan_on_cluster
 from dsm_sim.simulator.parallel import run_plan
 
 try:
