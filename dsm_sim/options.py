@@ -120,27 +120,18 @@ def usable_cores() -> int:
 
 def _cgroup_quota() -> int | None:
     """The CPU quota of this process's cgroup, in whole cores rounded up; None if unlimited."""
-    for path, read in (
-        ("/sys/fs/cgroup/cpu.max", lambda text: text.split()),
-        (
-            "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
-            lambda text: [
-                text.strip(),
-                _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") or "100000",
-            ],
-        ),
-    ):
-        text = _read(path)
-        if text is None:
-            continue
-        try:
-            quota, period = read(text)[:2]
-            if quota in ("max", "-1"):
-                return None
-            return max(1, math.ceil(int(quota) / int(period)))
-        except (ValueError, ZeroDivisionError):
-            return None
-    return None
+    v2 = _read("/sys/fs/cgroup/cpu.max")  # "max 100000" or "200000 100000"
+    if v2 is not None:
+        quota, _, period = v2.strip().partition(" ")
+    else:
+        quota = (_read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") or "-1").strip()
+        period = (_read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") or "100000").strip()
+    if quota in ("max", "-1"):
+        return None
+    try:
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 def _read(path: str) -> str | None:
