@@ -35,7 +35,7 @@ What a cluster does differently from a pool of processes:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, cast
 
@@ -98,7 +98,6 @@ class ClusterWorkers:
             if not isinstance(exc, Exception):
                 raise
             raise ClusterUnavailableError(self.where, f"{type(exc).__name__}: {exc}") from None
-        self.sent: list[Any] = []
 
     def workers(self) -> int:
         """The workers the scheduler counts now (at least one)."""
@@ -137,24 +136,20 @@ class ClusterWorkers:
 
     def submit(self, fn: Callable[[Any], Any], task: object) -> Future[Any]:
         """``fn(task)`` on the cluster; the future answers ``result``, ``done`` and ``cancel``."""
-        future = self.client.submit(fn, task, pure=False)
-        self.sent.append(future)
-        return cast("Future[Any]", future)
+        return cast("Future[Any]", self.client.submit(fn, task, pure=False))
 
-    def stop(self) -> None:
-        """Cancel everything sent that has not finished (the workers themselves go on)."""
-        pending = [future for future in self.sent if not future.done()]
+    def stop(self, sent: Sequence[Future[Any]]) -> None:
+        """Cancel what of ``sent`` has not finished (the workers themselves go on)."""
+        pending = [future for future in sent if not future.done()]
         if pending:
             with contextlib.suppress(Exception):
                 self.client.cancel(pending, force=True)
-        self.sent = []
 
-    def close(self) -> None:
-        """Cancel what is left, then close the client, and a cluster of our own with it."""
+    def close(self, sent: Sequence[Future[Any]]) -> None:
+        """Cancel what of ``sent`` is left, then close the client, and a cluster of our own."""
         with quiet_on_give_up() as give_up:
-            if any(not future.done() for future in self.sent):
+            if any(not future.done() for future in sent):
                 give_up()
                 if not self.own:
-                    self.stop()
-            self.sent = []
+                    self.stop(sent)
             self.stack.close()

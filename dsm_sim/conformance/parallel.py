@@ -402,14 +402,14 @@ class WorkerPool:
         """
         self.settle()
         if self.cluster is not None:
-            self.cluster.stop()
+            self.cluster.stop(self.sent)
         stop_workers(self.pool)
 
     def close(self) -> None:
         """End the workers: at once if they still run something (a seed run ahead in vain)."""
         self.settle()
         if self.cluster is not None:
-            self.cluster.close()
+            self.cluster.close(self.sent)
         if all(future.done() for future in self.sent):
             self.pool.shutdown(wait=True, cancel_futures=True)
         else:

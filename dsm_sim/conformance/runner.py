@@ -413,7 +413,7 @@ def _worker_pool(
     try:
         return WorkerPool(plan, handler, jobs, workers)
     except BaseException:
-        workers.close()
+        workers.close(())
         raise
 
 
