@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import compileall
 import os
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +64,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="also run the tests marked thorough (nox -s thorough, nightly)",
     )
+
+
+#: The project's own Python code; the installed packages were byte-compiled by pip.
+_OWN_CODE = ("reference_engine", "dsm_sim", "tests", "bench", "examples")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Byte-compile the project's code once, before any test starts a process.
+
+    The suite starts a few thousand Python processes (``dsm`` commands, handler
+    processes, workers), and each imports the project.  Where
+    ``PYTHONDONTWRITEBYTECODE`` is set, as on the CI machines, no import writes
+    its ``.pyc``, so every one of those processes compiled every module it
+    imported again: ``tests/integration/test_cross_process_race.py`` alone took
+    206 s of CPU without the files and 125 s with them (docs/performance.md).
+    ``compileall`` writes them whatever that variable says; an edited module is
+    compiled again by its first import, as always.  Only the controlling
+    process does this, before xdist's workers start.
+    """
+    if hasattr(session.config, "workerinput"):
+        return
+    root = Path(__file__).resolve().parent.parent
+    for folder in _OWN_CODE:
+        if (root / folder).is_dir():
+            compileall.compile_dir(root / folder, quiet=2)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
