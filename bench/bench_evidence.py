@@ -31,7 +31,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from common import BenchSkipped, Table
+from common import BenchSkipped, Table, compile_tree
 
 __all__ = ["TITLE", "run"]
 
@@ -73,15 +73,6 @@ def _unpack(ref: str, into: Path) -> None:
         tar.extractall(into, filter="data")
 
 
-def _compile(tree: Path) -> None:
-    for package in ("reference_engine", "dsm_sim"):
-        subprocess.run(
-            [sys.executable, "-m", "compileall", "-q", str(tree / package)],
-            check=True,
-            capture_output=True,
-        )
-
-
 def _side(tree: Path, args: list[str]) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(
@@ -119,7 +110,7 @@ def run(short: bool) -> list[Table]:
         old_tree.mkdir()
         _unpack(base, old_tree)
         for tree in (old_tree, ROOT):  # no side pays for compiling its bytecode
-            _compile(tree)
+            compile_tree(tree)
         for name, args in workloads.items():
             samples: dict[str, list[float]] = {"base": [], "this": []}
             seen: dict[str, set[tuple[object, object]]] = {"base": set(), "this": set()}

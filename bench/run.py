@@ -19,10 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchSkipped, Table
+from common import BenchSkipped, Table, compile_tree
 from targets import summary
 
 __all__ = ["BENCHMARKS", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: name -> module in this directory
 BENCHMARKS = {
@@ -49,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ran: dict[str, list[Table]] = {}
     mode = "short" if args.short else "full"
     print(f"dsm benchmarks ({mode} mode)", flush=True)
+    compile_tree(ROOT)
     for name in args.only or list(BENCHMARKS):
         module = importlib.import_module(BENCHMARKS[name])
         started = time.perf_counter()
