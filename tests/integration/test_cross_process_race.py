@@ -52,6 +52,7 @@ def test_a_race_across_processes_is_shrunk_recorded_whole_and_replayed(
         "dev",
         seed=1,
         stop_on_first=True,
+        probes=False,
         matrix=False,
         volume=False,
         time_zone="UTC0",

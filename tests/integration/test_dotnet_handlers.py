@@ -158,6 +158,10 @@ def test_the_in_memory_handler_passes_the_kit(build: Path) -> None:
     _assert_passed(verify(exec_factory(_mono(build, "MemoryHandler.exe")), profile="dev", seed=0))
 
 
+# With the thorough tier: on every pull request the in-memory C# handler passes the kit
+# through the same host, and tests/integration/test_cross_process_race.py races handler
+# processes on one store.
+@pytest.mark.thorough
 def test_the_sqlite_handler_passes_the_kit_through_processes_on_one_store(
     build: Path, stores: Path
 ) -> None:
@@ -194,7 +198,11 @@ def test_a_handler_of_the_seeds_interface_runs_unchanged_and_is_judged_under_see
         ("no_fencing", {"stale_write_rejected", "spent_token_rejected"}),
         ("live_lock_takeover", {"at_most_one_live_lock"}),
         ("parsed_payload", {"data_round_trip"}),
-        ("read_then_write_acquire", {"at_most_one_live_lock"}),
+        # The property live_lock_takeover breaks on every pull request, through the same host:
+        # with the thorough tier.
+        pytest.param(
+            "read_then_write_acquire", {"at_most_one_live_lock"}, marks=pytest.mark.thorough
+        ),
     ],
 )
 def test_a_broken_variant_is_caught(
@@ -714,7 +722,13 @@ def test_a_counterexample_is_printed_as_an_nunit_test_that_fails_at_the_breaking
         answers.update(factory.last_answers)
 
     report = verify(
-        factory, profile="dev", seed=0, stop_on_first=True, on_violation=keep, tokens=tokens
+        factory,
+        profile="dev",
+        seed=0,
+        stop_on_first=True,
+        on_violation=keep,
+        tokens=tokens,
+        probes=False,  # a stale write, which the probes do not race
     )
     assert report.violations[0].name == "stale_write_rejected"
     message = report.violations[0].message

@@ -29,6 +29,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from racy_acquire import RACY_ACQUIRE_BREAKS
 
 from dsm_sim.conformance.runner import verify
 from dsm_sim.protocol.client import ExecFactory, exec_factory
@@ -95,9 +96,12 @@ def test_its_broken_acquire_is_caught_through_processes_on_one_store(
 ) -> None:
     factory = _factory(command, postgres_url, bug="check_then_insert", serial=True)
     caught = verify(factory, profile="dev", seed=0, stop_on_first=True)
-    assert [v.name for v in caught.violations] == ["at_most_one_live_lock"], [
-        v.render() for v in caught.violations
-    ]
+    # Which of its properties the race breaks first depends on when each process's reply
+    # lands: a second live lock, or (under load) a Processing record written over the
+    # upsert or skip that landed between the read and the insert.
+    rendered = [v.render() for v in caught.violations]
+    assert len(caught.violations) == 1, rendered
+    assert caught.violations[0].name in RACY_ACQUIRE_BREAKS, rendered
 
 
 @pytest.mark.parametrize("name", ["duplicate-storm", "crash-mid-dispatch", "lost-replies"])

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from racy_acquire import RACY_ACQUIRE_BREAKS
 
 from dsm_sim.conformance.generate.steps import RaceOp
 from dsm_sim.conformance.program import Program
-from dsm_sim.conformance.properties import PROPERTY_NAMES
 from dsm_sim.conformance.runner import verify
 from dsm_sim.protocol.client import ExecFactory, ExecHandler, exec_factory
 from dsm_sim.protocol.errors import (
@@ -485,23 +485,6 @@ def test_node_handler_keeps_microseconds_past_2255() -> None:
     assert asyncio.run(acquire()) == (now + kept.lock_duration, now + dt.timedelta(days=36500))
 
 
-#: What an acquire that reads, then writes unconditionally, can break when another call
-#: lands in between: the lock it grants twice and the grants the spec allows, and what
-#: it writes over (a completion, a release, an upsert's history, a skip, a sweep's reset
-#: or a retention sweep's removal), as read back in a record, an answer or an error, or
-#: as the holder's next write.  Not the properties no race on one item can break.
-RACY_ACQUIRE_BREAKS = frozenset(PROPERTY_NAMES) - {
-    "tenant_isolation",
-    "scope_isolation",
-    "entity_isolation",
-    "key_identity",
-    "invalid_keys_refused",
-    "timestamps_in_utc",
-    "lock_duration_honoured",
-    "closes_cleanly",
-}
-
-
 def _racing_calls(program: Program | None) -> set[RaceOp]:
     """The operations the failing program's races made at once."""
     racing: set[RaceOp] = set()
@@ -533,7 +516,8 @@ def test_node_handler_bugs_are_caught_through_the_protocol(
 ) -> None:
     node = _need("node")
     factory = exec_factory([node, str(NODE_HANDLER)], env={"DSM_NODE_BUG": bug})
-    report = verify(factory, profile="dev", seed=0, stop_on_first=True)
+    # The search and the race matrix catch both: the edge probes are left out.
+    report = verify(factory, profile="dev", seed=0, stop_on_first=True, probes=False)
     assert not report.passed
     rendered = [v.render() for v in report.violations]
     assert len(report.violations) == 1 and report.violations[0].name in caught, rendered
@@ -576,7 +560,8 @@ def test_java_handler_without_fencing_is_caught(java_classes: Path) -> None:
     java = _need("java")
     command = [java, "-XX:TieredStopAtLevel=1", "-cp", str(java_classes), "MemoryHandler"]
     factory = exec_factory(command, env={"DSM_JAVA_BUG": "no_fencing"})
-    report = verify(factory, profile="dev", seed=0, stop_on_first=True)
+    # A race the matrix and the search catch: the edge probes, which race nothing, are left out.
+    report = verify(factory, profile="dev", seed=0, stop_on_first=True, probes=False)
     # Without fencing a stale holder's write lands, and so does a spent token's.
     assert [v.name for v in report.violations] in (
         ["stale_write_rejected"],

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+#: One worker runs the module, so the kit run two tests read is made once.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("pytest route")]
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLER_MODULE = """\
@@ -67,29 +68,48 @@ def run_kit(folder: Path, cache: Path, handler: str) -> subprocess.CompletedProc
     )
 
 
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
+def _team_folder(parent: Path) -> Path:
     """A team's folder: its handler module, and an empty pytest configuration of its own."""
-    here = tmp_path / "team"
+    here = parent / "team"
     here.mkdir()
     (here / "mymod.py").write_text(HANDLER_MODULE, encoding="utf-8")
     (here / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     return here
 
 
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    return _team_folder(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def team_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+    """One kit run of the team's own module from its folder, which two tests read.
+
+    A whole verification of the in-memory handler under ``dev`` is about ten
+    seconds of CPU here; what the tests check of it (where the module was
+    imported from, where Hypothesis wrote) needs only one.
+    """
+    parent = tmp_path_factory.mktemp("route")
+    here = _team_folder(parent)
+    cache = parent / "cache"
+    return here, cache, run_kit(here, cache, "mymod:factory")
+
+
 def test_the_handler_module_is_imported_from_the_folder_pytest_runs_in(
-    folder: Path, tmp_path: Path
+    team_run: tuple[Path, Path, subprocess.CompletedProcess[str]],
 ) -> None:
-    result = run_kit(folder, tmp_path / "cache", "mymod:factory")
+    _, _, result = team_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "22 passed" in result.stdout
 
 
 def test_hypothesis_keeps_its_files_in_the_cache_directory_not_the_folder(
-    folder: Path, tmp_path: Path
+    team_run: tuple[Path, Path, subprocess.CompletedProcess[str]],
 ) -> None:
-    cache = tmp_path / "cache"
-    result = run_kit(folder, cache, "reference_engine.handlers.memory:in_memory_handler")
+    folder, cache, result = team_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert sorted(p.name for p in folder.iterdir()) == ["mymod.py", "pytest.ini"]
     assert (cache / "hypothesis").is_dir()

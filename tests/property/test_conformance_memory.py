@@ -142,8 +142,10 @@ def test_dsm_console_script_dispatches_verify() -> None:
 
 def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HYPOTHESIS_PROFILE": "dev"}
+    # In one process: this project's own pytest options (``-n auto``) would start a worker
+    # per core, each importing everything, for a run of one class.
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -61,7 +61,13 @@ class TestPostgresHandler(ConformanceSuite):
         return "dev"
 
 
+# With the thorough tier (and `nox -s conformance`): every pull request verifies the same
+# handler code on SQLite and PostgreSQL above, and meets MariaDB itself in the handler's
+# integration tests (tests/integration/test_sql_handler.py, tests/unit/test_bad_input.py),
+# the scenarios (tests/scenario/test_scenarios.py) and the stress runs; this class, the
+# suite's longest (a database per test case), is the whole kit on it.
 @pytest.mark.mariadb
+@pytest.mark.thorough
 class TestMariadbHandler(ConformanceSuite):
     @pytest.fixture
     def dsm_handler_factory(

@@ -81,7 +81,11 @@ def test_the_probes_walk_every_edge_table() -> None:
         assert f"near spellings of the {spelt.value.replace('_', ' ')}" in names
 
 
-@pytest.mark.parametrize("factory", [in_memory_handler, sqlite_file_handler])
+# On a SQL store with the thorough tier: on every pull request the suite classes of
+# tests/property/test_conformance_sql.py run every probe on SQLite and PostgreSQL.
+@pytest.mark.parametrize(
+    "factory", [in_memory_handler, pytest.param(sqlite_file_handler, marks=pytest.mark.thorough)]
+)
 def test_every_probe_runs_to_its_end_on_a_correct_handler(factory: HandlerFactory) -> None:
     machine = build_machine(factory, stats=RunStats())
     for probe in PROBES:

@@ -103,7 +103,7 @@ def _verify(
     # to merge) with the thorough tier, which keeps the suite inside its time.
     [
         (FAILING, "ci", 1),
-        (CORRECT, "dev", 0),
+        pytest.param(CORRECT, "dev", 0, marks=pytest.mark.thorough),
         pytest.param(CORRECT, "ci", 0, marks=pytest.mark.thorough),
     ],
     ids=["failing", "correct-dev", "correct"],
