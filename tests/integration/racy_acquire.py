@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dsm_sim.conformance.generate.steps import RaceOp
+from dsm_sim.conformance.program import Program
 from dsm_sim.conformance.properties import PROPERTY_NAMES
 
-__all__ = ["RACY_ACQUIRE_BREAKS"]
+__all__ = ["RACY_ACQUIRE_BREAKS", "racing_calls"]
 
 #: What an acquire that reads, then writes unconditionally, can break when another call
 #: lands in between: the lock it grants twice and the grants the spec allows, and what
@@ -21,3 +23,16 @@ RACY_ACQUIRE_BREAKS = frozenset(PROPERTY_NAMES) - {
     "lock_duration_honoured",
     "closes_cleanly",
 }
+
+
+def racing_calls(program: Program | None) -> set[RaceOp]:
+    """The operations the failing program's races made at once."""
+    racing: set[RaceOp] = set()
+    for call in () if program is None else program.steps:
+        if call.rule == "race":
+            racing.update(call.argument("ops", ()))
+        elif call.rule == "race_pair":
+            racing.update((call.argument("first"), call.argument("second")))
+        elif call.rule == "race_to_acquire":
+            racing.add(RaceOp.ACQUIRE)
+    return racing

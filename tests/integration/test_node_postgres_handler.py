@@ -29,8 +29,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from racy_acquire import RACY_ACQUIRE_BREAKS
+from racy_acquire import RACY_ACQUIRE_BREAKS, racing_calls
 
+from dsm_sim.conformance.generate.steps import RaceOp
 from dsm_sim.conformance.runner import verify
 from dsm_sim.protocol.client import ExecFactory, exec_factory
 from dsm_sim.scenario import load_scenarios
@@ -102,6 +103,7 @@ def test_its_broken_acquire_is_caught_through_processes_on_one_store(
     rendered = [v.render() for v in caught.violations]
     assert len(caught.violations) == 1, rendered
     assert caught.violations[0].name in RACY_ACQUIRE_BREAKS, rendered
+    assert RaceOp.ACQUIRE in racing_calls(caught.violations[0].program), rendered
 
 
 @pytest.mark.parametrize("name", ["duplicate-storm", "crash-mid-dispatch", "lost-replies"])

@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from racy_acquire import RACY_ACQUIRE_BREAKS
+from racy_acquire import RACY_ACQUIRE_BREAKS, racing_calls
 
 from dsm_sim.conformance.generate.steps import RaceOp
-from dsm_sim.conformance.program import Program
 from dsm_sim.conformance.runner import verify
 from dsm_sim.protocol.client import ExecFactory, ExecHandler, exec_factory
 from dsm_sim.protocol.errors import (
@@ -485,19 +484,6 @@ def test_node_handler_keeps_microseconds_past_2255() -> None:
     assert asyncio.run(acquire()) == (now + kept.lock_duration, now + dt.timedelta(days=36500))
 
 
-def _racing_calls(program: Program | None) -> set[RaceOp]:
-    """The operations the failing program's races made at once."""
-    racing: set[RaceOp] = set()
-    for call in () if program is None else program.steps:
-        if call.rule == "race":
-            racing.update(call.argument("ops", ()))
-        elif call.rule == "race_pair":
-            racing.update((call.argument("first"), call.argument("second")))
-        elif call.rule == "race_to_acquire":
-            racing.add(RaceOp.ACQUIRE)
-    return racing
-
-
 # no_fencing is caught (and replayed from its replay file) in test_protocol_harness.py.
 # A race through a pipe interleaves as the processes are scheduled: on a loaded
 # machine the first race may miss the window, and a later one (an acquire against a
@@ -522,7 +508,7 @@ def test_node_handler_bugs_are_caught_through_the_protocol(
     rendered = [v.render() for v in report.violations]
     assert len(report.violations) == 1 and report.violations[0].name in caught, rendered
     if racing is not None:
-        assert racing in _racing_calls(report.violations[0].program), rendered
+        assert racing in racing_calls(report.violations[0].program), rendered
 
 
 @pytest.fixture(scope="module")
