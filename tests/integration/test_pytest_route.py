@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,17 @@ def folder(tmp_path: Path) -> Path:
     return _team_folder(tmp_path)
 
 
+@dataclass(frozen=True)
+class TeamRun:
+    """A kit run from a team's folder: the folder, dsm's cache directory, what pytest did."""
+
+    folder: Path
+    cache: Path
+    result: subprocess.CompletedProcess[str]
+
+
 @pytest.fixture(scope="module")
-def team_run(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+def team_run(tmp_path_factory: pytest.TempPathFactory) -> TeamRun:
     """One kit run of the team's own module from its folder, which two tests read.
 
     A whole verification of the in-memory handler under ``dev`` is about ten
@@ -95,24 +103,22 @@ def team_run(
     parent = tmp_path_factory.mktemp("route")
     here = _team_folder(parent)
     cache = parent / "cache"
-    return here, cache, run_kit(here, cache, "mymod:factory")
+    return TeamRun(here, cache, run_kit(here, cache, "mymod:factory"))
 
 
-def test_the_handler_module_is_imported_from_the_folder_pytest_runs_in(
-    team_run: tuple[Path, Path, subprocess.CompletedProcess[str]],
-) -> None:
-    _, _, result = team_run
+def test_the_handler_module_is_imported_from_the_folder_pytest_runs_in(team_run: TeamRun) -> None:
+    result = team_run.result
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "22 passed" in result.stdout
 
 
 def test_hypothesis_keeps_its_files_in_the_cache_directory_not_the_folder(
-    team_run: tuple[Path, Path, subprocess.CompletedProcess[str]],
+    team_run: TeamRun,
 ) -> None:
-    folder, cache, result = team_run
+    result = team_run.result
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert sorted(p.name for p in folder.iterdir()) == ["mymod.py", "pytest.ini"]
-    assert (cache / "hypothesis").is_dir()
+    assert sorted(p.name for p in team_run.folder.iterdir()) == ["mymod.py", "pytest.ini"]
+    assert (team_run.cache / "hypothesis").is_dir()
 
 
 CLOSURE_MODULE = """\
